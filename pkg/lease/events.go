@@ -1,0 +1,137 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// EventKind tells what happened to a lease.
+type EventKind int
+
+const (
+	// Acquired: a new term began; Event.Record is its record, Event.TTL its lease time.
+	Acquired EventKind = iota + 1
+	// Renewed: the holder renewed its term for Event.TTL from now (only with
+	// Options.AnnounceRenewals).
+	Renewed
+	// Released: the holder released its term; Event.Record is the ended term's record.
+	Released
+)
+
+var eventWords = [...]string{Acquired: "acquired", Renewed: "renewed", Released: "released"}
+
+// String returns the word used for the kind on the channel: "acquired", "renewed", "released".
+func (k EventKind) String() string {
+	if k >= Acquired && int(k) < len(eventWords) {
+		return eventWords[k]
+	}
+	return fmt.Sprintf("EventKind(%d)", int(k))
+}
+
+// Event is one announcement on a lease's channel.
+type Event struct {
+	// Kind says what happened.
+	Kind EventKind
+	// TTL is the lease time the holder set: from the moment of the event, the lease lasts TTL
+	// unless renewed or released. 0 for Released.
+	TTL time.Duration
+	// Record is the term the event is about.
+	Record Record
+}
+
+// ParseEvent decodes a message of the channel: "<kind> <ttl_ms> <record>", where kind is
+// acquired, renewed or released.
+func ParseEvent(payload string) (Event, error) {
+	word, rest, ok := strings.Cut(payload, " ")
+	ttl, value, ok2 := strings.Cut(rest, " ")
+	if !ok || !ok2 {
+		return Event{}, fmt.Errorf("parse event %q: want \"<kind> <ttl_ms> <record>\"", payload)
+	}
+	var kind EventKind
+	for k, w := range eventWords {
+		if w != "" && w == word {
+			kind = EventKind(k)
+		}
+	}
+	if kind == 0 {
+		return Event{}, fmt.Errorf("parse event %q: unknown kind %q", payload, word)
+	}
+	ms, err := strconv.ParseInt(ttl, 10, 64)
+	if err != nil || ms < 0 {
+		return Event{}, fmt.Errorf("parse event %q: ttl %q is not a non-negative integer", payload, ttl)
+	}
+	rec, err := ParseRecord(value)
+	if err != nil {
+		return Event{}, fmt.Errorf("parse event: %w", err)
+	}
+	return Event{Kind: kind, TTL: time.Duration(ms) * time.Millisecond, Record: rec}, nil
+}
+
+// Subscription delivers the events of one lease. Messages that are not events of this
+// protocol are dropped. While the connection is down (go-redis reconnects by itself) events
+// are missed: observers must also poll, as package election does.
+type Subscription struct {
+	ps     *redis.PubSub
+	events chan Event
+	done   chan struct{}
+	once   sync.Once
+	wg     sync.WaitGroup
+}
+
+// Subscribe subscribes to the lease's channel and returns once Redis confirmed the
+// subscription, so that no event published after Subscribe returns is missed.
+func (l *Lease) Subscribe(ctx context.Context) (*Subscription, error) {
+	ps := l.client.Subscribe(ctx, l.channel)
+	if _, err := ps.Receive(ctx); err != nil {
+		_ = ps.Close()
+		return nil, fmt.Errorf("subscribe to events of lease %q: %w", l.name, err)
+	}
+	s := &Subscription{ps: ps, events: make(chan Event, 16), done: make(chan struct{})}
+	s.wg.Add(1)
+	go s.forward(ps.Channel())
+	return s, nil
+}
+
+// Events returns the channel of events. It is closed after Close.
+func (s *Subscription) Events() <-chan Event { return s.events }
+
+// Close unsubscribes, closes the connection and the Events channel. It is safe to call twice.
+func (s *Subscription) Close() error {
+	var err error
+	s.once.Do(func() {
+		close(s.done)
+		err = s.ps.Close()
+		s.wg.Wait()
+		close(s.events)
+	})
+	return err
+}
+
+func (s *Subscription) forward(in <-chan *redis.Message) {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.done:
+			return
+		case m, ok := <-in:
+			if !ok {
+				return
+			}
+			ev, err := ParseEvent(m.Payload)
+			if err != nil {
+				continue
+			}
+			select {
+			case s.events <- ev:
+			case <-s.done:
+				return
+			}
+		}
+	}
+}

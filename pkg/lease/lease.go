@@ -1,0 +1,288 @@
+// Package lease implements one named Redis lease with fencing tokens: the primitive that
+// elector's leader election is built on.
+//
+// A Lease acquires, renews and releases one key, each in a single round trip running a Lua
+// script from this package (EVALSHA, loaded with EVAL on NOSCRIPT). Every acquisition begins a
+// term with a fencing token larger than any token handed out before for the same name, even
+// after Redis lost its data. Releases and acquisitions are announced on a pub/sub channel, so
+// that observers learn of a change without polling.
+//
+// A Lease keeps no state between calls and is safe for concurrent use. It knows nothing of
+// timers or callbacks: package election decides when to call it. The keys, the record format
+// and the scripts are specified in docs/PROTOCOL.md.
+package lease
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultPrefix is the key prefix used when Options.Prefix is empty.
+const DefaultPrefix = "elector"
+
+// NoExpiry is the TTL reported for a lease key that exists without an expiry (set by hand).
+const NoExpiry = time.Duration(-1)
+
+var (
+	//go:embed scripts/acquire.lua
+	acquireSource string
+	//go:embed scripts/renew.lua
+	renewSource string
+	//go:embed scripts/release.lua
+	releaseSource string
+)
+
+// The scripts are immutable values (source and SHA1); sharing them is not shared state.
+var (
+	acquireScript = redis.NewScript(acquireSource)
+	renewScript   = redis.NewScript(renewSource)
+	releaseScript = redis.NewScript(releaseSource)
+)
+
+// Options configure a Lease. The zero value is usable for an observer that never acquires.
+type Options struct {
+	// Prefix starts every key of the lease; DefaultPrefix when empty.
+	Prefix string
+	// Identity names this replica in the record, for example the pod name. Required to Acquire.
+	Identity string
+	// Instance is the random id that tells this process's terms apart from those of any other
+	// process with the same Identity. Leave it empty to have New generate one; set it only to
+	// resume the terms of a process that is known to be gone, or in tests.
+	Instance string
+	// AnnounceRenewals makes every successful Renew publish a "renewed" event. Followers that
+	// receive it know when the lease will expire and need not poll until then: one command per
+	// renewal in total, however many followers listen. package election turns it on.
+	AnnounceRenewals bool
+}
+
+// Lease is one named lease in Redis. Create it with New.
+type Lease struct {
+	client   redis.UniversalClient
+	name     string
+	identity string
+	instance string
+	owner    string   // "<instance>:<identity>": the record after its version and token
+	keys     []string // lease key, token key: all scripts take a prefix of these
+	channel  string
+	announce bool
+}
+
+// New returns the lease called name, stored through client. The client may be a standalone,
+// Sentinel failover or Cluster client: all keys of one lease share the hash tag {name}.
+func New(client redis.UniversalClient, name string, opts Options) (*Lease, error) {
+	if client == nil {
+		return nil, errors.New("new lease: redis client is nil")
+	}
+	if err := ValidateName(name); err != nil {
+		return nil, fmt.Errorf("new lease: name %q %w", name, err)
+	}
+	prefix := opts.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if err := ValidateName(prefix); err != nil {
+		return nil, fmt.Errorf("new lease %q: key prefix %q %w", name, prefix, err)
+	}
+	if opts.Identity != "" {
+		if err := ValidateIdentity(opts.Identity); err != nil {
+			return nil, fmt.Errorf("new lease %q: identity %q %w", name, opts.Identity, err)
+		}
+	}
+	instance := opts.Instance
+	if instance == "" {
+		var err error
+		if instance, err = NewInstanceID(); err != nil {
+			return nil, fmt.Errorf("new lease %q: %w", name, err)
+		}
+	} else if err := validateInstance(instance); err != nil {
+		return nil, fmt.Errorf("new lease %q: instance id %q %w", name, instance, err)
+	}
+	base := prefix + ":{" + name + "}:"
+	return &Lease{
+		client:   client,
+		name:     name,
+		identity: opts.Identity,
+		instance: instance,
+		owner:    instance + ":" + opts.Identity,
+		keys:     []string{base + "lease", base + "token"},
+		channel:  base + "events",
+		announce: opts.AnnounceRenewals,
+	}, nil
+}
+
+// NewInstanceID returns a fresh random instance id: 16 hexadecimal digits (64 bits).
+func NewInstanceID() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("generate instance id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// Name returns the lease name.
+func (l *Lease) Name() string { return l.name }
+
+// Identity returns the identity this lease acquires with.
+func (l *Lease) Identity() string { return l.identity }
+
+// Instance returns the instance id this lease acquires with.
+func (l *Lease) Instance() string { return l.instance }
+
+// Key returns the Redis key that holds the record.
+func (l *Lease) Key() string { return l.keys[0] }
+
+// TokenKey returns the Redis key that holds the last fencing token handed out.
+func (l *Lease) TokenKey() string { return l.keys[1] }
+
+// Channel returns the pub/sub channel on which acquisitions and releases are announced.
+func (l *Lease) Channel() string { return l.channel }
+
+// Client returns the Redis client the lease talks through.
+func (l *Lease) Client() redis.UniversalClient { return l.client }
+
+// Status is what one round trip learned about the lease.
+type Status struct {
+	// Held reports whether somebody holds the lease.
+	Held bool
+	// Record is the holder's record when Held.
+	Record Record
+	// TTL is the holder's remaining time when Held (NoExpiry if the key has no expiry).
+	TTL time.Duration
+}
+
+// Acquire takes the lease for ttl if nobody holds it, beginning a new term with the next
+// fencing token. If this Lease's instance already holds it, the current term is kept and
+// extended to ttl, so a retry after a lost reply is harmless.
+//
+// acquired reports whether the lease is now ours. Either way the Status tells who holds the
+// lease and for how long, so that a follower knows when to try again.
+func (l *Lease) Acquire(ctx context.Context, ttl time.Duration) (acquired bool, st Status, err error) {
+	if l.identity == "" {
+		return false, Status{}, fmt.Errorf("acquire lease %q: no identity set in lease.Options", l.name)
+	}
+	ms, err := ttlMillis(ttl)
+	if err != nil {
+		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, err)
+	}
+	reply, err := acquireScript.Run(ctx, l.client, l.keys, l.owner, ms, l.channel).Slice()
+	if err != nil {
+		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, err)
+	}
+	if len(reply) != 3 {
+		return false, Status{}, fmt.Errorf("acquire lease %q: unexpected reply %v", l.name, reply)
+	}
+	ok, _ := reply[0].(int64)
+	value, _ := reply[1].(string)
+	pttl, _ := reply[2].(int64)
+	rec, err := ParseRecord(value)
+	if err != nil {
+		return false, Status{}, fmt.Errorf("acquire lease %q: value of %s: %w", l.name, l.keys[0], err)
+	}
+	return ok == 1, Status{Held: true, Record: rec, TTL: pttlDuration(pttl)}, nil
+}
+
+// Renew extends the term to ttl from now if the lease still holds its record. false means the
+// lease expired or another term holds it: the caller must stop acting as the holder at once;
+// retrying cannot bring the term back. With Options.AnnounceRenewals it publishes a Renewed
+// event in the same round trip.
+func (l *Lease) Renew(ctx context.Context, term Record, ttl time.Duration) (bool, error) {
+	ms, err := ttlMillis(ttl)
+	if err != nil {
+		return false, fmt.Errorf("renew lease %q: %w", l.name, err)
+	}
+	var cmd *redis.Cmd
+	if l.announce {
+		cmd = renewScript.Run(ctx, l.client, l.keys[:1], term.String(), ms, l.channel)
+	} else {
+		cmd = renewScript.Run(ctx, l.client, l.keys[:1], term.String(), ms)
+	}
+	n, err := cmd.Int64()
+	if err != nil {
+		return false, fmt.Errorf("renew lease %q: %w", l.name, err)
+	}
+	return n == 1, nil
+}
+
+// Release deletes the lease if it still holds the term's record and announces the release, so
+// that followers take over at once. false means the term had already ended; nothing changed.
+func (l *Lease) Release(ctx context.Context, term Record) (bool, error) {
+	n, err := releaseScript.Run(ctx, l.client, l.keys[:1], term.String(), l.channel).Int64()
+	if err != nil {
+		return false, fmt.Errorf("release lease %q: %w", l.name, err)
+	}
+	return n == 1, nil
+}
+
+// Get returns who holds the lease and for how long, read atomically in one round trip
+// (MULTI GET PTTL EXEC: it needs no script, so a read-only Redis user can observe).
+func (l *Lease) Get(ctx context.Context) (Status, error) {
+	var get *redis.StringCmd
+	var pttl *redis.DurationCmd
+	_, err := l.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		get = p.Get(ctx, l.keys[0])
+		pttl = p.PTTL(ctx, l.keys[0])
+		return nil
+	})
+	if errors.Is(err, redis.Nil) {
+		return Status{}, nil
+	}
+	if err != nil {
+		return Status{}, fmt.Errorf("get lease %q: %w", l.name, err)
+	}
+	rec, err := ParseRecord(get.Val())
+	if err != nil {
+		return Status{}, fmt.Errorf("get lease %q: value of %s: %w", l.name, l.keys[0], err)
+	}
+	return Status{Held: true, Record: rec, TTL: durationTTL(pttl.Val())}, nil
+}
+
+// LastToken returns the last fencing token handed out for this lease, 0 if none is recorded.
+func (l *Lease) LastToken(ctx context.Context) (int64, error) {
+	s, err := l.client.Get(ctx, l.keys[1]).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read last token of lease %q: %w", l.name, err)
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("read last token of lease %q: %s holds %q, not an integer", l.name, l.keys[1], s)
+	}
+	return n, nil
+}
+
+// ttlMillis checks that ttl is a positive whole number of milliseconds and returns that number.
+func ttlMillis(ttl time.Duration) (int64, error) {
+	if ttl < time.Millisecond {
+		return 0, fmt.Errorf("ttl %v is below the minimum of 1ms", ttl)
+	}
+	if ttl%time.Millisecond != 0 {
+		return 0, fmt.Errorf("ttl %v is not a whole number of milliseconds", ttl)
+	}
+	return ttl.Milliseconds(), nil
+}
+
+// pttlDuration converts a PTTL reply in milliseconds.
+func pttlDuration(ms int64) time.Duration {
+	if ms < 0 {
+		return NoExpiry
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// durationTTL converts go-redis's parsed PTTL, which keeps -1 and -2 as raw nanoseconds.
+func durationTTL(d time.Duration) time.Duration {
+	if d < 0 {
+		return NoExpiry
+	}
+	return d
+}

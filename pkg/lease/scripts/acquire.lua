@@ -1,0 +1,47 @@
+-- acquire: take the lease if nobody holds it, and hand out the next fencing token.
+--
+-- KEYS[1]  lease key   P:{NAME}:lease
+-- KEYS[2]  token key   P:{NAME}:token
+-- ARGV[1]  owner       "<instance>:<identity>" (the record without its version and token)
+-- ARGV[2]  ttl         lease time to live in milliseconds
+-- ARGV[3]  channel     P:{NAME}:events, where "acquired <ttl> <record>" is published
+--
+-- Reply: {1, record, ttl}  the lease is ours (newly taken, or already held by this owner: then it is
+--                          renewed to ttl and the record, with its token, is the one already held);
+--        {0, record, pttl} someone else holds it; pttl is its remaining time (-1: no expiry).
+-- Errors: a key of the wrong type, or a token key that does not hold an integer.
+
+-- Scripts that read TIME must be replicated by effects (the only mode from Redis 7 on).
+if redis.replicate_commands then redis.replicate_commands() end
+
+local current = redis.call('GET', KEYS[1])
+if current then
+  local token = string.match(current, '^v1:(%d+):')
+  if token and current == 'v1:' .. token .. ':' .. ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, current, tonumber(ARGV[2])}
+  end
+  return {0, current, redis.call('PTTL', KEYS[1])}
+end
+
+local last = redis.call('GET', KEYS[2])
+local previous = 0
+if last then
+  previous = tonumber(last)
+  if not previous then
+    return redis.error_reply('ERR fencing token key ' .. KEYS[2] .. ' does not hold an integer')
+  end
+end
+-- The token is max(previous + 1, server time in microseconds): it keeps growing even when the
+-- counter is lost (restart without persistence, failover to a lagging replica). Doubles hold
+-- integers exactly up to 2^53, which microseconds since 1970 reach in the year 2255.
+local now = redis.call('TIME')
+local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
+if previous + 1 > token then token = previous + 1 end
+token = string.format('%.0f', token)
+
+local record = 'v1:' .. token .. ':' .. ARGV[1]
+redis.call('SET', KEYS[1], record, 'NX', 'PX', ARGV[2])
+redis.call('SET', KEYS[2], token)
+redis.call('PUBLISH', ARGV[3], 'acquired ' .. ARGV[2] .. ' ' .. record)
+return {1, record, tonumber(ARGV[2])}
