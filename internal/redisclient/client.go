@@ -1,0 +1,135 @@
+package redisclient
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TLSConfig returns the TLS client configuration described by c, or nil when
+// c.TLS is false. It reads and checks the CA, certificate and key files; any
+// problem, including a TLS file flag given without --redis-tls, is a
+// *UsageError.
+//
+// The result verifies the server against the CAs of TLSCAFile (the system
+// roots when empty), presents the client key pair when one is given, sends
+// and verifies TLSServerName when set (otherwise the host of each dialled
+// address, which crypto/tls fills in per connection) and accepts TLS 1.2 or
+// later.
+func (c *Config) TLSConfig() (*tls.Config, error) {
+	if !c.TLS {
+		for _, f := range []struct{ flag, value string }{
+			{FlagTLSCAFile, c.TLSCAFile},
+			{FlagTLSCertFile, c.TLSCertFile},
+			{FlagTLSKeyFile, c.TLSKeyFile},
+			{FlagTLSServerName, c.TLSServerName},
+		} {
+			if f.value != "" {
+				return nil, usageErr(f.flag, "requires --%s", FlagTLS)
+			}
+		}
+		return nil, nil
+	}
+	cfg := &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		ServerName: c.TLSServerName,
+	}
+	if c.TLSCAFile != "" {
+		pem, err := os.ReadFile(c.TLSCAFile)
+		if err != nil {
+			return nil, &UsageError{Source: "--" + FlagTLSCAFile, Msg: fmt.Sprintf("cannot read the CA file: %v", err), Err: err}
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, usageErr(FlagTLSCAFile, "no PEM certificate found in %q", c.TLSCAFile)
+		}
+		cfg.RootCAs = pool
+	}
+	switch {
+	case c.TLSCertFile != "" && c.TLSKeyFile == "":
+		return nil, usageErr(FlagTLSCertFile, "requires --%s", FlagTLSKeyFile)
+	case c.TLSCertFile == "" && c.TLSKeyFile != "":
+		return nil, usageErr(FlagTLSKeyFile, "requires --%s", FlagTLSCertFile)
+	case c.TLSCertFile != "":
+		for _, f := range []struct{ flag, path string }{{FlagTLSCertFile, c.TLSCertFile}, {FlagTLSKeyFile, c.TLSKeyFile}} {
+			if _, err := os.Stat(f.path); err != nil {
+				return nil, &UsageError{Source: "--" + f.flag, Msg: fmt.Sprintf("cannot read the file: %v", err), Err: err}
+			}
+		}
+		pair, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile)
+		if err != nil {
+			return nil, &UsageError{
+				Source: "--" + FlagTLSCertFile + "/--" + FlagTLSKeyFile,
+				Msg:    fmt.Sprintf("cannot load the client key pair: %v", err),
+				Err:    err,
+			}
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
+}
+
+// New validates c and returns a client for its mode: a *redis.Client
+// (standalone), a *redis.Client from redis.NewFailoverClient that always
+// talks to the current master (sentinel), or a *redis.ClusterClient
+// (cluster). A configuration error is a *UsageError. New does not contact
+// Redis; connections are made on first use. The caller closes the client.
+//
+// Context deadlines are honoured on every command (ContextTimeoutEnabled),
+// in addition to c's timeouts.
+func New(c Config) (redis.UniversalClient, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	tlsConfig, err := c.TLSConfig()
+	if err != nil {
+		return nil, err
+	}
+	switch c.Mode {
+	case ModeSentinel:
+		return redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName:            c.SentinelMaster,
+			SentinelAddrs:         c.Addrs,
+			ClientName:            c.ClientName,
+			Username:              c.Username,
+			Password:              c.Password,
+			DB:                    c.DB,
+			MaxRetries:            c.MaxRetries,
+			DialTimeout:           c.DialTimeout,
+			ReadTimeout:           c.ReadTimeout,
+			WriteTimeout:          c.WriteTimeout,
+			ContextTimeoutEnabled: true,
+			TLSConfig:             tlsConfig,
+		}), nil
+	case ModeCluster:
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs:                 c.Addrs,
+			ClientName:            c.ClientName,
+			Username:              c.Username,
+			Password:              c.Password,
+			MaxRetries:            c.MaxRetries,
+			DialTimeout:           c.DialTimeout,
+			ReadTimeout:           c.ReadTimeout,
+			WriteTimeout:          c.WriteTimeout,
+			ContextTimeoutEnabled: true,
+			TLSConfig:             tlsConfig,
+		}), nil
+	default:
+		return redis.NewClient(&redis.Options{
+			Addr:                  c.Addrs[0],
+			ClientName:            c.ClientName,
+			Username:              c.Username,
+			Password:              c.Password,
+			DB:                    c.DB,
+			MaxRetries:            c.MaxRetries,
+			DialTimeout:           c.DialTimeout,
+			ReadTimeout:           c.ReadTimeout,
+			WriteTimeout:          c.WriteTimeout,
+			ContextTimeoutEnabled: true,
+			TLSConfig:             tlsConfig,
+		}), nil
+	}
+}
