@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -151,8 +153,18 @@ func TestBlackhole(t *testing.T) {
 	if err := other.Ping(timeout(t, 200*time.Millisecond)).Err(); err == nil {
 		t.Fatal("PING on a new connection through a black hole succeeded")
 	}
-	if p.Conns() == 0 {
-		t.Fatal("Conns() = 0: blackholed connections should stay open")
+	// A connection stays open but silent: reading times out rather than ending.
+	raw, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatalf("dial proxy: %v", err)
+	}
+	defer raw.Close()
+	if _, err := raw.Write([]byte("PING\r\n")); err != nil {
+		t.Fatalf("write PING: %v", err)
+	}
+	_ = raw.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if n, err := raw.Read(make([]byte, 64)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read through a black hole = %d bytes, %v; want a timeout", n, err)
 	}
 	// The SET never reached Redis.
 	if n, err := srv.Client(t).Exists(context.Background(), "lost").Result(); err != nil || n != 0 {
@@ -162,6 +174,11 @@ func TestBlackhole(t *testing.T) {
 	p.Blackhole(false)
 	if n := p.Conns(); n != 0 {
 		t.Fatalf("Conns() = %d after the black hole ended, want 0 (blackholed connections are closed)", n)
+	}
+	// The blackholed connection was closed when the black hole ended.
+	_ = raw.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := raw.Read(make([]byte, 64)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read on a blackholed connection after the black hole = %d bytes, %v; want it closed", n, err)
 	}
 	eventually(t, "PING after the black hole", func() error {
 		return client.Ping(timeout(t, 2*time.Second)).Err()
