@@ -124,11 +124,11 @@ func (c *Cluster) Addrs() []string {
 	return addrs
 }
 
-// Client returns a new go-redis cluster client seeded with all node addresses; it is closed at
-// t.Cleanup.
+// Client returns a new go-redis cluster client seeded with all node addresses, with context
+// deadlines honoured (ContextTimeoutEnabled) like a Server's Client; it is closed at t.Cleanup.
 func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 	t.Helper()
-	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = client.Close() })
 	return client
 }

@@ -84,7 +84,6 @@ func TestRequirePass(t *testing.T) {
 func TestPauseResume(t *testing.T) {
 	s := Start(t)
 	opts := s.Options()
-	opts.ContextTimeoutEnabled = true
 	opts.MaxRetries = -1
 	client := redis.NewClient(opts)
 	defer client.Close()

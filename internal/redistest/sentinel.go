@@ -235,10 +235,15 @@ func (s *Sentinel) SentinelAddrs() []string {
 }
 
 // Client returns a new go-redis failover client (redis.NewFailoverClient) for MasterName through
-// the sentinels; it is closed at t.Cleanup.
+// the sentinels, with context deadlines honoured (ContextTimeoutEnabled) like a Server's Client;
+// it is closed at t.Cleanup.
 func (s *Sentinel) Client(t testing.TB) *redis.Client {
 	t.Helper()
-	client := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: s.SentinelAddrs()})
+	client := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:            s.MasterName,
+		SentinelAddrs:         s.SentinelAddrs(),
+		ContextTimeoutEnabled: true,
+	})
 	t.Cleanup(func() { _ = client.Close() })
 	return client
 }

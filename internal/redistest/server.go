@@ -401,14 +401,16 @@ func (s *Server) Port() int {
 // Dir returns the server's working directory (its t.TempDir()).
 func (s *Server) Dir() string { return s.dir }
 
-// Options returns go-redis options for a client of this server (address and, when the server was
-// started with --requirepass, the password), for tests that need to tune timeouts or retries.
+// Options returns go-redis options for a client of this server, for tests that need to tune
+// timeouts or retries: the address, the password when the server was started with --requirepass,
+// and ContextTimeoutEnabled, so that context deadlines bound every command as they do for clients
+// built by internal/redisclient. Everything else is go-redis' default.
 func (s *Server) Options() *redis.Options {
-	return &redis.Options{Addr: s.Addr(), Password: s.password}
+	return &redis.Options{Addr: s.Addr(), Password: s.password, ContextTimeoutEnabled: true}
 }
 
-// Client returns a new go-redis client for this server with go-redis' default settings; it is
-// closed at t.Cleanup.
+// Client returns a new go-redis client for this server built from Options; it is closed at
+// t.Cleanup.
 func (s *Server) Client(t testing.TB) *redis.Client {
 	t.Helper()
 	c := redis.NewClient(s.Options())
