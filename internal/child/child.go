@@ -1,0 +1,391 @@
+// Package child supervises the one child process of `elector run`.
+//
+// The child runs in its own process group, so that a signal reaches it and
+// everything it started. On Linux it dies with the elector, even when the
+// elector is killed with SIGKILL, through the parent-death signal
+// (Pdeathsig). When the child has exited, whatever is left of its process
+// group is killed too: a singleton job must not leave a background process
+// running unsupervised, possibly next to the next leader's job.
+//
+// # Pdeathsig and threads
+//
+// Linux sends the parent-death signal when the *thread* that forked the
+// child exits, not when the process does. The Go runtime may end the thread
+// a goroutine ran on (it does so when a goroutine exits while locked to its
+// thread). Start therefore forks from a goroutine that it locks to its OS
+// thread, and that goroutine stays on that thread, blocked in waitid(2),
+// until the child has exited. The child can never outlive the elector nor be
+// killed early because some other goroutine's thread went away. (The kernel
+// clears the parent-death signal when the child executes a set-user-ID or
+// set-group-ID program.)
+//
+// # Zombies when running as PID 1
+//
+// As a container's entrypoint the elector is PID 1 and inherits every
+// orphaned process of the container; nobody else reaps them. A Reaper does
+// that without stealing the exit status of the supervised child: see Reaper.
+//
+// # Terminal
+//
+// Because the child runs in a process group of its own, it is a background
+// group of the elector's terminal, if any: a child that reads from an
+// interactive terminal is stopped by SIGTTIN, and Ctrl-C reaches only the
+// elector (which forwards the signal). Containers normally have no terminal.
+package child
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// waitDelay bounds how long Wait keeps copying the output of a child that has
+// exited, when Stdout or Stderr is not an *os.File and a process outside the
+// child's group still holds the pipe.
+const waitDelay = 2 * time.Second
+
+// Spec describes the child to start.
+type Spec struct {
+	// Path is the command: a name looked up in PATH (see LookPath) or a path
+	// containing a slash. It is also the child's argv[0].
+	Path string
+	// Args are the arguments after the command.
+	Args []string
+	// Env is the child's whole environment, as "KEY=value" entries. Nil
+	// means the elector's own environment (os.Environ()).
+	Env []string
+	// Stdin, Stdout and Stderr are the child's standard streams. An *os.File
+	// (such as os.Stdin) is passed to the child directly; any other value is
+	// copied through a pipe. Nil means the null device.
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// StopSignal is what Stop sends to the child's process group first;
+	// zero means SIGTERM.
+	StopSignal syscall.Signal
+	// KillGrace is how long Stop waits after StopSignal before it sends
+	// SIGKILL to the group. Zero or less means SIGKILL right away.
+	KillGrace time.Duration
+	// Reaper, when not nil, is the running Reaper of this process. It must be
+	// set whenever a Reaper runs, so that the Reaper leaves this child to
+	// its Process.
+	Reaper *Reaper
+}
+
+// ExitStatus is how the child ended.
+type ExitStatus struct {
+	// Code is the exit code when the child exited by itself, -1 when a
+	// signal killed it.
+	Code int
+	// Signal is the signal that killed the child, 0 when it exited.
+	Signal syscall.Signal
+	// Killed reports that Stop had to escalate to SIGKILL because the child
+	// outlived StopSignal by KillGrace (or Stop's context ended first).
+	Killed bool
+	// Err is a problem with the child's I/O after it was started (for
+	// example an output copy that did not finish within a short delay after
+	// the child exited); Code and Signal are still valid.
+	Err error
+}
+
+// ExitCode returns the code a shell would report: the exit code, or 128+N
+// for a child killed by signal N.
+func (s ExitStatus) ExitCode() int {
+	if s.Signal != 0 {
+		return 128 + int(s.Signal)
+	}
+	return s.Code
+}
+
+// String describes the status for logs, e.g. "exit code 3" or "killed by
+// signal 15 (terminated), exit code 143".
+func (s ExitStatus) String() string {
+	var out string
+	if s.Signal != 0 {
+		out = fmt.Sprintf("killed by signal %d (%v), exit code %d", int(s.Signal), s.Signal, s.ExitCode())
+	} else {
+		out = fmt.Sprintf("exit code %d", s.Code)
+	}
+	if s.Killed {
+		out += " after the stop grace period"
+	}
+	if s.Err != nil {
+		out += ": " + s.Err.Error()
+	}
+	return out
+}
+
+// LookPathError reports a command that cannot be found or is not an
+// executable file. It is a usage error: the elector checks the command with
+// LookPath before it campaigns for leadership.
+type LookPathError struct {
+	// Name is the command as given.
+	Name string
+	// Err is why it cannot be used, e.g. exec.ErrNotFound or fs.ErrPermission.
+	Err error
+}
+
+// Error returns e.g. `command "frobnicate": executable file not found in $PATH`.
+func (e *LookPathError) Error() string { return fmt.Sprintf("command %q: %v", e.Name, e.Err) }
+
+// Unwrap returns the cause.
+func (e *LookPathError) Unwrap() error { return e.Err }
+
+// LookPath resolves name like a shell (without shell features): a name
+// without a slash is searched in PATH, a name with a slash is used as it is.
+// Either way the result must be an executable file. Errors are *LookPathError.
+func LookPath(name string) (string, error) {
+	if name == "" {
+		return "", &LookPathError{Name: name, Err: errors.New("empty command")}
+	}
+	path, err := exec.LookPath(name)
+	if err != nil {
+		var ee *exec.Error
+		if errors.As(err, &ee) {
+			err = ee.Err
+		}
+		return "", &LookPathError{Name: name, Err: err}
+	}
+	return path, nil
+}
+
+// Process is a started child. Its methods are safe for concurrent use.
+type Process struct {
+	spec Spec
+	cmd  *exec.Cmd
+	pid  int
+	done chan struct{}
+
+	mu      sync.Mutex
+	exited  bool // the child has exited: its pid and group may no longer be signalled
+	killed  bool // Stop escalated to SIGKILL while the child was running
+	status  ExitStatus
+	ctxStop func() bool // unregisters the stop-on-ctx-done callback
+
+	stopOnce sync.Once
+}
+
+// Start starts the child described by spec and returns once it runs. The
+// command is resolved with LookPath first (a *LookPathError if that fails).
+//
+// When ctx is done before the child exits, the child is stopped as by Stop
+// (StopSignal, KillGrace, SIGKILL). Start itself fails if ctx is already done.
+func Start(ctx context.Context, spec Spec) (*Process, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("start %q: %w", spec.Path, err)
+	}
+	path, err := LookPath(spec.Path)
+	if err != nil {
+		return nil, err
+	}
+	if spec.StopSignal == 0 {
+		spec.StopSignal = syscall.SIGTERM
+	}
+	cmd := &exec.Cmd{
+		Path:        path,
+		Args:        append([]string{spec.Path}, spec.Args...),
+		Env:         spec.Env,
+		Stdin:       spec.Stdin,
+		Stdout:      spec.Stdout,
+		Stderr:      spec.Stderr,
+		SysProcAttr: sysProcAttr(),
+		WaitDelay:   waitDelay,
+	}
+	p := &Process{spec: spec, cmd: cmd, done: make(chan struct{})}
+	started := make(chan error, 1)
+	go p.run(started)
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("start %q: %w", spec.Path, err)
+	}
+	stop := context.AfterFunc(ctx, func() { p.Stop(context.Background()) })
+	p.mu.Lock()
+	p.ctxStop = stop
+	p.mu.Unlock()
+	select {
+	case <-p.done: // exited already: run could not unregister the callback
+		stop()
+	default:
+	}
+	return p, nil
+}
+
+// run starts the child and supervises it until it has been reaped. It owns
+// the OS thread the child was forked from for as long as the child lives;
+// see the package comment.
+func (p *Process) run(started chan<- error) {
+	runtime.LockOSThread()
+	if err := p.start(); err != nil {
+		runtime.UnlockOSThread()
+		started <- err
+		return
+	}
+	started <- nil
+
+	// Wait for the exit without reaping: while the child is a zombie its
+	// pid, and so its process group id, cannot be reused, which makes the
+	// last group kill below and any concurrent Signal safe.
+	waitErr := waitExitedNoReap(p.pid)
+	runtime.UnlockOSThread()
+	if waitErr == nil {
+		p.markExited()
+		// Kill whatever is left of the child's process group.
+		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+	}
+	err := p.cmd.Wait() // reaps, and finishes copying I/O
+	if waitErr != nil {
+		p.markExited()
+	}
+	if r := p.spec.Reaper; r != nil {
+		r.forget(p.pid)
+	}
+	p.mu.Lock()
+	killed := p.killed
+	p.mu.Unlock()
+	st := ExitStatus{Code: -1, Killed: killed}
+	if ps := p.cmd.ProcessState; ps != nil {
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			st.Signal = ws.Signal()
+		} else {
+			st.Code = ps.ExitCode()
+		}
+	} else {
+		st.Code = 1
+	}
+	var exitErr *exec.ExitError
+	if err != nil && !errors.As(err, &exitErr) {
+		st.Err = err
+	}
+
+	p.mu.Lock()
+	p.status = st
+	stop := p.ctxStop
+	p.mu.Unlock()
+	close(p.done)
+	if stop != nil {
+		stop()
+	}
+}
+
+// markExited makes Signal refuse to signal the child's pid or group.
+func (p *Process) markExited() {
+	p.mu.Lock()
+	p.exited = true
+	p.mu.Unlock()
+}
+
+// start forks the child; with a Reaper, under the Reaper's lock, so that the
+// Reaper cannot reap the child before it is registered as supervised.
+func (p *Process) start() error {
+	if r := p.spec.Reaper; r != nil {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+	}
+	if err := p.cmd.Start(); err != nil {
+		return err
+	}
+	p.pid = p.cmd.Process.Pid
+	if r := p.spec.Reaper; r != nil {
+		r.supervised[p.pid] = struct{}{}
+	}
+	return nil
+}
+
+// Pid returns the child's process id, which is also its process group id.
+func (p *Process) Pid() int { return p.pid }
+
+// Done returns a channel that is closed when the child has exited and its
+// status is known.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Wait waits until the child has exited and returns how it ended.
+func (p *Process) Wait() ExitStatus {
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.status
+}
+
+// Signal sends sig to the child's process group (and to the child itself,
+// should it have left its group). It returns os.ErrProcessDone once the
+// child has exited.
+func (p *Process) Signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.signalLocked(sig)
+}
+
+func (p *Process) signalLocked(sig syscall.Signal) error {
+	if p.exited {
+		return os.ErrProcessDone
+	}
+	err := syscall.Kill(-p.pid, sig)
+	if err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("signal %v to process group %d: %w", sig, p.pid, err)
+	}
+	// The child normally leads its group; if it moved to another group or
+	// session, signal it on its own as well.
+	if pgid, gerr := syscall.Getpgid(p.pid); gerr == nil && pgid != p.pid {
+		if kerr := syscall.Kill(p.pid, sig); kerr != nil && !errors.Is(kerr, syscall.ESRCH) {
+			return fmt.Errorf("signal %v to process %d: %w", sig, p.pid, kerr)
+		}
+	} else if err != nil {
+		return fmt.Errorf("signal %v to process group %d: %w", sig, p.pid, err)
+	}
+	return nil
+}
+
+// kill sends SIGKILL to the group if the child still runs, and records that
+// the stop had to be forced.
+func (p *Process) kill() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.signalLocked(syscall.SIGKILL) == nil {
+		p.killed = true
+	}
+}
+
+// Stop stops the child: StopSignal to its process group, SIGKILL to the group
+// KillGrace later (or as soon as ctx is done) if the child still runs. It
+// waits until the child has exited and returns its status. Stop is
+// idempotent: later and concurrent calls (of Stop or StopWith) send no
+// further stop signal and wait for the same exit, though a done ctx still
+// forces SIGKILL. Stopping a child that has already exited just returns its
+// status.
+func (p *Process) Stop(ctx context.Context) ExitStatus {
+	return p.StopWith(ctx, p.spec.StopSignal)
+}
+
+// StopWith is Stop with sig in place of Spec.StopSignal: for passing on a
+// signal the elector itself received (SIGTERM, SIGINT) with the same grace
+// period and escalation.
+func (p *Process) StopWith(ctx context.Context, sig syscall.Signal) ExitStatus {
+	p.stopOnce.Do(func() {
+		if err := p.Signal(sig); err != nil {
+			if !errors.Is(err, os.ErrProcessDone) {
+				p.kill()
+			}
+			return
+		}
+		go func() {
+			timer := time.NewTimer(p.spec.KillGrace)
+			defer timer.Stop()
+			select {
+			case <-p.done:
+			case <-timer.C:
+				p.kill()
+			}
+		}()
+	})
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		p.kill()
+	}
+	return p.Wait()
+}
