@@ -1,0 +1,110 @@
+// Package fence protects a resource stored in Redis from stale leaders with fencing tokens.
+//
+// A leader that was paused (a long GC, a frozen VM) can wake up after its lease expired and
+// another replica began a new term, still believing it leads. No lease can prevent that; a
+// fencing token can: each term's token is larger than every earlier one, the leader presents
+// it with each write, and the resource refuses a token smaller than the largest it has seen.
+//
+// A Fence does this for writes to Redis: it keeps the largest accepted token in a key of its
+// own and runs each write in the same Lua script as the check, so check and write are atomic.
+package fence
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed fence.lua
+var fenceSource string
+
+var fenceScript = redis.NewScript(fenceSource)
+
+// StaleTokenError is returned when a write presents a token smaller than one the fence has
+// already accepted: a newer term exists, so the writer must stop acting as leader.
+type StaleTokenError struct {
+	Token, Seen int64
+}
+
+func (e *StaleTokenError) Error() string {
+	return fmt.Sprintf("fencing token %d is stale: the fence has seen %d", e.Token, e.Seen)
+}
+
+// ErrStale matches every *StaleTokenError with errors.Is.
+var ErrStale = errors.New("stale fencing token")
+
+// Is makes errors.Is(err, ErrStale) true for a *StaleTokenError.
+func (e *StaleTokenError) Is(target error) bool { return target == ErrStale }
+
+// Fence guards writes with fencing tokens. In Redis Cluster the fence key and every key a
+// write touches must share a hash tag, e.g. "{orders}:fence" and "{orders}:state".
+type Fence struct {
+	client redis.UniversalClient
+	key    string
+}
+
+// New returns a fence that keeps the largest accepted token at key.
+func New(client redis.UniversalClient, key string) (*Fence, error) {
+	if client == nil {
+		return nil, errors.New("new fence: redis client is nil")
+	}
+	if key == "" {
+		return nil, errors.New("new fence: key must not be empty")
+	}
+	return &Fence{client: client, key: key}, nil
+}
+
+// Key returns the key that holds the largest accepted token.
+func (f *Fence) Key() string { return f.key }
+
+// Do runs one Redis command, args (e.g. "SET", "k", "v"), touching keys, if token is not
+// smaller than any token accepted before; then token becomes the one to beat. It returns the
+// command's reply, or a *StaleTokenError (errors.Is(err, ErrStale)) without running it.
+func (f *Fence) Do(ctx context.Context, token int64, keys []string, args ...any) (any, error) {
+	if len(args) == 0 {
+		return nil, fmt.Errorf("fenced write with token %d: no command given", token)
+	}
+	allKeys := make([]string, 0, 1+len(keys))
+	allKeys = append(append(allKeys, f.key), keys...)
+	argv := make([]any, 0, 1+len(args))
+	argv = append(append(argv, token), args...)
+	reply, err := fenceScript.Run(ctx, f.client, allKeys, argv...).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("fenced write with token %d (fence %s): %w", token, f.key, err)
+	}
+	if len(reply) != 2 {
+		return nil, fmt.Errorf("fenced write with token %d (fence %s): unexpected reply %v", token, f.key, reply)
+	}
+	if ok, _ := reply[0].(int64); ok != 1 {
+		seen, _ := reply[1].(string)
+		n, _ := strconv.ParseInt(seen, 10, 64)
+		return nil, &StaleTokenError{Token: token, Seen: n}
+	}
+	return reply[1], nil
+}
+
+// Set is Do(ctx, token, []string{key}, "SET", key, value).
+func (f *Fence) Set(ctx context.Context, token int64, key string, value any) error {
+	_, err := f.Do(ctx, token, []string{key}, "SET", key, value)
+	return err
+}
+
+// Seen returns the largest token the fence has accepted, 0 if none.
+func (f *Fence) Seen(ctx context.Context) (int64, error) {
+	s, err := f.client.Get(ctx, f.key).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read fence %s: %w", f.key, err)
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("read fence %s: holds %q, not an integer", f.key, s)
+	}
+	return n, nil
+}
