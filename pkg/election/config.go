@@ -1,0 +1,157 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/elector/elector/pkg/lease"
+)
+
+// Defaults, the same as client-go's leaderelection.
+const (
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+)
+
+// JitterFactor is client-go's: RenewDeadline must exceed JitterFactor × RetryPeriod, so that a
+// leader gets more than one renew attempt before its deadline.
+const JitterFactor = 1.2
+
+// DriftMargin returns the clock-drift allowance subtracted from a lease's duration before the
+// holder stops trusting it: 1% of the duration plus 2ms (the allowance of Redlock). Local
+// monotonic clocks and Redis's clock may run at slightly different rates; over a 15s lease
+// the margin is 152ms.
+func DriftMargin(leaseDuration time.Duration) time.Duration {
+	return leaseDuration/100 + 2*time.Millisecond
+}
+
+// Callbacks are the functions an Elector calls as leadership changes. Each one is never run
+// concurrently with itself.
+type Callbacks struct {
+	// OnStartedLeading runs in its own goroutine when this replica begins a term. Its ctx is
+	// cancelled the moment leadership can no longer be trusted (a renew said the lease is
+	// gone, the renew deadline passed) or the ctx given to Run is cancelled. It must return
+	// promptly after that: Run waits for it, and with ReleaseOnCancel the lease is released
+	// (and renewed meanwhile) only once it returned. Required.
+	OnStartedLeading func(ctx context.Context)
+	// OnStoppedLeading is called once a term is over: at once when leadership was lost, or
+	// after OnStartedLeading returned and the lease was released when Run's ctx was cancelled.
+	// Required.
+	OnStoppedLeading func()
+	// OnNewLeader is called with the identity of each new leader observed, this replica's
+	// included, in order, from one goroutine. Optional.
+	OnNewLeader func(identity string)
+}
+
+// Config configures an Elector. Zero durations take the defaults; everything else that is
+// wrong is reported by New with the name of the field.
+type Config struct {
+	// Client is the Redis client (standalone, Sentinel failover or Cluster). Required. Its
+	// per-call timeouts should be well below RenewDeadline (the elector also bounds each call
+	// with a context, which go-redis honours on the socket when ContextTimeoutEnabled is set).
+	Client redis.UniversalClient
+	// LeaseName names the lease that the replicas compete for. Required.
+	LeaseName string
+	// KeyPrefix starts the Redis keys of the lease; lease.DefaultPrefix when empty.
+	KeyPrefix string
+	// Identity names this replica, e.g. the pod name. Required.
+	Identity string
+
+	// LeaseDuration is how long a lease lasts without renewal: followers wait this long
+	// after a leader stopped renewing (crash) before taking over.
+	LeaseDuration time.Duration
+	// RenewDeadline is how long a leader keeps leading without a successful renew; then it
+	// steps down, at least LeaseDuration - RenewDeadline before any other replica can acquire.
+	RenewDeadline time.Duration
+	// RetryPeriod is the interval between a leader's renewals, and between attempts while
+	// Redis fails or the lease channel is unavailable.
+	RetryPeriod time.Duration
+
+	// Callbacks are called as leadership changes.
+	Callbacks Callbacks
+	// ReleaseOnCancel releases the lease when Run's ctx is cancelled, after OnStartedLeading
+	// returned, so that a follower takes over in about one round trip instead of at expiry.
+	ReleaseOnCancel bool
+	// Recampaign keeps Run campaigning after leadership was lost, so that the replica can
+	// lead again without a restart. By default Run returns ErrLeadershipLost (client-go's
+	// semantics).
+	Recampaign bool
+
+	// Name labels metrics and logs; LeaseName when empty.
+	Name string
+	// Metrics, when set, receive this elector's figures (see NewMetrics).
+	Metrics *Metrics
+}
+
+// validate fills in defaults and checks c. Every error names the field.
+func (c *Config) validate() error {
+	if c.Client == nil {
+		return errors.New("election config: Client must be set")
+	}
+	if err := lease.ValidateName(c.LeaseName); err != nil {
+		return fmt.Errorf("election config: LeaseName %q %w", c.LeaseName, err)
+	}
+	if c.KeyPrefix != "" {
+		if err := lease.ValidateName(c.KeyPrefix); err != nil {
+			return fmt.Errorf("election config: KeyPrefix %q %w", c.KeyPrefix, err)
+		}
+	}
+	if err := lease.ValidateIdentity(c.Identity); err != nil {
+		return fmt.Errorf("election config: Identity %q %w", c.Identity, err)
+	}
+	for _, d := range []struct {
+		field string
+		v     *time.Duration
+		def   time.Duration
+	}{
+		{"LeaseDuration", &c.LeaseDuration, DefaultLeaseDuration},
+		{"RenewDeadline", &c.RenewDeadline, DefaultRenewDeadline},
+		{"RetryPeriod", &c.RetryPeriod, DefaultRetryPeriod},
+	} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+		if *d.v < 0 {
+			return fmt.Errorf("election config: %s must be positive, got %v", d.field, *d.v)
+		}
+	}
+	if err := ValidateTiming(c.LeaseDuration, c.RenewDeadline, c.RetryPeriod); err != nil {
+		return fmt.Errorf("election config: %w", err)
+	}
+	if c.Callbacks.OnStartedLeading == nil {
+		return errors.New("election config: Callbacks.OnStartedLeading must be set")
+	}
+	if c.Callbacks.OnStoppedLeading == nil {
+		return errors.New("election config: Callbacks.OnStoppedLeading must be set")
+	}
+	if c.Name == "" {
+		c.Name = c.LeaseName
+	}
+	return nil
+}
+
+// ValidateTiming checks LeaseDuration > RenewDeadline > JitterFactor × RetryPeriod > 0, with
+// LeaseDuration a whole number of milliseconds and RenewDeadline shorter than LeaseDuration
+// minus its DriftMargin. The CLI uses it for its flags, so errors name the fields in words
+// that match both.
+func ValidateTiming(leaseDuration, renewDeadline, retryPeriod time.Duration) error {
+	switch {
+	case leaseDuration <= 0 || renewDeadline <= 0 || retryPeriod <= 0:
+		return fmt.Errorf("lease duration (%v), renew deadline (%v) and retry period (%v) must all be positive",
+			leaseDuration, renewDeadline, retryPeriod)
+	case leaseDuration%time.Millisecond != 0:
+		return fmt.Errorf("lease duration %v must be a whole number of milliseconds", leaseDuration)
+	case renewDeadline >= leaseDuration-DriftMargin(leaseDuration):
+		return fmt.Errorf("renew deadline (%v) must be shorter than lease duration (%v) minus the clock-drift margin (%v)",
+			renewDeadline, leaseDuration, DriftMargin(leaseDuration))
+	case float64(renewDeadline) <= JitterFactor*float64(retryPeriod):
+		return fmt.Errorf("renew deadline (%v) must be greater than %.1f × retry period (%v)",
+			renewDeadline, JitterFactor, retryPeriod)
+	}
+	return nil
+}

@@ -1,0 +1,367 @@
+package election_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/pkg/election"
+)
+
+// 1. Five electors over many terms, with graceful stops and network cuts of the leader:
+// the work of two terms never overlaps, never two replicas report leading in a stable
+// snapshot, and tokens strictly increase.
+func TestOneLeaderAtATime(t *testing.T) {
+	c := newCluster(t, 5)
+	stopSampling := make(chan struct{})
+	var samples, empty, double atomic.Int64
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		read := func() (n int) {
+			for _, r := range c.replicas {
+				if r.e.IsLeader() {
+					n++
+				}
+			}
+			return n
+		}
+		for {
+			select {
+			case <-stopSampling:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			a, b := read(), read()
+			if a != b { // flags changed during the read: not a snapshot
+				continue
+			}
+			samples.Add(1)
+			switch {
+			case a == 0:
+				empty.Add(1)
+			case a > 1:
+				double.Add(1)
+			}
+		}
+	}()
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := 0; round < 12; round++ {
+		l := c.leader(10 * testLease)
+		if rng.IntN(2) == 0 {
+			l.stop() // graceful: release after the work returned
+			l.start()
+		} else {
+			l.proxy.Blackhole(true) // partition: the leader must step down before expiry
+			time.Sleep(testLease + 2*testRetry)
+			l.proxy.Blackhole(false)
+		}
+	}
+	c.leader(10 * testLease)
+	close(stopSampling)
+	<-sampled
+	terms := c.tl.checkNoOverlap(t)
+	if n := double.Load(); n > 0 {
+		t.Fatalf("%d of %d samples saw two leaders", n, samples.Load())
+	}
+	if terms < 12 {
+		t.Fatalf("only %d terms in 12 rounds", terms)
+	}
+	t.Logf("%d terms; %d samples, %.1f%% without a leader (handovers)", terms, samples.Load(), 100*float64(empty.Load())/float64(samples.Load()))
+}
+
+// 2. Graceful release: a follower leads within about one round trip, not at expiry.
+func TestGracefulHandoverLatency(t *testing.T) {
+	long := func(cfg *election.Config) {
+		// A long lease: a follower that waited for expiry or polled would take seconds.
+		cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 10*time.Second, 6*time.Second, 2*time.Second
+	}
+	c := newCluster(t, 3, long)
+	var lat []time.Duration
+	for trial := 0; trial < 25; trial++ {
+		l := c.leader(15 * time.Second)
+		from := len(c.tl.snapshot())
+		l.stop()
+		end, i := c.tl.waitFor(t, from, 5*time.Second, "end of the old term", func(ev event) bool { return ev.kind == "end" && ev.who == l.name })
+		start, _ := c.tl.waitFor(t, i, 5*time.Second, "new term", func(ev event) bool { return ev.kind == "start" })
+		lat = append(lat, start.at.Sub(end.at))
+		l.start()
+	}
+	c.tl.checkNoOverlap(t)
+	p50, p99 := percentiles(lat)
+	t.Logf("graceful handover (old work returned -> new OnStartedLeading), %d trials: median %v, p99 %v", len(lat), p50, p99)
+	if p50 > 250*time.Millisecond {
+		t.Fatalf("median handover %v, want well under 250ms (lease duration is 10s)", p50)
+	}
+}
+
+// 3 and 4. Crash (the leader is cut off from Redis and stops renewing): it steps down within
+// RenewDeadline + RetryPeriod of its last successful renew and before the lease expires;
+// a follower leads right after expiry.
+func TestCrashTakeoverAndStepDownBeforeExpiry(t *testing.T) {
+	c := newCluster(t, 3)
+	var takeover, margins []time.Duration
+	for trial := 0; trial < 20; trial++ {
+		l := c.leader(10 * testLease)
+		// Cut right after a successful renew, so that no renew is executed unanswered.
+		before := l.e.Status().LastRenew
+		for {
+			s := l.e.Status().LastRenew
+			if s == nil {
+				t.Fatalf("%s lost leadership unexpectedly; timeline:\n%s", l.name, c.tl)
+			}
+			if !s.Equal(*before) {
+				break
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		from := len(c.tl.snapshot())
+		l.proxy.Blackhole(true)
+		lastRenew := *l.e.Status().LastRenew
+		expiry := lastRenew.Add(testLease) // the send time bounds the execution time from below
+
+		stopped, _ := c.tl.waitFor(t, from, 5*time.Second, "step-down", func(ev event) bool { return ev.kind == "stopped" && ev.who == l.name })
+		start, _ := c.tl.waitFor(t, from, 5*time.Second, "new term", func(ev event) bool { return ev.kind == "start" && ev.who != l.name })
+		if limit := lastRenew.Add(testRenew + testRetry); stopped.at.After(limit) {
+			t.Errorf("trial %d: stepped down %v after the last renew, limit %v", trial, stopped.at.Sub(lastRenew), testRenew+testRetry)
+		}
+		if !stopped.at.Before(expiry) {
+			t.Fatalf("trial %d: stepped down at or after the lease expired (%v late)", trial, stopped.at.Sub(expiry))
+		}
+		if !start.at.After(stopped.at) {
+			t.Fatalf("trial %d: new leader started before the old one stepped down", trial)
+		}
+		margins = append(margins, expiry.Sub(stopped.at))
+		takeover = append(takeover, start.at.Sub(expiry))
+		l.proxy.Blackhole(false)
+	}
+	c.tl.checkNoOverlap(t)
+	p50, p99 := percentiles(takeover)
+	m50, mmin := percentiles(margins)
+	for _, m := range margins {
+		mmin = min(mmin, m)
+	}
+	t.Logf("crash takeover after lease expiry, %d trials: median %v, p99 %v", len(takeover), p50, p99)
+	t.Logf("step-down margin before expiry under a network cut: median %v, min %v (lease %v, renew deadline %v)", m50, mmin, testLease, testRenew)
+	if p50 > 250*time.Millisecond || p50 < -5*time.Millisecond {
+		t.Fatalf("median takeover %v after expiry, want within (-5ms, 250ms)", p50)
+	}
+}
+
+// 5. Redis restarted without data: the leader steps down at its next renew, and a new term
+// begins with a larger token. Redis forgot the lease, so a follower may begin before that
+// renew: the overlap is bounded by one retry period plus a round trip, and the larger token
+// lets a fenced resource refuse the old leader (docs/DESIGN.md, "Data loss").
+func TestRedisDataLossEndsTheTerm(t *testing.T) {
+	c := newCluster(t, 2)
+	l := c.leader(10 * testLease)
+	old := l.e.Token()
+	from := len(c.tl.snapshot())
+	c.srv.Restart()
+	restarted := time.Now()
+	stopped, _ := c.tl.waitFor(t, from, 5*time.Second, "step-down", func(ev event) bool { return ev.kind == "stopped" && ev.who == l.name })
+	end, _ := c.tl.waitFor(t, from, 5*time.Second, "end of the old work", func(ev event) bool { return ev.kind == "end" && ev.who == l.name })
+	start, _ := c.tl.waitFor(t, from, 5*time.Second, "new term", func(ev event) bool { return ev.kind == "start" && ev.token != old })
+	if start.token <= old {
+		t.Fatalf("new term token %d is not above %d", start.token, old)
+	}
+	if d := stopped.at.Sub(restarted); d > testRenew+testRetry {
+		t.Fatalf("stepped down %v after the restart, want within a renew period or two", d)
+	}
+	overlap := end.at.Sub(start.at)
+	if overlap > testRetry+50*time.Millisecond {
+		t.Fatalf("old work ran %v into the new term, want at most a retry period (%v) and a round trip", overlap, testRetry)
+	}
+	t.Logf("data loss: step-down %v after restart, new term (token %d > %d) %v after restart, overlap %v",
+		stopped.at.Sub(restarted), start.token, old, start.at.Sub(restarted), max(overlap, 0))
+}
+
+// 6. OnNewLeader reaches every follower after a change, through the events channel.
+func TestOnNewLeaderReachesEveryFollower(t *testing.T) {
+	long := func(cfg *election.Config) {
+		cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 10*time.Second, 6*time.Second, 2*time.Second
+	}
+	c := newCluster(t, 4, long)
+	var lat []time.Duration
+	for trial := 0; trial < 10; trial++ {
+		l := c.leader(15 * time.Second)
+		from := len(c.tl.snapshot())
+		l.stop()
+		start, _ := c.tl.waitFor(t, from, 5*time.Second, "new term", func(ev event) bool { return ev.kind == "start" && ev.who != l.name })
+		for _, r := range c.replicas {
+			if r == l || r.name == start.who {
+				continue
+			}
+			// Followers may hear of the new term (acquire publishes it) before the new leader's
+			// OnStartedLeading begins: look from before the handover, latencies may be negative.
+			ev, _ := c.tl.waitFor(t, from, 5*time.Second, "OnNewLeader at "+r.name, func(ev event) bool {
+				return ev.kind == "leader" && ev.who == r.name && ev.observed == start.who
+			})
+			lat = append(lat, ev.at.Sub(start.at))
+		}
+		l.start()
+	}
+	p50, p99 := percentiles(lat)
+	t.Logf("OnNewLeader at followers relative to the new leader's OnStartedLeading, %d observations: median %v, p99 %v", len(lat), p50, p99)
+	if p50 > time.Second {
+		t.Fatalf("median OnNewLeader latency %v; with a 10s lease it must come from events", p50)
+	}
+}
+
+// ReleaseOnCancel waits for OnStartedLeading, and keeps the lease alive meanwhile.
+func TestReleaseWaitsForTheWorkAndKeepsTheLease(t *testing.T) {
+	windDown := 3 * testLease // far longer than the lease: renewals must go on
+	c := newCluster(t, 1, func(cfg *election.Config) {
+		start := cfg.Callbacks.OnStartedLeading
+		cfg.Callbacks.OnStartedLeading = func(ctx context.Context) {
+			start(ctx)
+			time.Sleep(windDown)
+		}
+	})
+	l := c.leader(10 * testLease)
+	c.add("pod-late")
+	cancelled := time.Now()
+	l.cancel()
+	start, _ := c.tl.waitFor(t, 0, 10*windDown, "takeover", func(ev event) bool { return ev.kind == "start" && ev.who == "pod-late" })
+	if waited := start.at.Sub(cancelled); waited < windDown {
+		t.Fatalf("follower started %v after the cancel, before the old work returned (%v)", waited, windDown)
+	}
+	if err := <-l.done; err != nil {
+		t.Fatalf("Run = %v, want nil after cancel", err)
+	}
+	l.done = nil
+}
+
+// Without Recampaign, Run returns ErrLeadershipLost when the term is lost.
+func TestRunReturnsErrLeadershipLost(t *testing.T) {
+	c := newCluster(t, 1, func(cfg *election.Config) { cfg.Recampaign = false })
+	l := c.leader(10 * testLease)
+	l.client.Del(context.Background(), l.e.Lease().Key())
+	select {
+	case err := <-l.done:
+		if !errors.Is(err, election.ErrLeadershipLost) {
+			t.Fatalf("Run = %v, want ErrLeadershipLost", err)
+		}
+		l.done = nil
+	case <-time.After(10 * testLease):
+		t.Fatal("Run did not return after the lease was deleted")
+	}
+	if l.e.IsLeader() || l.e.Token() != 0 {
+		t.Fatalf("still leader after Run returned")
+	}
+}
+
+// 7. No goroutine outlives Run.
+func TestNoGoroutineLeaks(t *testing.T) {
+	srv := redistest.Start(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer client.Close()
+	var es []*election.Elector
+	for _, id := range []string{"a", "b", "c"} {
+		e, err := election.New(election.Config{
+			Client: client, LeaseName: "leak", Identity: id,
+			LeaseDuration: testLease, RenewDeadline: testRenew, RetryPeriod: testRetry,
+			ReleaseOnCancel: true,
+			Callbacks: election.Callbacks{
+				OnStartedLeading: func(ctx context.Context) { <-ctx.Done() },
+				OnStoppedLeading: func() {},
+				OnNewLeader:      func(string) {},
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		es = append(es, e)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, len(es))
+	for _, e := range es {
+		go func() { done <- e.Run(ctx) }()
+	}
+	time.Sleep(3 * testLease)
+	cancel()
+	for range es {
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	}
+	if err := client.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// 8. Config validation: every error names the field.
+func TestConfigValidation(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer client.Close()
+	valid := func() election.Config {
+		return election.Config{
+			Client: client, LeaseName: "job", Identity: "pod-a",
+			Callbacks: election.Callbacks{OnStartedLeading: func(context.Context) {}, OnStoppedLeading: func() {}},
+		}
+	}
+	if e, err := election.New(valid()); err != nil {
+		t.Fatalf("valid config: %v", err)
+	} else if got := e.Config(); got.LeaseDuration != 15*time.Second || got.RenewDeadline != 10*time.Second || got.RetryPeriod != 2*time.Second || got.Name != "job" {
+		t.Fatalf("defaults not applied: %+v", got)
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*election.Config)
+		want   string
+	}{
+		{"no client", func(c *election.Config) { c.Client = nil }, "Client"},
+		{"no lease name", func(c *election.Config) { c.LeaseName = "" }, "LeaseName"},
+		{"brace in lease name", func(c *election.Config) { c.LeaseName = "a{b}" }, "LeaseName"},
+		{"bad prefix", func(c *election.Config) { c.KeyPrefix = "a b" }, "KeyPrefix"},
+		{"no identity", func(c *election.Config) { c.Identity = "" }, "Identity"},
+		{"identity with newline", func(c *election.Config) { c.Identity = "a\nb" }, "Identity"},
+		{"negative lease", func(c *election.Config) { c.LeaseDuration = -time.Second }, "LeaseDuration"},
+		{"negative retry", func(c *election.Config) { c.RetryPeriod = -time.Second }, "RetryPeriod"},
+		{"deadline = lease", func(c *election.Config) { c.LeaseDuration, c.RenewDeadline = 10*time.Second, 10*time.Second }, "renew deadline"},
+		{"deadline within drift", func(c *election.Config) { c.LeaseDuration, c.RenewDeadline = 10*time.Second, 9950*time.Millisecond }, "clock-drift"},
+		{"retry too long", func(c *election.Config) { c.RetryPeriod = 9 * time.Second }, "1.2 × retry period"},
+		{"lease not whole ms", func(c *election.Config) { c.LeaseDuration = 15*time.Second + time.Microsecond }, "whole number of milliseconds"},
+		{"no OnStartedLeading", func(c *election.Config) { c.Callbacks.OnStartedLeading = nil }, "OnStartedLeading"},
+		{"no OnStoppedLeading", func(c *election.Config) { c.Callbacks.OnStoppedLeading = nil }, "OnStoppedLeading"},
+	} {
+		cfg := valid()
+		tc.mutate(&cfg)
+		_, err := election.New(cfg)
+		if err == nil || !contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want it to mention %q", tc.name, err, tc.want)
+		}
+	}
+	// RunOrDie panics on a bad config, like client-go's.
+	defer func() {
+		if recover() == nil {
+			t.Error("RunOrDie did not panic on a bad config")
+		}
+	}()
+	bad := valid()
+	bad.Identity = ""
+	election.RunOrDie(context.Background(), bad)
+}
+
+func contains(s, sub string) bool {
+	return len(sub) == 0 || (len(s) >= len(sub) && (s[:len(sub)] == sub || contains(s[1:], sub)))
+}
+
+// A second Run of a running Elector is refused.
+func TestRunTwiceIsRefused(t *testing.T) {
+	c := newCluster(t, 1)
+	r := c.replicas[0]
+	c.leader(10 * testLease)
+	if err := r.e.Run(context.Background()); err == nil {
+		t.Fatal("second concurrent Run succeeded")
+	}
+}

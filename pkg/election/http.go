@@ -1,0 +1,79 @@
+package election
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// LeaderHandler returns an http.Handler that serves Status as JSON to GET and HEAD requests:
+//
+//	{"name":"pod-b","identity":"pod-a","isLeader":false,"lease":"my-job","token":0}
+//
+// name is the current leader, as the classic Kubernetes leader-elector sidecar reports it.
+func (e *Elector) LeaderHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !allowRead(w, r) {
+			return
+		}
+		body, err := json.Marshal(e.Status())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_, _ = w.Write(append(body, '\n'))
+	})
+}
+
+// allowRead answers anything but GET and HEAD with 405 and reports whether to go on.
+func allowRead(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return true
+	}
+	w.Header().Set("Allow", "GET, HEAD")
+	http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	return false
+}
+
+// HealthzAdaptor is a liveness check in the shape of client-go's leaderelection
+// HealthzAdaptor (Name and Check, as k8s.io/apiserver's healthz.HealthChecker wants). It fails
+// only when this replica believes it leads while its last successful renew is older than
+// RenewDeadline + tolerance: the step-down should have happened by then, so the elector is
+// wedged and a restart is the safe way out. It never fails a follower.
+type HealthzAdaptor struct {
+	e         *Elector
+	tolerance time.Duration
+}
+
+// HealthzAdaptor returns the elector's health check with the given tolerance.
+func (e *Elector) HealthzAdaptor(tolerance time.Duration) *HealthzAdaptor {
+	return &HealthzAdaptor{e: e, tolerance: tolerance}
+}
+
+// Name returns "leaderElection", the name client-go's adaptor uses.
+func (h *HealthzAdaptor) Name() string { return "leaderElection" }
+
+// Check returns an error when the leader's renewals are overdue beyond the tolerance.
+func (h *HealthzAdaptor) Check(*http.Request) error {
+	age, leading := h.e.sinceRenew()
+	if limit := h.e.cfg.RenewDeadline + h.tolerance; leading && age > limit {
+		return fmt.Errorf("elector %q leads but its last successful renew was %v ago (limit %v)",
+			h.e.cfg.Name, age.Round(time.Millisecond), limit)
+	}
+	return nil
+}
+
+// ServeHTTP answers GET and HEAD with 200 "ok", or 500 and the error of Check.
+func (h *HealthzAdaptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !allowRead(w, r) {
+		return
+	}
+	if err := h.Check(r); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	_, _ = w.Write([]byte("ok\n"))
+}

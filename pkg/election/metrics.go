@@ -1,0 +1,127 @@
+package election
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the Prometheus figures of the electors of a process, labelled by elector name.
+// Create one with NewMetrics and pass it in Config.Metrics of every Elector. A nil *Metrics
+// records nothing.
+type Metrics struct {
+	masterStatus *prometheus.GaugeVec
+	isLeader     *prometheus.GaugeVec
+	transitions  *prometheus.CounterVec
+	renewLatency *prometheus.HistogramVec
+	errors       *prometheus.CounterVec
+	token        *prometheus.GaugeVec
+	sinceRenew   *prometheus.Desc
+
+	mu       sync.Mutex
+	electors map[string]*Elector
+}
+
+// NewMetrics creates the metrics and registers them on reg (use prometheus.DefaultRegisterer
+// only if you want them on the global registry):
+//
+//	leader_election_master_status{name}          1 while leading, else 0 (as client-go's)
+//	elector_is_leader{name}                      1 while leading, else 0
+//	elector_leadership_transitions_total{name}   terms this replica began
+//	elector_renew_duration_seconds{name}         latency of successful renewals
+//	elector_redis_errors_total{name,op,reason}   failed Redis calls (op: acquire, renew, release, subscribe)
+//	elector_fencing_token{name}                  token of the current term, 0 when not leading
+//	elector_seconds_since_last_renew{name}       age of the last successful renew (only while leading)
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		masterStatus: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leader_election_master_status",
+			Help: "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+		}, []string{"name"}),
+		isLeader: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "elector_is_leader",
+			Help: "1 while this replica leads the named election, else 0.",
+		}, []string{"name"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "elector_leadership_transitions_total",
+			Help: "Terms this replica began leading.",
+		}, []string{"name"}),
+		renewLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "elector_renew_duration_seconds",
+			Help:    "Round-trip time of successful lease renewals.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 12),
+		}, []string{"name"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "elector_redis_errors_total",
+			Help: "Failed Redis calls by operation (acquire, renew, release, subscribe) and reason.",
+		}, []string{"name", "op", "reason"}),
+		token: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "elector_fencing_token",
+			Help: "Fencing token of this replica's current term, 0 when it does not lead.",
+		}, []string{"name"}),
+		sinceRenew: prometheus.NewDesc("elector_seconds_since_last_renew",
+			"Seconds since the send time of the last successful renew of the current term (only while leading).",
+			[]string{"name"}, nil),
+		electors: map[string]*Elector{},
+	}
+	for _, c := range []prometheus.Collector{m.masterStatus, m.isLeader, m.transitions, m.renewLatency, m.errors, m.token, (*sinceRenewCollector)(m)} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register elector metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// add makes e's state visible, starting its series at "not leading".
+func (m *Metrics) add(e *Elector) {
+	m.mu.Lock()
+	m.electors[e.cfg.Name] = e
+	m.mu.Unlock()
+	m.setLeading(e.cfg.Name, false, 0)
+	m.transitions.WithLabelValues(e.cfg.Name)
+}
+
+func (m *Metrics) setLeading(name string, leading bool, token int64) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if leading {
+		v = 1
+		m.transitions.WithLabelValues(name).Inc()
+	}
+	m.masterStatus.WithLabelValues(name).Set(v)
+	m.isLeader.WithLabelValues(name).Set(v)
+	m.token.WithLabelValues(name).Set(float64(token))
+}
+
+func (m *Metrics) renewed(name string, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.renewLatency.WithLabelValues(name).Observe(took.Seconds())
+}
+
+func (m *Metrics) redisError(name, op string, err error) {
+	if m == nil {
+		return
+	}
+	m.errors.WithLabelValues(name, op, Reason(err)).Inc()
+}
+
+// sinceRenewCollector computes elector_seconds_since_last_renew at scrape time.
+type sinceRenewCollector Metrics
+
+func (c *sinceRenewCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.sinceRenew }
+
+func (c *sinceRenewCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, e := range c.electors {
+		if d, ok := e.sinceRenew(); ok {
+			ch <- prometheus.MustNewConstMetric(c.sinceRenew, prometheus.GaugeValue, d.Seconds(), name)
+		}
+	}
+}

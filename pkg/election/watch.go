@@ -1,0 +1,74 @@
+package election
+
+import (
+	"context"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/elector/elector/pkg/lease"
+)
+
+// watch keeps a follower's subscription to the lease's events. Subscribing is best effort:
+// without it the follower polls every RetryPeriod, so a failure is logged once and retried
+// at most every RetryPeriod.
+type watch struct {
+	e       *Elector
+	sub     *lease.Subscription
+	lastTry time.Time
+	failing bool
+}
+
+// ensure subscribes if there is no subscription and the last failed try is RetryPeriod old.
+func (w *watch) ensure(ctx context.Context) {
+	if w.sub != nil || (!w.lastTry.IsZero() && time.Since(w.lastTry) < w.e.cfg.RetryPeriod) {
+		return
+	}
+	w.lastTry = time.Now()
+	sctx, cancel := context.WithTimeout(ctx, w.e.cfg.RetryPeriod)
+	defer cancel()
+	sub, err := w.e.lease.Subscribe(sctx)
+	logger := logr.FromContextOrDiscard(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		w.e.cfg.Metrics.redisError(w.e.cfg.Name, "subscribe", err)
+		if !w.failing {
+			w.failing = true
+			logger.Error(err, "Cannot subscribe to lease events; polling every retry period instead")
+		}
+		return
+	}
+	if w.failing {
+		w.failing = false
+		logger.Info("Subscribed to lease events again")
+	}
+	w.sub = sub
+}
+
+// events returns the channel of events, nil (blocking forever) without a subscription.
+func (w *watch) events() <-chan lease.Event {
+	if w.sub == nil {
+		return nil
+	}
+	return w.sub.Events()
+}
+
+func (w *watch) subscribed() bool { return w.sub != nil }
+
+// lost drops a subscription whose channel closed.
+func (w *watch) lost(logger logr.Logger) {
+	logger.V(2).Info("Lease event subscription closed")
+	w.close()
+	w.lastTry = time.Time{}
+}
+
+// close ends the subscription, if any.
+func (w *watch) close() {
+	if w.sub != nil {
+		_ = w.sub.Close()
+		w.sub = nil
+	}
+	w.lastTry = time.Time{}
+}
