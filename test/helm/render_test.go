@@ -1,0 +1,192 @@
+package helm
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/releaseutil"
+	"sigs.k8s.io/yaml"
+)
+
+// chartDir is the chart under test, relative to this package.
+const chartDir = "../../charts/elector"
+
+// defaultKubeVersion is the cluster version the tests render for unless a
+// test says otherwise. The Helm library's own default (v1.20) predates native
+// sidecars.
+const defaultKubeVersion = "v1.33.0"
+
+// renderOptions says how to render the chart.
+type renderOptions struct {
+	// valuesFiles are merged in order, like `helm template -f a -f b`; a
+	// relative path is relative to the chart directory.
+	valuesFiles []string
+	// values is YAML merged last, like --set.
+	values string
+	// kubeVersion defaults to defaultKubeVersion.
+	kubeVersion string
+	// releaseName defaults to "test".
+	releaseName string
+}
+
+// rendered is the output of one render.
+type rendered struct {
+	// manifest is the concatenated manifest, exactly as `helm template`
+	// prints it.
+	manifest string
+	// notes is the rendered NOTES.txt.
+	notes string
+}
+
+// renderChart renders the chart client-side as `helm template` does: schema
+// validation, the chart's kubeVersion constraint, templates and NOTES.
+func renderChart(opts renderOptions) (*rendered, error) {
+	chrt, err := loader.Load(chartDir)
+	if err != nil {
+		return nil, fmt.Errorf("load chart: %w", err)
+	}
+	vals := map[string]any{}
+	for _, f := range opts.valuesFiles {
+		if !filepath.IsAbs(f) {
+			f = filepath.Join(chartDir, f)
+		}
+		v, err := chartutil.ReadValuesFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("read values %s: %w", f, err)
+		}
+		vals = mergeMaps(vals, v)
+	}
+	if opts.values != "" {
+		var v map[string]any
+		if err := yaml.Unmarshal([]byte(opts.values), &v); err != nil {
+			return nil, fmt.Errorf("parse values %q: %w", opts.values, err)
+		}
+		vals = mergeMaps(vals, v)
+	}
+	kv, err := parseKubeVersion(opts.kubeVersion)
+	if err != nil {
+		return nil, err
+	}
+
+	install := action.NewInstall(&action.Configuration{Log: func(string, ...any) {}})
+	install.DryRun = true
+	install.ClientOnly = true
+	install.Replace = true
+	install.ReleaseName = opts.releaseName
+	if install.ReleaseName == "" {
+		install.ReleaseName = "test"
+	}
+	install.Namespace = "default"
+	install.KubeVersion = kv
+	rel, err := install.Run(chrt, vals)
+	if err != nil {
+		return nil, fmt.Errorf("render: %w", err)
+	}
+	return &rendered{manifest: rel.Manifest, notes: rel.Info.Notes}, nil
+}
+
+func parseKubeVersion(v string) (*chartutil.KubeVersion, error) {
+	if v == "" {
+		v = defaultKubeVersion
+	}
+	kv, err := chartutil.ParseKubeVersion(v)
+	if err != nil {
+		return nil, fmt.Errorf("parse kube version %q: %w", v, err)
+	}
+	return kv, nil
+}
+
+// mustRender renders the chart and fails the test on error.
+func mustRender(t *testing.T, opts renderOptions) (*rendered, []object) {
+	t.Helper()
+	r, err := renderChart(opts)
+	if err != nil {
+		t.Fatalf("render with %+v: %v", opts, err)
+	}
+	return r, decodeManifest(t, r.manifest)
+}
+
+// documents splits a manifest into its YAML documents, in the order of the
+// manifest.
+func documents(manifest string) []string {
+	split := releaseutil.SplitManifests(manifest)
+	keys := make([]string, 0, len(split))
+	for k := range split {
+		keys = append(keys, k)
+	}
+	index := func(k string) int {
+		n, _ := strconv.Atoi(strings.TrimPrefix(k, "manifest-"))
+		return n
+	}
+	sort.Slice(keys, func(i, j int) bool { return index(keys[i]) < index(keys[j]) })
+	docs := make([]string, 0, len(keys))
+	for _, k := range keys {
+		if strings.TrimSpace(stripComments(split[k])) == "" {
+			continue
+		}
+		docs = append(docs, split[k])
+	}
+	return docs
+}
+
+func stripComments(doc string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(doc, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "#") {
+			continue
+		}
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// mergeMaps merges b into a, recursing into nested maps, like Helm's own
+// merging of -f files.
+func mergeMaps(a, b map[string]any) map[string]any {
+	out := make(map[string]any, len(a))
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		if bv, ok := v.(map[string]any); ok {
+			if av, ok := out[k].(map[string]any); ok {
+				out[k] = mergeMaps(av, bv)
+				continue
+			}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// ciValuesFiles lists the chart's ci/*-values.yaml files.
+func ciValuesFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(chartDir, "ci", "*-values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rel []string
+	for _, f := range files {
+		rel = append(rel, filepath.Join("ci", filepath.Base(f)))
+	}
+	return rel
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
