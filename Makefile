@@ -1,0 +1,39 @@
+# Everything CI runs is a target here; .ci/run calls `make ci`.
+GO      ?= go
+GOFLAGS ?=
+export GOFLAGS
+
+.PHONY: test test-deps lint build check-static helm-test bench-quick demo ci
+
+## test: install redis-server/sentinel/cli if missing (as root, with apt-get), then run every
+## test of the main module with the race detector against real Redis processes.
+test: test-deps
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+test-deps:
+	@hack/install-test-deps.sh
+
+## lint: go vet, and gofmt must have nothing to change.
+lint:
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+## build: the release binary, with the exact command line of the Dockerfile.
+build:
+	hack/build.sh bin/elector
+	hack/check-static.sh bin/elector
+
+## helm-test: lint and render the chart, decode every object strictly (own Go module).
+helm-test:
+	cd test/helm && $(GO) test -count=1 ./...
+
+## bench-quick: the peer comparison in its quick mode, so that it cannot rot.
+bench-quick:
+	cd bench && $(GO) test -count=1 -run Quick ./...
+
+## demo: the README's first command.
+demo:
+	$(GO) run ./cmd/elector demo
+
+ci: lint test build helm-test bench-quick
