@@ -172,10 +172,26 @@ func (l *Lease) Acquire(ctx context.Context, ttl time.Duration) (acquired bool, 
 	if err != nil {
 		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, err)
 	}
-	reply, err := acquireScript.Run(ctx, l.client, l.keys, l.owner, ms, l.channel).Slice()
+	reply, err := acquireScript.Run(ctx, l.client, l.keys, l.acquireArgs(ms)...).Slice()
 	if err != nil {
 		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, err)
 	}
+	return l.parseAcquire(reply)
+}
+
+func (l *Lease) acquireArgs(ms int64) []any { return []any{l.owner, ms, l.channel} }
+
+func (l *Lease) renewArgs(term Record, ms int64) []any {
+	if l.announce {
+		return []any{term.String(), ms, l.channel}
+	}
+	return []any{term.String(), ms}
+}
+
+func (l *Lease) releaseArgs(term Record) []any { return []any{term.String(), l.channel} }
+
+// parseAcquire decodes the reply of the acquire script.
+func (l *Lease) parseAcquire(reply []any) (bool, Status, error) {
 	if len(reply) != 3 {
 		return false, Status{}, fmt.Errorf("acquire lease %q: unexpected reply %v", l.name, reply)
 	}
@@ -198,13 +214,7 @@ func (l *Lease) Renew(ctx context.Context, term Record, ttl time.Duration) (bool
 	if err != nil {
 		return false, fmt.Errorf("renew lease %q: %w", l.name, err)
 	}
-	var cmd *redis.Cmd
-	if l.announce {
-		cmd = renewScript.Run(ctx, l.client, l.keys[:1], term.String(), ms, l.channel)
-	} else {
-		cmd = renewScript.Run(ctx, l.client, l.keys[:1], term.String(), ms)
-	}
-	n, err := cmd.Int64()
+	n, err := renewScript.Run(ctx, l.client, l.keys[:1], l.renewArgs(term, ms)...).Int64()
 	if err != nil {
 		return false, fmt.Errorf("renew lease %q: %w", l.name, err)
 	}
@@ -214,7 +224,7 @@ func (l *Lease) Renew(ctx context.Context, term Record, ttl time.Duration) (bool
 // Release deletes the lease if it still holds the term's record and announces the release, so
 // that followers take over at once. false means the term had already ended; nothing changed.
 func (l *Lease) Release(ctx context.Context, term Record) (bool, error) {
-	n, err := releaseScript.Run(ctx, l.client, l.keys[:1], term.String(), l.channel).Int64()
+	n, err := releaseScript.Run(ctx, l.client, l.keys[:1], l.releaseArgs(term)...).Int64()
 	if err != nil {
 		return false, fmt.Errorf("release lease %q: %w", l.name, err)
 	}
