@@ -19,6 +19,10 @@ type Metrics struct {
 	errors       *prometheus.CounterVec
 	token        *prometheus.GaugeVec
 	sinceRenew   *prometheus.Desc
+	groupLeases  *prometheus.GaugeVec
+	groupTerms   *prometheus.CounterVec
+	groupSheds   *prometheus.CounterVec
+	groupBatches *prometheus.HistogramVec
 
 	mu       sync.Mutex
 	electors map[string]*Elector
@@ -34,6 +38,10 @@ type Metrics struct {
 //	elector_redis_errors_total{name,op,reason}   failed Redis calls (op: acquire, renew, release, subscribe)
 //	elector_fencing_token{name}                  token of the current term, 0 when not leading
 //	elector_seconds_since_last_renew{name}       age of the last successful renew (only while leading)
+//	elector_group_leases_held{group}             leases a Group holds
+//	elector_group_terms_total{group}             terms a Group began
+//	elector_group_shed_total{group}              leases a Group released to rebalance
+//	elector_group_batch_duration_seconds{group,op}  round trips of a Group's batches (op: acquire, renew)
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		masterStatus: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -64,9 +72,27 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		sinceRenew: prometheus.NewDesc("elector_seconds_since_last_renew",
 			"Seconds since the send time of the last successful renew of the current term (only while leading).",
 			[]string{"name"}, nil),
+		groupLeases: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "elector_group_leases_held",
+			Help: "Leases the named Group holds on this replica.",
+		}, []string{"group"}),
+		groupTerms: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "elector_group_terms_total",
+			Help: "Terms the named Group began on this replica.",
+		}, []string{"group"}),
+		groupSheds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "elector_group_shed_total",
+			Help: "Leases the named Group released to rebalance them to other replicas.",
+		}, []string{"group"}),
+		groupBatches: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "elector_group_batch_duration_seconds",
+			Help:    "Duration of a Group's batched acquire and renew round trips.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 12),
+		}, []string{"group", "op"}),
 		electors: map[string]*Elector{},
 	}
-	for _, c := range []prometheus.Collector{m.masterStatus, m.isLeader, m.transitions, m.renewLatency, m.errors, m.token, (*sinceRenewCollector)(m)} {
+	for _, c := range []prometheus.Collector{m.masterStatus, m.isLeader, m.transitions, m.renewLatency, m.errors, m.token,
+		(*sinceRenewCollector)(m), m.groupLeases, m.groupTerms, m.groupSheds, m.groupBatches} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register elector metrics: %w", err)
 		}
@@ -123,5 +149,36 @@ func (c *sinceRenewCollector) Collect(ch chan<- prometheus.Metric) {
 		if d, ok := e.sinceRenew(); ok {
 			ch <- prometheus.MustNewConstMetric(c.sinceRenew, prometheus.GaugeValue, d.Seconds(), name)
 		}
+	}
+}
+
+// addGroup starts g's series at zero.
+func (m *Metrics) addGroup(g *Group) {
+	m.groupLeases.WithLabelValues(g.cfg.Group).Set(0)
+	m.groupTerms.WithLabelValues(g.cfg.Group)
+	m.groupSheds.WithLabelValues(g.cfg.Group)
+}
+
+func (m *Metrics) groupHeld(group string, n int) {
+	if m != nil {
+		m.groupLeases.WithLabelValues(group).Set(float64(n))
+	}
+}
+
+func (m *Metrics) groupStarted(group string) {
+	if m != nil {
+		m.groupTerms.WithLabelValues(group).Inc()
+	}
+}
+
+func (m *Metrics) groupShed(group string, n int) {
+	if m != nil {
+		m.groupSheds.WithLabelValues(group).Add(float64(n))
+	}
+}
+
+func (m *Metrics) groupBatch(group, op string, took time.Duration) {
+	if m != nil {
+		m.groupBatches.WithLabelValues(group, op).Observe(took.Seconds())
 	}
 }
