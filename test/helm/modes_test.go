@@ -79,8 +79,8 @@ func TestSidecarNative(t *testing.T) {
 		t.Fatalf("init containers %v, want the native sidecar only", containerNames(spec.InitContainers))
 	}
 	app := findContainer(t, spec.Containers, "web")
-	if app.Image != "nginxinc/nginx-unprivileged:1.27" || len(app.Command) > 0 || len(app.Args) > 0 {
-		t.Errorf("app %s %q %q, want the image's own entrypoint", app.Image, app.Command, app.Args)
+	if app.Image != "registry.k8s.io/e2e-test-images/agnhost:2.53" || len(app.Command) > 0 || !reflect.DeepEqual(app.Args, []string{"netexec", "--http-port=8081"}) {
+		t.Errorf("app %s %q %q, want the image's own entrypoint with app.args", app.Image, app.Command, app.Args)
 	}
 	// The app's own probes are kept in sidecar mode.
 	if app.ReadinessProbe == nil || app.ReadinessProbe.HTTPGet == nil || resolvePort(t, app, app.ReadinessProbe.HTTPGet.Port) != 8081 {
