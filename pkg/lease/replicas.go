@@ -1,0 +1,215 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ReplicaAck asks that a write of the lease count only once replicas of the Redis master have
+// acknowledged it, with the WAIT command.
+//
+// Redis replicates asynchronously: a master may confirm an acquisition or a renewal and die (or
+// be cut off by a partition) before any replica received it, and the replica that Sentinel or
+// Cluster promotes then knows nothing of the term. With ReplicaAck the holder learns of that
+// before it relies on the write, so that the promoted replica's copy of the lease never expires
+// before the holder's own reckoning says it does. See docs/RELIABILITY.md for what it changes
+// and what it costs.
+//
+// WAIT counts the replicas that acknowledged every write made so far on the connection it is
+// sent on, so it must follow the script on the same connection: AcquireReplicated and
+// RenewReplicated hold one connection (go-redis Client.Conn) for both. A WAIT sent through a
+// connection pool may run on another connection and count nothing useful.
+type ReplicaAck struct {
+	// Replicas is how many replicas must acknowledge the write. 0 asks for none.
+	Replicas int
+	// Timeout bounds how long Redis waits for the acknowledgements: at least 1ms and a whole
+	// number of milliseconds (WAIT with 0 would block forever). Keep it well below the
+	// deadline of the call's context, and below RenewDeadline minus the expected round trip
+	// when the lease is renewed by package election.
+	Timeout time.Duration
+}
+
+// validate checks a: Replicas not negative, and a Timeout WAIT accepts when replicas are asked for.
+func (a ReplicaAck) validate() error {
+	switch {
+	case a.Replicas < 0:
+		return fmt.Errorf("replica acknowledgement: Replicas must be 0 or more, got %d", a.Replicas)
+	case a.Replicas == 0:
+		return nil
+	case a.Timeout < time.Millisecond:
+		return fmt.Errorf("replica acknowledgement: Timeout %v is below the minimum of 1ms (WAIT 0 would block forever)", a.Timeout)
+	case a.Timeout%time.Millisecond != 0:
+		return fmt.Errorf("replica acknowledgement: Timeout %v is not a whole number of milliseconds", a.Timeout)
+	}
+	return nil
+}
+
+// ErrNotReplicated is matched (errors.Is) by every *NotReplicatedError.
+var ErrNotReplicated = errors.New("write not acknowledged by enough replicas")
+
+// NotReplicatedError reports a write that the master applied but that fewer replicas than asked
+// acknowledged within the timeout. The write stands on the master; it may be lost if the master
+// fails now.
+type NotReplicatedError struct {
+	// Acked is how many replicas acknowledged the write.
+	Acked int
+	// Wanted is ReplicaAck.Replicas.
+	Wanted int
+	// Timeout is ReplicaAck.Timeout.
+	Timeout time.Duration
+}
+
+// Error says how many replicas acknowledged the write, of how many wanted, within what time.
+func (e *NotReplicatedError) Error() string {
+	return fmt.Sprintf("%d of %d replicas acknowledged the write within %v", e.Acked, e.Wanted, e.Timeout)
+}
+
+// Is makes errors.Is(err, ErrNotReplicated) true for a *NotReplicatedError.
+func (e *NotReplicatedError) Is(target error) bool { return target == ErrNotReplicated }
+
+// AcquireReplicated is Acquire followed, when the script wrote (the lease is now ours), by WAIT
+// on the same connection. With ack.Replicas 0 it is exactly Acquire.
+//
+// When the master granted the lease but fewer than ack.Replicas replicas acknowledged it in
+// ack.Timeout, it returns acquired == true, the Status of the new term, and an error wrapping a
+// *NotReplicatedError (errors.Is(err, ErrNotReplicated)). The term exists on the master but may
+// not survive a failover: do not start the work yet. Calling AcquireReplicated again is safe,
+// since acquiring a lease this instance already holds keeps the term and extends it, and it
+// waits for the replicas again; a caller that gives up should Release the term.
+//
+// The client must be a *redis.Client (standalone or Sentinel failover client) or a
+// *redis.ClusterClient, which is asked for the master of the lease's slot. In Cluster, while
+// that slot is being migrated, the call fails with Redis's MOVED or ASK error and must be
+// retried; the cluster client's slot map is refreshed in the background.
+func (l *Lease) AcquireReplicated(ctx context.Context, ttl time.Duration, ack ReplicaAck) (acquired bool, st Status, err error) {
+	if err := ack.validate(); err != nil {
+		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, err)
+	}
+	if ack.Replicas == 0 {
+		return l.Acquire(ctx, ttl)
+	}
+	if l.identity == "" {
+		return false, Status{}, fmt.Errorf("acquire lease %q: no identity set in lease.Options", l.name)
+	}
+	ms, err := ttlMillis(ttl)
+	if err != nil {
+		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, err)
+	}
+	conn, err := l.masterConn(ctx)
+	if err != nil {
+		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, err)
+	}
+	defer conn.Close()
+	reply, err := acquireScript.Run(ctx, conn, l.keys, l.owner, ms, l.channel).Slice()
+	l.noteRedirect(ctx, err)
+	acquired, st, err = l.acquireReply(reply, err)
+	if err != nil || !acquired {
+		return acquired, st, err
+	}
+	if err := waitReplicas(ctx, conn, ack); err != nil {
+		return true, st, fmt.Errorf("acquire lease %q: token %d: %w", l.name, st.Record.Token, err)
+	}
+	return true, st, nil
+}
+
+// RenewReplicated is Renew followed, when the term was renewed, by WAIT on the same connection.
+// With ack.Replicas 0 it is exactly Renew.
+//
+// When the master renewed the term but fewer than ack.Replicas replicas acknowledged it in
+// ack.Timeout, it returns true and an error wrapping a *NotReplicatedError: count the renewal as
+// failed (a promoted replica may still hold the previous expiry) and retry it, as package
+// election does with any renew error until its RenewDeadline. false, as with Renew, means the
+// term is over. The client requirements are those of AcquireReplicated.
+func (l *Lease) RenewReplicated(ctx context.Context, term Record, ttl time.Duration, ack ReplicaAck) (bool, error) {
+	if err := ack.validate(); err != nil {
+		return false, fmt.Errorf("renew lease %q: %w", l.name, err)
+	}
+	if ack.Replicas == 0 {
+		return l.Renew(ctx, term, ttl)
+	}
+	ms, err := ttlMillis(ttl)
+	if err != nil {
+		return false, fmt.Errorf("renew lease %q: %w", l.name, err)
+	}
+	conn, err := l.masterConn(ctx)
+	if err != nil {
+		return false, fmt.Errorf("renew lease %q: %w", l.name, err)
+	}
+	defer conn.Close()
+	args := []any{term.String(), ms}
+	if l.announce {
+		args = append(args, l.channel)
+	}
+	n, err := renewScript.Run(ctx, conn, l.keys[:1], args...).Int64()
+	l.noteRedirect(ctx, err)
+	if err != nil {
+		return false, fmt.Errorf("renew lease %q: %w", l.name, err)
+	}
+	if n != 1 {
+		return false, nil
+	}
+	if err := waitReplicas(ctx, conn, ack); err != nil {
+		return true, fmt.Errorf("renew lease %q: token %d: %w", l.name, term.Token, err)
+	}
+	return true, nil
+}
+
+// masterConn returns one dedicated connection to the master that serves the lease's keys. The
+// caller closes it, which returns it to the client's pool.
+func (l *Lease) masterConn(ctx context.Context) (*redis.Conn, error) {
+	switch c := l.client.(type) {
+	case *redis.Client:
+		return c.Conn(), nil
+	case *redis.ClusterClient:
+		node, err := c.MasterForKey(ctx, l.keys[0])
+		if err != nil {
+			return nil, fmt.Errorf("find the cluster master of %s: %w", l.keys[0], err)
+		}
+		return node.Conn(), nil
+	default:
+		return nil, fmt.Errorf("replica acknowledgement needs a *redis.Client (standalone or Sentinel) or a *redis.ClusterClient, not %T", l.client)
+	}
+}
+
+// noteRedirect asks a cluster client to refresh its slot map when a node answered MOVED or ASK
+// to a call made on a connection of its own, which the cluster client does not see.
+func (l *Lease) noteRedirect(ctx context.Context, err error) {
+	c, ok := l.client.(*redis.ClusterClient)
+	if ok && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")) {
+		c.ReloadState(ctx)
+	}
+}
+
+// waitReplicas sends WAIT on conn, after a write on it, and checks the count.
+func waitReplicas(ctx context.Context, conn *redis.Conn, ack ReplicaAck) error {
+	n, err := conn.Wait(ctx, ack.Replicas, ack.Timeout).Result()
+	if err != nil {
+		return fmt.Errorf("wait for %d replicas: %w", ack.Replicas, err)
+	}
+	if int(n) < ack.Replicas {
+		return &NotReplicatedError{Acked: int(n), Wanted: ack.Replicas, Timeout: ack.Timeout}
+	}
+	return nil
+}
+
+// acquireReply decodes the reply of the acquire script, or wraps the error of its call.
+func (l *Lease) acquireReply(reply []any, err error) (bool, Status, error) {
+	if err != nil {
+		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, err)
+	}
+	if len(reply) != 3 {
+		return false, Status{}, fmt.Errorf("acquire lease %q: unexpected reply %v", l.name, reply)
+	}
+	ok, _ := reply[0].(int64)
+	value, _ := reply[1].(string)
+	pttl, _ := reply[2].(int64)
+	rec, err := ParseRecord(value)
+	if err != nil {
+		return false, Status{}, fmt.Errorf("acquire lease %q: value of %s: %w", l.name, l.keys[0], err)
+	}
+	return ok == 1, Status{Held: true, Record: rec, TTL: pttlDuration(pttl)}, nil
+}

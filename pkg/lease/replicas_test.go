@@ -1,0 +1,252 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/pkg/lease"
+)
+
+// startReplicated starts a master and one replica of it and waits until the replica is in sync.
+func startReplicated(t *testing.T) (master, replica *redistest.Server) {
+	t.Helper()
+	master = redistest.Start(t, "--repl-diskless-sync-delay", "0")
+	replica = redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(master.Port()))
+	c := master.Client(t)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		info, err := c.Info(context.Background(), "replication").Result()
+		if err == nil && strings.Contains(info, ",state=online,") {
+			return master, replica
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica of %s not online after 30s: %v\n%s", master.Addr(), err, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestReplicatedWritesWaitForTheReplica(t *testing.T) {
+	ctx := context.Background()
+	master, replica := startReplicated(t)
+	c := master.Client(t)
+	rc := replica.Client(t)
+	ack := lease.ReplicaAck{Replicas: 1, Timeout: 5 * time.Second}
+
+	a := newLease(t, c, "job", "pod-a")
+	ok, st, err := a.AcquireReplicated(ctx, 10*time.Second, ack)
+	if err != nil || !ok {
+		t.Fatalf("AcquireReplicated = %v, %+v, %v; want acquired", ok, st, err)
+	}
+	term := st.Record
+	// The acknowledgement means the replica has applied the write: no polling needed.
+	if got, err := rc.Get(ctx, a.Key()).Result(); err != nil || got != term.String() {
+		t.Fatalf("replica holds %q, %v right after the acknowledged acquire; want %q", got, err, term.String())
+	}
+	if ok, err := a.RenewReplicated(ctx, term, 30*time.Second, ack); err != nil || !ok {
+		t.Fatalf("RenewReplicated = %v, %v", ok, err)
+	}
+	if pttl := rc.PTTL(ctx, a.Key()).Val(); pttl <= 29*time.Second {
+		t.Fatalf("replica PTTL right after the acknowledged renew = %v, want > 29s", pttl)
+	}
+
+	// More replicas than exist: the write stands on the master, the error says 1 of 2.
+	_, err = a.RenewReplicated(ctx, term, 30*time.Second, lease.ReplicaAck{Replicas: 2, Timeout: 50 * time.Millisecond})
+	var nr *lease.NotReplicatedError
+	if !errors.As(err, &nr) || nr.Acked != 1 || nr.Wanted != 2 || !errors.Is(err, lease.ErrNotReplicated) {
+		t.Fatalf("RenewReplicated asking for 2 of 1 replicas: err = %v, want a NotReplicatedError 1 of 2", err)
+	}
+
+	// A contender's failed attempt writes nothing, so it does not wait for the replicas even when
+	// they cannot answer.
+	replica.Pause()
+	defer replica.Resume()
+	b := newLease(t, c, "job", "pod-b")
+	start := time.Now()
+	ok, st, err = b.AcquireReplicated(ctx, 10*time.Second, ack)
+	if err != nil || ok || st.Record != term {
+		t.Fatalf("contender AcquireReplicated = %v, %+v, %v; want held by %+v", ok, st, err, term)
+	}
+	if took := time.Since(start); took > ack.Timeout/2 {
+		t.Errorf("a contender's attempt took %v: it waited for replicas although it wrote nothing", took)
+	}
+	if ok, err := b.RenewReplicated(ctx, lease.Record{Token: term.Token, Instance: b.Instance(), Identity: "pod-b"}, time.Second, ack); err != nil || ok {
+		t.Fatalf("non-owner RenewReplicated = %v, %v; want false, nil", ok, err)
+	}
+}
+
+// WAIT counts the replicas that acknowledged the replication offset at the last command of its
+// own connection. A WAIT sent on another, idle connection of the pool would count acknowledgements
+// of an older offset and could succeed although the write is not replicated. This test leaves
+// idle connections in the pool whose offsets the replica has acknowledged, stops the replica, and
+// checks that the write is reported as unacknowledged: only a WAIT on the script's own connection
+// does that.
+func TestReplicatedWriteIsNotConfirmedWhileTheReplicaIsStopped(t *testing.T) {
+	ctx := context.Background()
+	master, replica := startReplicated(t)
+	c := master.Client(t)
+	ack := lease.ReplicaAck{Replicas: 1, Timeout: 300 * time.Millisecond}
+
+	var idle []*redis.Conn
+	for range 8 {
+		conn := c.Conn()
+		if err := conn.Ping(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, conn)
+	}
+	// A write and its WAIT on one connection: the replica has acknowledged every offset so far.
+	if err := idle[0].Set(ctx, "before", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := idle[0].Wait(ctx, 1, 10*time.Second).Result(); err != nil || n != 1 {
+		t.Fatalf("WAIT for the replica before the test = %d, %v", n, err)
+	}
+	for _, conn := range idle {
+		conn.Close() // back to the pool, idle, with an offset the replica acknowledged
+	}
+
+	replica.Pause()
+	resumed := false
+	defer func() {
+		if !resumed {
+			replica.Resume()
+		}
+	}()
+	a := newLease(t, c, "job", "pod-a")
+	start := time.Now()
+	ok, st, err := a.AcquireReplicated(ctx, 10*time.Second, ack)
+	took := time.Since(start)
+	var nr *lease.NotReplicatedError
+	if !ok || !errors.As(err, &nr) || nr.Acked != 0 || nr.Wanted != 1 {
+		t.Fatalf("AcquireReplicated with the replica stopped = %v, %+v, %v; want acquired with a NotReplicatedError 0 of 1", ok, st, err)
+	}
+	if took < ack.Timeout {
+		t.Errorf("AcquireReplicated returned after %v, before the WAIT timeout %v", took, ack.Timeout)
+	}
+	for _, want := range []string{`"job"`, "token " + strconv.FormatInt(st.Record.Token, 10), "0 of 1 replicas", "300ms"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	term := st.Record
+	if ok, err := a.RenewReplicated(ctx, term, 10*time.Second, ack); !ok || !errors.Is(err, lease.ErrNotReplicated) {
+		t.Fatalf("RenewReplicated with the replica stopped = %v, %v; want true with ErrNotReplicated", ok, err)
+	}
+
+	// Once the replica is back, the same call confirms the same term: no new token.
+	replica.Resume()
+	resumed = true
+	ok, st, err = a.AcquireReplicated(ctx, 10*time.Second, lease.ReplicaAck{Replicas: 1, Timeout: 10 * time.Second})
+	if err != nil || !ok || st.Record != term {
+		t.Fatalf("AcquireReplicated after the replica resumed = %v, %+v, %v; want the same term %+v", ok, st.Record, err, term)
+	}
+}
+
+func TestReplicatedWritesLoadTheScripts(t *testing.T) {
+	ctx := context.Background()
+	master, _ := startReplicated(t)
+	c := master.Client(t)
+	ack := lease.ReplicaAck{Replicas: 1, Timeout: 5 * time.Second}
+	a := newLease(t, c, "job", "pod-a")
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ok, st, err := a.AcquireReplicated(ctx, 10*time.Second, ack)
+	if err != nil || !ok {
+		t.Fatalf("AcquireReplicated after SCRIPT FLUSH = %v, %v", ok, err)
+	}
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := a.RenewReplicated(ctx, st.Record, 10*time.Second, ack); err != nil || !ok {
+		t.Fatalf("RenewReplicated after SCRIPT FLUSH = %v, %v", ok, err)
+	}
+}
+
+func TestReplicaAckValidation(t *testing.T) {
+	ctx := context.Background()
+	c := redistest.Start(t).Client(t)
+	a := newLease(t, c, "job", "pod-a")
+	term := lease.Record{Token: 1, Instance: a.Instance(), Identity: "pod-a"}
+	for _, tc := range []struct {
+		ack  lease.ReplicaAck
+		want string
+	}{
+		{lease.ReplicaAck{Replicas: -1, Timeout: time.Second}, "Replicas must be 0 or more"},
+		{lease.ReplicaAck{Replicas: 1}, "below the minimum of 1ms"},
+		{lease.ReplicaAck{Replicas: 1, Timeout: -time.Second}, "below the minimum of 1ms"},
+		{lease.ReplicaAck{Replicas: 1, Timeout: 1500 * time.Microsecond}, "whole number of milliseconds"},
+	} {
+		if _, _, err := a.AcquireReplicated(ctx, time.Second, tc.ack); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), `"job"`) {
+			t.Errorf("AcquireReplicated(%+v) err = %v, want it to name the lease and mention %q", tc.ack, err, tc.want)
+		}
+		if _, err := a.RenewReplicated(ctx, term, time.Second, tc.ack); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("RenewReplicated(%+v) err = %v, want it to mention %q", tc.ack, err, tc.want)
+		}
+	}
+	ack := lease.ReplicaAck{Replicas: 1, Timeout: 10 * time.Millisecond}
+	if _, _, err := a.AcquireReplicated(ctx, 0, ack); err == nil || !strings.Contains(err.Error(), "ttl") {
+		t.Errorf("AcquireReplicated with ttl 0: err = %v", err)
+	}
+	if _, _, err := newLease(t, c, "job", "").AcquireReplicated(ctx, time.Second, ack); err == nil || !strings.Contains(err.Error(), "identity") {
+		t.Errorf("AcquireReplicated without identity: err = %v", err)
+	}
+
+	// A Ring shards by key and has no single master to WAIT on.
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	defer ring.Close()
+	rl := newLease(t, ring, "job", "pod-a")
+	if _, _, err := rl.AcquireReplicated(ctx, time.Second, ack); err == nil || !strings.Contains(err.Error(), "*redis.Ring") {
+		t.Errorf("AcquireReplicated through a Ring: err = %v, want it to name the client type", err)
+	}
+
+	// No replicas asked for: exactly Acquire and Renew, on a server without replicas.
+	ok, st, err := a.AcquireReplicated(ctx, time.Second, lease.ReplicaAck{})
+	if err != nil || !ok {
+		t.Fatalf("AcquireReplicated without replicas = %v, %v", ok, err)
+	}
+	if ok, err := a.RenewReplicated(ctx, st.Record, time.Second, lease.ReplicaAck{}); err != nil || !ok {
+		t.Fatalf("RenewReplicated without replicas = %v, %v", ok, err)
+	}
+	// A server without replicas cannot acknowledge anything.
+	if ok, err := a.RenewReplicated(ctx, st.Record, time.Second, ack); !ok || !errors.Is(err, lease.ErrNotReplicated) {
+		t.Fatalf("RenewReplicated on a server without replicas = %v, %v; want true, ErrNotReplicated", ok, err)
+	}
+}
+
+// In Cluster the script and the WAIT go to the master of the lease's slot on one connection; a
+// wrong node would answer MOVED. The cluster of redistest has no replicas, so every write is
+// applied and reported as acknowledged by 0 replicas.
+func TestReplicatedWritesInCluster(t *testing.T) {
+	ctx := context.Background()
+	cluster := redistest.StartCluster(t, 3)
+	c := cluster.Client(t)
+	ack := lease.ReplicaAck{Replicas: 1, Timeout: 20 * time.Millisecond}
+	slots := map[int64]bool{}
+	for _, name := range []string{"alpha", "beta", "gamma", "delta", "epsilon", "zeta"} {
+		a := newLease(t, c, name, "pod-a")
+		ok, st, err := a.AcquireReplicated(ctx, 10*time.Second, ack)
+		var nr *lease.NotReplicatedError
+		if !ok || !errors.As(err, &nr) || nr.Acked != 0 {
+			t.Fatalf("%s: AcquireReplicated = %v, %v; want acquired, 0 replicas acknowledged", name, ok, err)
+		}
+		if ok, err := a.RenewReplicated(ctx, st.Record, 10*time.Second, ack); !ok || !errors.Is(err, lease.ErrNotReplicated) {
+			t.Fatalf("%s: RenewReplicated = %v, %v", name, ok, err)
+		}
+		if got, err := a.Get(ctx); err != nil || got.Record != st.Record {
+			t.Fatalf("%s: Get = %+v, %v; want %+v", name, got, err, st.Record)
+		}
+		slots[c.ClusterKeySlot(ctx, a.Key()).Val()] = true
+	}
+	if len(slots) < 2 {
+		t.Fatalf("all names landed in one slot; the test does not cover several nodes")
+	}
+}
