@@ -73,7 +73,10 @@ type Group struct {
 
 	mu       sync.Mutex
 	leases   map[string]*groupLease
-	pending  []groupChange // Add/Remove not yet applied by Run
+	held     map[*groupLease]struct{} // leases in stateLeading or stateStopping
+	draining int                      // leases in stateDraining
+	active   int                      // leases not removed
+	pending  []groupChange            // Add/Remove not yet applied by Run
 	wake     chan struct{}
 	returned []*groupLease // OnStartedLeading calls that returned
 	running  bool
@@ -164,6 +167,7 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 		members: cfg.KeyPrefix + ":{" + cfg.Group + "}:members",
 		pattern: cfg.KeyPrefix + ":{*}:events",
 		leases:  map[string]*groupLease{},
+		held:    map[*groupLease]struct{}{},
 		wake:    make(chan struct{}, 1),
 		live:    1,
 	}
@@ -214,11 +218,9 @@ func (g *Group) poke() {
 func (g *Group) Held() map[string]int64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	held := make(map[string]int64)
-	for name, gl := range g.leases {
-		if gl.state == stateLeading || gl.state == stateStopping {
-			held[name] = gl.term.Token
-		}
+	held := make(map[string]int64, len(g.held))
+	for gl := range g.held {
+		held[gl.name] = gl.term.Token
 	}
 	return held
 }
@@ -251,14 +253,33 @@ func (g *Group) Check(tolerance time.Duration) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	limit := g.cfg.RenewDeadline + tolerance
-	for name, gl := range g.leases {
-		if (gl.state == stateLeading || gl.state == stateStopping) && time.Since(gl.lastOK) > limit {
+	for gl := range g.held {
+		if time.Since(gl.lastOK) > limit {
 			return fmt.Errorf("group %q holds lease %q but its last successful renew was %v ago (limit %v)",
-				g.cfg.Group, name, time.Since(gl.lastOK).Round(time.Millisecond), limit)
+				g.cfg.Group, gl.name, time.Since(gl.lastOK).Round(time.Millisecond), limit)
 		}
 	}
 	return nil
 }
+
+// setState moves gl to state s, keeping the held set. Called with g.mu held.
+func (g *Group) setState(gl *groupLease, s leaseState) {
+	if gl.state == stateDraining {
+		g.draining--
+	}
+	if s == stateDraining {
+		g.draining++
+	}
+	gl.state = s
+	if s == stateLeading || s == stateStopping {
+		g.held[gl] = struct{}{}
+	} else {
+		delete(g.held, gl)
+	}
+}
+
+// activeLocked returns the number of leases campaigned for. Called with g.mu held.
+func (g *Group) activeLocked() int { return g.active }
 
 // share is the number of leases this replica aims to hold: ceil(K/R), capped by MaxLeases.
 func (g *Group) share(k, live int) int {

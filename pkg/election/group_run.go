@@ -125,7 +125,7 @@ func (r *groupRun) loop(ctx context.Context) error {
 		case <-ctxDone:
 			ctxDone, stopping = nil, true
 			g.mu.Lock()
-			for _, gl := range g.leases {
+			for gl := range g.held {
 				if gl.state == stateLeading {
 					r.stop(gl)
 				}
@@ -136,11 +136,19 @@ func (r *groupRun) loop(ctx context.Context) error {
 		case res := <-r.done:
 			r.apply(res, stopping)
 		case m, ok := <-r.events:
+			// Handle what is already queued (a shedding replica releases many leases at
+			// once) before the next round of bookkeeping.
+			for n := 0; ok && m != nil && n < 10000; n++ {
+				r.onEvent(m, stopping)
+				select {
+				case m, ok = <-r.events:
+				default:
+					m = nil
+				}
+			}
 			if !ok {
 				r.closeEvents()
-				continue
 			}
-			r.onEvent(m, stopping)
 		}
 	}
 }
@@ -152,12 +160,7 @@ func (r *groupRun) finished() bool {
 	}
 	r.g.mu.Lock()
 	defer r.g.mu.Unlock()
-	for _, gl := range r.g.leases {
-		if gl.state != stateIdle {
-			return false
-		}
-	}
-	return true
+	return len(r.g.held) == 0 && r.g.draining == 0
 }
 
 // nextWake returns how long to sleep: until the next renewal, the next attempt or the
@@ -171,10 +174,8 @@ func (r *groupRun) nextWake(now time.Time, stopping bool) time.Duration {
 		next = minTime(next, r.queue[0].next)
 	}
 	r.g.mu.Lock()
-	for _, gl := range r.g.leases {
-		if gl.state == stateLeading || gl.state == stateStopping {
-			next = minTime(next, gl.lastOK.Add(r.g.cfg.RenewDeadline))
-		}
+	for gl := range r.g.held {
+		next = minTime(next, gl.lastOK.Add(r.g.cfg.RenewDeadline))
 	}
 	r.g.mu.Unlock()
 	return max(next.Sub(now), 0)
@@ -198,16 +199,21 @@ func (r *groupRun) applyChanges(stopping bool) {
 			}
 			gl = &groupLease{name: c.name, l: l, heapIdx: -1}
 			g.leases[c.name] = gl
+			g.active++
 			if !stopping {
 				r.schedule(gl, time.Now(), false)
 			}
 		case c.add:
+			if gl.removed {
+				g.active++
+			}
 			gl.removed = false
 			if gl.state == stateIdle && gl.heapIdx < 0 && !gl.inflight && !stopping {
 				r.schedule(gl, time.Now(), false)
 			}
 		case gl != nil && !gl.removed:
 			gl.removed = true
+			g.active--
 			if gl.heapIdx >= 0 {
 				heap.Remove(&r.queue, gl.heapIdx)
 			}
@@ -240,17 +246,18 @@ func (r *groupRun) schedule(gl *groupLease, t time.Time, eager bool) {
 // stop asks a leading term to end gracefully: its lease is released once OnStartedLeading
 // returned. Called with g.mu held.
 func (r *groupRun) stop(gl *groupLease) {
-	gl.state, gl.release = stateStopping, true
+	r.g.setState(gl, stateStopping)
+	gl.release = true
 	gl.cancel()
 }
 
 // lose ends a term at once: the lease is gone or can no longer be trusted.
 func (r *groupRun) lose(gl *groupLease, reason string) {
 	r.g.mu.Lock()
-	gl.state = stateDraining
+	r.g.setState(gl, stateDraining)
 	r.g.mu.Unlock()
 	gl.cancel()
-	r.logger.Info("Stopped leading", "lease", gl.name, "token", gl.term.Token, "reason", reason)
+	r.logger.V(2).Info("Stopped leading", "lease", gl.name, "token", gl.term.Token, "reason", reason)
 	r.g.cfg.Callbacks.OnStoppedLeading(gl.name)
 }
 
@@ -268,10 +275,10 @@ func (r *groupRun) collectReturned(stopping bool) {
 			continue
 		case stateStopping:
 			// Not ours from here on: Held must not report it once a follower may take it.
-			gl.state = stateIdle
+			g.setState(gl, stateIdle)
 			r.releases = append(r.releases, relItem{gl, gl.term})
 		case stateDraining:
-			gl.state = stateIdle
+			g.setState(gl, stateIdle)
 			lost = append(lost, gl)
 		}
 	}
@@ -293,12 +300,15 @@ func (r *groupRun) collectReturned(stopping bool) {
 func (r *groupRun) checkDeadlines(now time.Time) {
 	var late []*groupLease
 	r.g.mu.Lock()
-	for _, gl := range r.g.leases {
-		if (gl.state == stateLeading || gl.state == stateStopping) && !now.Before(gl.lastOK.Add(r.g.cfg.RenewDeadline)) {
+	for gl := range r.g.held {
+		if !now.Before(gl.lastOK.Add(r.g.cfg.RenewDeadline)) {
 			late = append(late, gl)
 		}
 	}
 	r.g.mu.Unlock()
+	if len(late) > 0 {
+		r.logger.Info("Stopped leading leases: renew deadline exceeded", "leases", len(late))
+	}
 	for _, gl := range late {
 		r.lose(gl, reasonDeadline)
 	}
@@ -315,15 +325,7 @@ func (r *groupRun) atCap() bool {
 }
 
 // heldLocked counts the leases this replica holds or is stopping. Called with g.mu held.
-func (r *groupRun) heldLocked() int {
-	n := 0
-	for _, gl := range r.g.leases {
-		if gl.state == stateLeading || gl.state == stateStopping {
-			n++
-		}
-	}
-	return n
-}
+func (r *groupRun) heldLocked() int { return len(r.g.held) }
 
 // startRenew renews every held lease in one batch and refreshes the membership.
 func (r *groupRun) startRenew(now time.Time) {
@@ -331,11 +333,9 @@ func (r *groupRun) startRenew(now time.Time) {
 	b := &renewBatch{sent: now}
 	batch := lease.NewBatch(g.cfg.Client)
 	g.mu.Lock()
-	for _, gl := range g.leases {
-		if gl.state == stateLeading || gl.state == stateStopping {
-			b.items = append(b.items, relItem{gl, gl.term})
-			b.res = append(b.res, batch.Renew(gl.l, gl.term, g.cfg.LeaseDuration))
-		}
+	for gl := range g.held {
+		b.items = append(b.items, relItem{gl, gl.term})
+		b.res = append(b.res, batch.Renew(gl.l, gl.term, g.cfg.LeaseDuration))
 	}
 	g.mu.Unlock()
 	r.renewing = true
@@ -409,7 +409,7 @@ func (r *groupRun) apply(res any, stopping bool) {
 	case *renewBatch:
 		r.renewing = false
 		g.cfg.Metrics.groupBatch(g.cfg.Group, "renew", b.took)
-		failed := 0
+		failed, lost := 0, 0
 		for i, it := range b.items {
 			gl, res := it.gl, b.res[i]
 			if (gl.state != stateLeading && gl.state != stateStopping) || gl.term != it.term {
@@ -420,12 +420,16 @@ func (r *groupRun) apply(res any, stopping bool) {
 				failed++
 				r.errs.failed(r.logger, g.cfg.Metrics, g.cfg.Group, "renew", res.Err)
 			case !res.OK:
+				lost++
 				r.lose(gl, reasonLost)
 			default:
 				g.mu.Lock()
 				gl.lastOK = b.sent
 				g.mu.Unlock()
 			}
+		}
+		if lost > 0 {
+			r.logger.Info("Stopped leading leases: lease lost", "leases", lost)
 		}
 		if b.err != nil {
 			failed++
@@ -477,7 +481,7 @@ func (r *groupRun) apply(res any, stopping bool) {
 				r.logger.Error(err, "Failed to release the lease; others take over when it expires", "lease", gl.name, "token", it.term.Token)
 				g.cfg.Metrics.redisError(g.cfg.Group, "release", err)
 			}
-			r.logger.Info("Stopped leading", "lease", gl.name, "token", it.term.Token, "reason", "released")
+			r.logger.V(2).Info("Stopped leading", "lease", gl.name, "token", it.term.Token, "reason", "released")
 			g.cfg.Callbacks.OnStoppedLeading(gl.name)
 			if !gl.removed && !stopping && gl.heapIdx < 0 && gl.state == stateIdle && !gl.inflight {
 				// Leave it to the others for a lease duration; take it back only if nobody did.
@@ -496,7 +500,8 @@ func (r *groupRun) begin(gl *groupLease, term lease.Record, sent time.Time) {
 	g := r.g
 	ctx, cancel := context.WithCancel(r.base)
 	g.mu.Lock()
-	gl.state, gl.term, gl.lastOK, gl.cancel, gl.release = stateLeading, term, sent, cancel, false
+	gl.term, gl.lastOK, gl.cancel, gl.release = term, sent, cancel, false
+	g.setState(gl, stateLeading)
 	g.mu.Unlock()
 	r.logger.V(2).Info("Became leader", "lease", gl.name, "token", term.Token)
 	g.cfg.Metrics.groupStarted(g.cfg.Group)
@@ -523,12 +528,9 @@ func (r *groupRun) observeMembers(live int, stopping bool) {
 	if stopping || r.lives[0] != r.lives[1] {
 		return
 	}
-	k := 0
+	k := g.activeLocked()
 	var mine []*groupLease
-	for _, gl := range g.leases {
-		if !gl.removed {
-			k++
-		}
+	for gl := range g.held {
 		if gl.state == stateLeading {
 			mine = append(mine, gl)
 		}
@@ -537,7 +539,7 @@ func (r *groupRun) observeMembers(live int, stopping bool) {
 	if excess <= 0 {
 		return
 	}
-	r.logger.V(2).Info("Shedding leases beyond the fair share", "held", len(mine), "members", live, "leases", k, "shed", excess)
+	r.logger.Info("Shedding leases beyond the fair share", "held", len(mine), "members", live, "leases", k, "shed", excess)
 	for _, gl := range mine[:excess] {
 		r.stop(gl)
 	}
@@ -562,8 +564,7 @@ func (r *groupRun) onEvent(m *redis.Message, stopping bool) {
 		g.mu.Unlock()
 		return
 	}
-	k := len(g.leases)
-	below := r.heldLocked() < g.share(k, g.live)
+	below := r.heldLocked() < g.share(g.activeLocked(), g.live)
 	g.mu.Unlock()
 	now := time.Now()
 	switch ev.Kind {
