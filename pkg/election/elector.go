@@ -222,7 +222,7 @@ func (e *Elector) lead(ctx context.Context, term lease.Record, sent time.Time) s
 	e.setLeading(term, sent)
 	logger.Info("Became leader", "token", term.Token)
 
-	leaderCtx, cancelLeader := context.WithCancel(ctx)
+	leaderCtx, cancelLeader := context.WithCancel(context.WithValue(ctx, tokenKey{}, term.Token))
 	defer cancelLeader()
 	done := make(chan struct{})
 	go func() {
@@ -316,6 +316,16 @@ func (e *Elector) lead(ctx context.Context, term lease.Record, sent time.Time) s
 			}
 		}
 	}
+}
+
+type tokenKey struct{}
+
+// TokenFrom returns the fencing token of the term whose OnStartedLeading received ctx (or a
+// context derived from it), and 0 for any other context. It saves the callback, which is
+// written before the Elector exists, from reaching back for Elector.Token.
+func TokenFrom(ctx context.Context) int64 {
+	t, _ := ctx.Value(tokenKey{}).(int64)
+	return t
 }
 
 // release gives the term up so that a follower takes over in about one round trip.

@@ -498,7 +498,7 @@ func (r *groupRun) apply(res any, stopping bool) {
 // begin starts a term of gl.
 func (r *groupRun) begin(gl *groupLease, term lease.Record, sent time.Time) {
 	g := r.g
-	ctx, cancel := context.WithCancel(r.base)
+	ctx, cancel := context.WithCancel(context.WithValue(r.base, tokenKey{}, term.Token))
 	g.mu.Lock()
 	gl.term, gl.lastOK, gl.cancel, gl.release = term, sent, cancel, false
 	g.setState(gl, stateLeading)

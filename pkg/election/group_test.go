@@ -61,6 +61,9 @@ func startGroupReplica(t *testing.T, srv *redistest.Server, w *work, name string
 		LeaseDuration: time.Second, RenewDeadline: 600 * time.Millisecond, RetryPeriod: 150 * time.Millisecond,
 		Callbacks: election.GroupCallbacks{
 			OnStartedLeading: func(ctx context.Context, lease string, token int64) {
+				if election.TokenFrom(ctx) != token {
+					panic("TokenFrom(ctx) differs from the token passed")
+				}
 				w.start(name, lease)
 				<-ctx.Done()
 				w.end(name, lease)
