@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// exitCodesHelp is the exit code table shared by `elector help` and docs/CLI.md.
+const exitCodesHelp = `Exit codes:
+  0  success
+  1  runtime error (for example Redis unreachable in status, HTTP address in use)
+  2  usage error: unknown flag, bad value, missing argument (one line on stderr names it)
+  3  status: the lease has no holder; run: leadership lost with --exit-on-lost
+  N  run: the exit code of CMD when it exited by itself, or when it was stopped because
+     the elector got SIGTERM/SIGINT (128+S when signal S killed it)
+`
+
+func mainHelp() string {
+	var b strings.Builder
+	b.WriteString(`elector: leader election on a Redis lease, for singleton jobs and Kubernetes sidecars.
+
+Usage: elector COMMAND [flags]
+
+Commands:
+`)
+	for _, cmd := range commands() {
+		fmt.Fprintf(&b, "  %-9s %s\n", cmd.name, cmd.short)
+	}
+	b.WriteString(`
+Try it without Redis: elector demo
+
+Every flag can also be set from the environment as ELECTOR_<FLAG> (--redis-addr is
+ELECTOR_REDIS_ADDR); flags on the command line win. The Redis password comes only from the
+REDIS_PASSWORD environment variable or --redis-password-file, never from a flag.
+
+`)
+	b.WriteString(exitCodesHelp)
+	b.WriteString(`
+Run 'elector help COMMAND' or 'elector COMMAND --help' for the flags of a command.
+Documentation: docs/CLI.md.
+`)
+	return b.String()
+}
+
+// commandHelp returns the description of a command, shown between its usage line and flags.
+func commandHelp(name string) string {
+	switch name {
+	case "run":
+		return `Campaign for the lease and run CMD (directly, no shell) while this replica leads, with
+stdin, stdout and stderr passed through and these variables added to its environment:
+  ELECTOR_FENCING_TOKEN  the fencing token of the term (larger for every new term)
+  ELECTOR_IDENTITY       this replica's identity
+  ELECTOR_LEASE_NAME     the lease name
+
+CMD runs in its own process group and dies with the elector, even on SIGKILL (Linux). As PID 1
+the elector also reaps orphaned zombies.
+
+  leadership lost    --stop-signal to CMD's group, SIGKILL after --kill-grace; then campaign
+                     again and rerun CMD when leading again (with --exit-on-lost: exit 3)
+  SIGTERM/SIGINT     forwarded to CMD (also while campaigning), SIGKILL after --kill-grace,
+                     lease released; exit with CMD's code (128+S if signal S killed it; 0 if
+                     no CMD was running)
+  SIGHUP/USR1/USR2   forwarded to CMD's group
+  CMD exits          lease released; exit with CMD's exit code
+
+With --http-addr the endpoints of 'elector sidecar' are served as well.`
+	case "sidecar":
+		return `Campaign for the lease and tell a neighbouring container whether this replica leads:
+
+  GET /leader    200 JSON {"name": current leader ("" if none), "identity", "isLeader", "lease",
+                 "token"}; "name" as in the classic Kubernetes leader-elector sidecar
+  GET /healthz   liveness: 200 unless the elector is wedged (never tied to leadership)
+  GET /readyz    200 while this replica leads, else 503
+  GET /metrics   Prometheus metrics, including leader_election_master_status{name}
+
+--status-file is rewritten atomically with "leader" or "follower" on every change.
+SIGTERM or SIGINT releases the lease and exits 0.`
+	case "status":
+		return `Print the holder of the lease, its fencing token and remaining time (JSON fields lease, key,
+holder, instance, token, ttlMs). Exit 0 when the lease is held, 3 when it has no holder, 1 when
+Redis cannot be read (the message names the address).`
+	case "demo":
+		return `Start an embedded Redis-compatible server on loopback (or use --redis-addr) and --replicas
+electors in this process, each leading with a toy singleton job that makes fenced writes.
+Every few seconds the leader crashes (stops renewing, never releases) or stops gracefully
+(releases), and comes back later. Prints a timeline and a summary; exits 1 if a safety check
+failed (two leaders at once, a token that did not increase, a crash takeover before expiry).
+Uses lease duration 2s, renew deadline 1.2s, retry period 300ms.`
+	case "version":
+		return `Print the version, commit and Go version of this binary.`
+	case "install":
+		return `Copy this executable to PATH (into PATH/elector if PATH is a directory) with mode 0755,
+atomically (a temporary file renamed over PATH). For init containers of images without cp.`
+	case "help":
+		return `Show the help of elector, or of COMMAND.`
+	}
+	return ""
+}
+
+func (c *cli) helpCmd(_ context.Context, args []string) int {
+	switch {
+	case len(args) == 0:
+		fmt.Fprint(c.stdout, mainHelp())
+		return exitOK
+	case len(args) > 1:
+		return c.usageError("elector help", fmt.Errorf("unexpected argument %q: want elector help [COMMAND]", args[1]))
+	}
+	cmd, ok := findCommand(args[0])
+	if !ok {
+		return c.usageError("elector help", fmt.Errorf("unknown command %q; commands: %s", args[0], commandNames()))
+	}
+	if cmd.name == "help" {
+		fmt.Fprint(c.stdout, mainHelp())
+		return exitOK
+	}
+	return cmd.run(c, context.Background(), []string{"--help"})
+}

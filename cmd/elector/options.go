@@ -1,0 +1,175 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/pflag"
+
+	"github.com/elector/elector/internal/redisclient"
+	"github.com/elector/elector/pkg/election"
+	"github.com/elector/elector/pkg/lease"
+)
+
+// Flag names shared by run, sidecar and status.
+const (
+	flagLeaseName     = "lease-name"
+	flagKeyPrefix     = "key-prefix"
+	flagIdentity      = "identity"
+	flagLeaseDuration = "lease-duration"
+	flagRenewDeadline = "renew-deadline"
+	flagRetryPeriod   = "retry-period"
+)
+
+// maxCallTimeout caps the per-call Redis timeouts, which are otherwise RenewDeadline/2.
+const maxCallTimeout = 5 * time.Second
+
+// leaseOptions are the --lease-name, --key-prefix, --identity and timing flags.
+type leaseOptions struct {
+	name, prefix, identity                    string
+	leaseDuration, renewDeadline, retryPeriod time.Duration
+	identitySource                            string // where identity came from, for errors
+}
+
+func (o *leaseOptions) addFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.name, flagLeaseName, "", "`name` of the lease the replicas compete for (required)")
+	fs.StringVar(&o.prefix, flagKeyPrefix, lease.DefaultPrefix, "`prefix` of the lease's Redis keys: PREFIX:{NAME}:lease, PREFIX:{NAME}:token")
+	fs.StringVar(&o.identity, flagIdentity, "", "this replica's `name` in the lease (default $POD_NAME, else the host name)")
+	fs.DurationVar(&o.leaseDuration, flagLeaseDuration, election.DefaultLeaseDuration, "how long a lease lasts without renewal: a crashed leader is replaced after this")
+	fs.DurationVar(&o.renewDeadline, flagRenewDeadline, election.DefaultRenewDeadline, "a leader steps down when it could not renew for this long; must be shorter than --lease-duration")
+	fs.DurationVar(&o.retryPeriod, flagRetryPeriod, election.DefaultRetryPeriod, "interval between renewals, and between attempts while Redis fails; --renew-deadline must exceed 1.2 × this")
+}
+
+// complete fills in the default identity: $POD_NAME, else the host name.
+func (o *leaseOptions) complete(c *cli) error {
+	o.identitySource = "--" + flagIdentity
+	if o.identity != "" {
+		return nil
+	}
+	if pod := c.getenv("POD_NAME"); pod != "" {
+		o.identity, o.identitySource = pod, "--"+flagIdentity+" (from $POD_NAME)"
+		return nil
+	}
+	host, err := c.hostname()
+	if err != nil || host == "" {
+		return fmt.Errorf("--%s: not set, $POD_NAME is empty and the host name is unknown (%v); set --%s", flagIdentity, err, flagIdentity)
+	}
+	o.identity, o.identitySource = host, "--"+flagIdentity+" (from the host name)"
+	return nil
+}
+
+// validate checks the lease flags; each error names the flag and says what is allowed.
+func (o *leaseOptions) validate() error {
+	if o.name == "" {
+		return fmt.Errorf("--%s is required: the name of the lease the replicas compete for", flagLeaseName)
+	}
+	if err := lease.ValidateName(o.name); err != nil {
+		return fmt.Errorf("--%s: %q %v", flagLeaseName, o.name, err)
+	}
+	if err := lease.ValidateName(o.prefix); err != nil {
+		return fmt.Errorf("--%s: %q %v", flagKeyPrefix, o.prefix, err)
+	}
+	if err := lease.ValidateIdentity(o.identity); err != nil {
+		return fmt.Errorf("%s: %q %v", o.identitySource, o.identity, err)
+	}
+	return validateTiming(o.leaseDuration, o.renewDeadline, o.retryPeriod)
+}
+
+// validateTiming checks the three timing flags as election.ValidateTiming does, with errors
+// that name the flags.
+func validateTiming(leaseDuration, renewDeadline, retryPeriod time.Duration) error {
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{flagLeaseDuration, leaseDuration}, {flagRenewDeadline, renewDeadline}, {flagRetryPeriod, retryPeriod}} {
+		if d.v <= 0 {
+			return fmt.Errorf("--%s: must be a positive duration such as 15s or 500ms, got %v", d.flag, d.v)
+		}
+	}
+	if leaseDuration%time.Millisecond != 0 {
+		return fmt.Errorf("--%s: must be a whole number of milliseconds, got %v", flagLeaseDuration, leaseDuration)
+	}
+	if limit := leaseDuration - election.DriftMargin(leaseDuration); renewDeadline >= limit {
+		return fmt.Errorf("--%s: must be shorter than --%s (%v) minus its clock-drift margin (%v), i.e. below %v; got %v",
+			flagRenewDeadline, flagLeaseDuration, leaseDuration, election.DriftMargin(leaseDuration), limit, renewDeadline)
+	}
+	if float64(renewDeadline) <= election.JitterFactor*float64(retryPeriod) {
+		return fmt.Errorf("--%s: must be less than --%s (%v) / %.1f, i.e. below %v; got %v",
+			flagRetryPeriod, flagRenewDeadline, renewDeadline, election.JitterFactor,
+			time.Duration(float64(renewDeadline)/election.JitterFactor).Round(time.Millisecond), retryPeriod)
+	}
+	// The library's check is the authority; the checks above only name the flags.
+	if err := election.ValidateTiming(leaseDuration, renewDeadline, retryPeriod); err != nil {
+		return fmt.Errorf("--%s, --%s, --%s: %w", flagLeaseDuration, flagRenewDeadline, flagRetryPeriod, err)
+	}
+	return nil
+}
+
+// callTimeout is the per-call Redis timeout for a renew deadline: half of it, at most 5s, so
+// that a leader gets at least two attempts before it must step down.
+func callTimeout(renewDeadline time.Duration) time.Duration {
+	return min(renewDeadline/2, maxCallTimeout)
+}
+
+// commonOptions are the flags of run, sidecar and status: the lease and Redis.
+type commonOptions struct {
+	lease leaseOptions
+	redis redisclient.Config
+}
+
+func (o *commonOptions) addFlags(fs *flagSet) {
+	o.lease.addFlags(fs.group("Lease flags"))
+	o.redis.AddFlags(fs.group("Redis flags"))
+}
+
+// complete fills in defaults, reads the password and checks every flag, without contacting
+// Redis. Every error is a usage error.
+func (o *commonOptions) complete(c *cli) error {
+	if err := o.lease.complete(c); err != nil {
+		return err
+	}
+	if err := o.lease.validate(); err != nil {
+		return err
+	}
+	if err := o.redis.LoadPassword(c.getenv); err != nil {
+		return err
+	}
+	t := callTimeout(o.lease.renewDeadline)
+	o.redis.DialTimeout, o.redis.ReadTimeout, o.redis.WriteTimeout = t, t, t
+	return o.redis.Validate()
+}
+
+// newClient builds the Redis client; complete must have succeeded.
+func (o *commonOptions) newClient() (redis.UniversalClient, error) {
+	client, err := redisclient.New(o.redis)
+	if err != nil {
+		return nil, fmt.Errorf("build the Redis client: %w", err)
+	}
+	return client, nil
+}
+
+// redisDescription names the Redis the client talks to, for error messages.
+func redisDescription(rc redisclient.Config) string {
+	s := fmt.Sprintf("Redis at %s (%s", strings.Join(rc.Addrs, ","), rc.Mode)
+	if rc.Mode == redisclient.ModeSentinel {
+		s += ", master " + strconv.Quote(rc.SentinelMaster)
+	}
+	return s + ")"
+}
+
+// validateListenAddr checks an --http-addr value: [host]:port with a port from 0 to 65535.
+func validateListenAddr(flag, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--%s: %q is not [host]:port (for example :8080 or 127.0.0.1:8080)", flag, addr)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("--%s: %q has an invalid port; want [host]:port with a port from 0 to 65535", flag, addr)
+	}
+	return nil
+}

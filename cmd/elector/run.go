@@ -1,0 +1,423 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
+
+	"github.com/elector/elector/internal/child"
+	"github.com/elector/elector/pkg/election"
+	"github.com/elector/elector/pkg/lease"
+)
+
+// Flag names of elector run.
+const (
+	flagStopSignal = "stop-signal"
+	flagKillGrace  = "kill-grace"
+	flagExitOnLost = "exit-on-lost"
+)
+
+// The environment variables elector run adds to the child's environment.
+const (
+	envFencingToken = "ELECTOR_FENCING_TOKEN"
+	envIdentity     = "ELECTOR_IDENTITY"
+	envLeaseName    = "ELECTOR_LEASE_NAME"
+)
+
+// runOptions are the flags of elector run about the child.
+type runOptions struct {
+	stopSignal string
+	killGrace  time.Duration
+	exitOnLost bool
+
+	signal syscall.Signal // stopSignal parsed by validate
+}
+
+func (o *runOptions) addFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.stopSignal, flagStopSignal, "SIGTERM", "`signal` sent to the command's process group when leadership is lost: a name (SIGTERM, TERM) or a number")
+	fs.DurationVar(&o.killGrace, flagKillGrace, 5*time.Second, "time between the stop signal and SIGKILL; 0 kills at once")
+	fs.BoolVar(&o.exitOnLost, flagExitOnLost, false, "exit with code 3 when leadership is lost, instead of campaigning again")
+}
+
+func (o *runOptions) validate() error {
+	sig, err := parseSignal(o.stopSignal)
+	if err != nil {
+		return fmt.Errorf("--%s: %v", flagStopSignal, err)
+	}
+	o.signal = sig
+	if o.killGrace < 0 {
+		return fmt.Errorf("--%s: must be 0 or a positive duration such as 5s, got %v", flagKillGrace, o.killGrace)
+	}
+	return nil
+}
+
+// signalNames lists the names --stop-signal accepts, in the order of their numbers on Linux.
+const signalNames = "SIGHUP, SIGINT, SIGQUIT, SIGABRT, SIGKILL, SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM, SIGTERM, SIGCONT, SIGSTOP, SIGTSTP, SIGWINCH"
+
+// signalByName returns the signal called name (without "SIG", upper case).
+func signalByName(name string) (syscall.Signal, bool) {
+	switch name {
+	case "HUP":
+		return syscall.SIGHUP, true
+	case "INT":
+		return syscall.SIGINT, true
+	case "QUIT":
+		return syscall.SIGQUIT, true
+	case "ABRT":
+		return syscall.SIGABRT, true
+	case "KILL":
+		return syscall.SIGKILL, true
+	case "USR1":
+		return syscall.SIGUSR1, true
+	case "USR2":
+		return syscall.SIGUSR2, true
+	case "PIPE":
+		return syscall.SIGPIPE, true
+	case "ALRM":
+		return syscall.SIGALRM, true
+	case "TERM":
+		return syscall.SIGTERM, true
+	case "CONT":
+		return syscall.SIGCONT, true
+	case "STOP":
+		return syscall.SIGSTOP, true
+	case "TSTP":
+		return syscall.SIGTSTP, true
+	case "WINCH":
+		return syscall.SIGWINCH, true
+	}
+	return 0, false
+}
+
+// parseSignal accepts SIGTERM, TERM, sigterm or 15.
+func parseSignal(s string) (syscall.Signal, error) {
+	if n, err := strconv.Atoi(s); err == nil {
+		if n < 1 || n > 64 {
+			return 0, fmt.Errorf("signal number %d is out of range 1-64", n)
+		}
+		return syscall.Signal(n), nil
+	}
+	name := strings.TrimPrefix(strings.ToUpper(s), "SIG")
+	if sig, ok := signalByName(name); ok {
+		return sig, nil
+	}
+	return 0, fmt.Errorf("unknown signal %q; want a number from 1 to 64 or one of %s", s, signalNames)
+}
+
+// commandAfterDash returns CMD [ARGS...] from `elector run [flags] -- CMD [ARGS...]`.
+func commandAfterDash(fs *pflag.FlagSet) ([]string, error) {
+	dash, rest := fs.ArgsLenAtDash(), fs.Args()
+	switch {
+	case dash < 0 && len(rest) > 0:
+		return nil, fmt.Errorf("--: missing before the command %q; want elector run [flags] -- CMD [ARGS...]", rest[0])
+	case dash < 0:
+		return nil, errors.New("--: missing, and no command to run; want elector run [flags] -- CMD [ARGS...]")
+	case dash > 0:
+		return nil, fmt.Errorf("--: unexpected argument %q before it; want elector run [flags] -- CMD [ARGS...]", rest[0])
+	case len(rest) == 0:
+		return nil, errors.New("--: no command after it; want elector run [flags] -- CMD [ARGS...]")
+	}
+	return rest, nil
+}
+
+// childEnv returns base with the elector's variables for one term set (replacing any that
+// were inherited).
+func childEnv(base []string, token int64, identity, leaseName string) []string {
+	env := make([]string, 0, len(base)+3)
+	for _, kv := range base {
+		name, _, _ := strings.Cut(kv, "=")
+		if name == envFencingToken || name == envIdentity || name == envLeaseName {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env,
+		envFencingToken+"="+strconv.FormatInt(token, 10),
+		envIdentity+"="+identity,
+		envLeaseName+"="+leaseName,
+	)
+}
+
+func (c *cli) runCmd(ctx context.Context, args []string) int {
+	cmd, _ := findCommand("run")
+	const who = "elector run"
+	fs := newFlagSet(cmd)
+	var ro runOptions
+	ro.addFlags(fs.group("Run flags"))
+	var so serveOptions
+	so.addFlags(fs.group("Endpoint flags"), "")
+	var co commonOptions
+	co.addFlags(fs)
+	fs.addKlogFlags()
+	if code, done := c.parseArgs(fs, args); done {
+		return code
+	}
+	argv, err := commandAfterDash(fs.all)
+	if err == nil {
+		err = co.complete(c)
+	}
+	if err == nil {
+		err = ro.validate()
+	}
+	if err == nil {
+		err = so.validate()
+	}
+	if err == nil {
+		// Checked before campaigning: a replica that could never run the command must not lead.
+		_, err = child.LookPath(argv[0])
+	}
+	if err != nil {
+		return c.usageError(who, err)
+	}
+	if margin := co.lease.leaseDuration - co.lease.renewDeadline; ro.killGrace > margin {
+		klog.InfoS("Warning: --kill-grace is longer than --lease-duration minus --renew-deadline: after a lost leadership the command may still run when another replica's command starts",
+			"killGrace", ro.killGrace, "margin", margin)
+	}
+
+	// Signals are caught from here on: a SIGTERM while campaigning ends the campaign cleanly.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
+	defer signal.Stop(sigs)
+
+	sup := &supervisor{
+		spec: child.Spec{
+			Path:       argv[0],
+			Args:       argv[1:],
+			Stdin:      c.stdin,
+			Stdout:     c.stdout,
+			Stderr:     c.stderr,
+			StopSignal: ro.signal,
+			KillGrace:  ro.killGrace,
+		},
+		baseEnv:   c.environ(),
+		identity:  co.lease.identity,
+		leaseName: co.lease.name,
+		exited:    make(chan child.ExitStatus, 1),
+		failed:    make(chan error, 1),
+	}
+	reaperCtx, stopReaper := context.WithCancel(ctx)
+	defer stopReaper()
+	if child.NeedsReaper() {
+		sup.spec.Reaper = child.NewReaper()
+		go sup.spec.Reaper.Run(reaperCtx)
+	}
+
+	l, err := startLeadership(&co, &so, election.Callbacks{
+		OnStartedLeading: sup.lead,
+		OnStoppedLeading: func() {},
+		OnNewLeader:      logNewLeader,
+	}, ro.exitOnLost)
+	if err != nil {
+		return c.runtimeError(who, err)
+	}
+	sup.elector = l.elector
+	klog.InfoS("Campaigning", "lease", co.lease.name, "identity", co.lease.identity,
+		"redis", redisDescription(co.redis), "command", argv[0])
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- l.elector.Run(runCtx) }()
+	httpErr := make(chan error, 1)
+	l.serveHTTP(httpErr)
+
+	var (
+		received   syscall.Signal
+		childCode  = -1
+		runErr     error
+		runtimeErr error
+	)
+	for running := true; running; {
+		select {
+		case s := <-sigs:
+			sig, _ := s.(syscall.Signal)
+			if received == 0 && (sig == syscall.SIGTERM || sig == syscall.SIGINT) {
+				received = sig
+				sup.stopping.Store(int32(sig))
+				klog.InfoS("Received signal: stopping the command and releasing the lease", "signal", sig)
+				cancel()
+				continue
+			}
+			sup.forward(sig)
+		case es := <-sup.exited:
+			childCode = es.ExitCode()
+			cancel()
+		case err := <-sup.failed:
+			runtimeErr = err
+			cancel()
+		case err := <-httpErr:
+			runtimeErr = err
+			cancel()
+		case runErr = <-errc:
+			running = false
+		}
+	}
+	select {
+	case es := <-sup.exited:
+		childCode = es.ExitCode()
+	default:
+	}
+	lost := errors.Is(runErr, election.ErrLeadershipLost)
+	if lost {
+		sup.releaseLast()
+	}
+	l.close()
+
+	switch {
+	case lost:
+		klog.InfoS("Leadership lost: exiting because of --exit-on-lost", "code", exitNoLeader)
+		return exitNoLeader
+	case runErr != nil:
+		return c.runtimeError(who, runErr)
+	case runtimeErr != nil:
+		return c.runtimeError(who, runtimeErr)
+	case childCode >= 0:
+		klog.InfoS("Exiting with the exit code of the command", "code", childCode)
+		return childCode
+	}
+	if st := sup.stoppedStatus(); st != nil {
+		klog.InfoS("Exiting with the exit code of the command", "code", st.ExitCode())
+		return st.ExitCode()
+	}
+	return exitOK
+}
+
+// logNewLeader logs each leader the elector observes.
+func logNewLeader(identity string) {
+	klog.InfoS("New leader observed", "leader", identity)
+}
+
+// supervisor runs the command of elector run during each term.
+type supervisor struct {
+	spec      child.Spec // template; Env is set per term
+	baseEnv   []string
+	identity  string
+	leaseName string
+	elector   *election.Elector
+
+	stopping atomic.Int32          // the signal the elector received (SIGTERM, SIGINT), 0 before
+	exited   chan child.ExitStatus // the command exited by itself
+	failed   chan error            // the command could not be started
+
+	mu       sync.Mutex
+	current  *child.Process
+	stopped  *child.ExitStatus // how the command ended when it was stopped for the elector's exit
+	lastTerm lease.Record      // the last term this replica led
+}
+
+// lead is OnStartedLeading: it runs the command until the command exits or ctx ends, and
+// then stops it with the stop signal (or the signal the elector received), the grace period
+// and SIGKILL.
+func (s *supervisor) lead(ctx context.Context) {
+	st := s.elector.Status()
+	if !st.IsLeader || ctx.Err() != nil {
+		return
+	}
+	s.mu.Lock()
+	s.lastTerm = lease.Record{Token: st.Token, Instance: s.elector.Lease().Instance(), Identity: s.identity}
+	s.mu.Unlock()
+	spec := s.spec
+	spec.Env = childEnv(s.baseEnv, st.Token, s.identity, s.leaseName)
+	// Stopping is done below with the right signal, so Start gets a context that never ends.
+	p, err := child.Start(context.Background(), spec)
+	if err != nil {
+		klog.ErrorS(err, "Cannot start the command", "command", spec.Path)
+		select {
+		case s.failed <- fmt.Errorf("start the command: %w", err):
+		default:
+		}
+		return
+	}
+	s.setCurrent(p)
+	defer s.setCurrent(nil)
+	klog.InfoS("Started the command", "pid", p.Pid(), "token", st.Token, "command", spec.Path)
+
+	select {
+	case <-p.Done():
+	case <-ctx.Done():
+		select {
+		case <-p.Done(): // it had exited by itself before we could stop it
+		default:
+			sig, reason := spec.StopSignal, "leadership lost"
+			if n := s.stopping.Load(); n != 0 {
+				sig, reason = syscall.Signal(n), "elector stopping"
+			}
+			klog.InfoS("Stopping the command", "pid", p.Pid(), "signal", sig, "reason", reason, "killGrace", spec.KillGrace)
+			es := p.StopWith(context.Background(), sig)
+			klog.InfoS("The command stopped", "pid", p.Pid(), "status", es.String(), "token", st.Token)
+			if s.stopping.Load() != 0 {
+				s.mu.Lock()
+				s.stopped = &es
+				s.mu.Unlock()
+			}
+			return
+		}
+	}
+	es := p.Wait()
+	klog.InfoS("The command exited; releasing the lease", "pid", p.Pid(), "status", es.String(), "token", st.Token)
+	select {
+	case s.exited <- es:
+	default:
+	}
+}
+
+func (s *supervisor) setCurrent(p *child.Process) {
+	s.mu.Lock()
+	s.current = p
+	s.mu.Unlock()
+}
+
+// forward passes a signal the elector received on to the running command's process group.
+func (s *supervisor) forward(sig syscall.Signal) {
+	s.mu.Lock()
+	p := s.current
+	s.mu.Unlock()
+	if p == nil {
+		klog.V(2).InfoS("Signal received while no command runs", "signal", sig)
+		return
+	}
+	if err := p.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		klog.ErrorS(err, "Cannot forward the signal", "signal", sig, "pid", p.Pid())
+		return
+	}
+	klog.V(2).InfoS("Forwarded signal to the command", "signal", sig, "pid", p.Pid())
+}
+
+// stoppedStatus returns how the command ended when it was stopped for the elector's exit.
+func (s *supervisor) stoppedStatus() *child.ExitStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopped
+}
+
+// releaseLast releases the last term if Redis still holds it: after the renew deadline passed
+// (Redis unreachable) the elector steps down without releasing, and an exiting process must
+// not leave its lease behind. The release is owner-checked, so it never touches a newer term.
+func (s *supervisor) releaseLast() {
+	s.mu.Lock()
+	term := s.lastTerm
+	s.mu.Unlock()
+	if term.Token == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	released, err := s.elector.Lease().Release(ctx, term)
+	switch {
+	case err != nil:
+		klog.ErrorS(err, "Cannot release the lease; it expires by itself", "token", term.Token)
+	case released:
+		klog.InfoS("Released the lease", "token", term.Token)
+	}
+}

@@ -1,0 +1,334 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
+
+	"github.com/elector/elector/internal/version"
+	"github.com/elector/elector/pkg/election"
+)
+
+// Flag names of the endpoints of run and sidecar.
+const (
+	flagHTTPAddr   = "http-addr"
+	flagStatusFile = "status-file"
+)
+
+// HTTP server limits: the endpoints answer small GET requests from probes and Prometheus.
+const (
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 10 * time.Second
+	writeTimeout      = 10 * time.Second
+	idleTimeout       = 60 * time.Second
+	maxHeaderBytes    = 16 << 10
+	// shutdownTimeout bounds how long requests in progress may delay the exit.
+	shutdownTimeout = 500 * time.Millisecond
+	// releaseTimeout bounds the last-resort release after Run returned without releasing.
+	releaseTimeout = 2 * time.Second
+)
+
+// serveOptions are --http-addr and --status-file.
+type serveOptions struct {
+	httpAddr   string
+	statusFile string
+}
+
+func (o *serveOptions) addFlags(fs *pflag.FlagSet, defaultAddr string) {
+	what := "`address` ([host]:port) to serve /leader, /healthz, /readyz and /metrics on"
+	if defaultAddr == "" {
+		what += "; empty: no HTTP server"
+	}
+	fs.StringVar(&o.httpAddr, flagHTTPAddr, defaultAddr, what)
+	fs.StringVar(&o.statusFile, flagStatusFile, "", "`file` to rewrite atomically with \"leader\" or \"follower\" on every change, for exec probes")
+}
+
+// validate checks the flags without side effects.
+func (o *serveOptions) validate() error {
+	if o.httpAddr != "" {
+		if err := validateListenAddr(flagHTTPAddr, o.httpAddr); err != nil {
+			return err
+		}
+	}
+	if o.statusFile != "" {
+		dir := filepath.Dir(o.statusFile)
+		st, err := os.Stat(dir)
+		switch {
+		case err != nil:
+			return fmt.Errorf("--%s: directory %q of the status file cannot be used: %v", flagStatusFile, dir, err)
+		case !st.IsDir():
+			return fmt.Errorf("--%s: %q is not a directory", flagStatusFile, dir)
+		}
+		if st, err := os.Stat(o.statusFile); err == nil && st.IsDir() {
+			return fmt.Errorf("--%s: %q is a directory; want a file path", flagStatusFile, o.statusFile)
+		}
+	}
+	return nil
+}
+
+// statusFile keeps a file that says "leader" or "follower". Every update reads the elector's
+// state at the moment of writing, under a lock, so that updates racing from the callbacks
+// always leave the latest truth in the file.
+type statusFile struct {
+	path     string
+	isLeader func() bool
+
+	mu   sync.Mutex
+	last string
+}
+
+// sync rewrites the file if the state changed; errors are logged. A nil *statusFile does nothing.
+func (s *statusFile) sync() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	state := "follower"
+	if s.isLeader() {
+		state = "leader"
+	}
+	if state == s.last {
+		return
+	}
+	if err := writeFileAtomic(s.path, []byte(state+"\n"), 0o644); err != nil {
+		klog.ErrorS(err, "Cannot update the status file", "path", s.path, "state", state)
+		return
+	}
+	s.last = state
+}
+
+// writeFileAtomic replaces path with data: it writes a temporary file in the same directory
+// and renames it over path, so that a reader sees the old or the new content, never a mix.
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }() // fails harmlessly after the rename
+	if _, err := tmp.Write(data); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// newRegistry returns a private Prometheus registry with the Go and process collectors, the
+// build info and the elector metrics.
+func newRegistry() (*prometheus.Registry, *election.Metrics, error) {
+	reg := prometheus.NewRegistry()
+	info := version.Get()
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "elector_build_info",
+		Help: "Always 1; the labels describe the elector binary.",
+	}, []string{"version", "commit", "goversion"})
+	build.WithLabelValues(info.Version, info.Commit, info.GoVersion).Set(1)
+	for _, c := range []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		build,
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, nil, fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	m, err := election.NewMetrics(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return reg, m, nil
+}
+
+// readOnly answers anything but GET and HEAD with 405, as the handlers of package election do.
+func readOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// readyHandler answers 200 while e leads, else 503.
+func readyHandler(e *election.Elector) http.Handler {
+	return readOnly(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		if !e.IsLeader() {
+			http.Error(w, "not the leader", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("leader\n"))
+	}))
+}
+
+// healthzTolerance is how long past its renew deadline a replica may still believe it leads
+// before /healthz fails: until the lease may have expired, when another replica may lead.
+func healthzTolerance(cfg election.Config) time.Duration {
+	return cfg.LeaseDuration - cfg.RenewDeadline
+}
+
+// httpServer serves the endpoints of one elector.
+type httpServer struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+// listenHTTP binds addr and prepares the endpoints; serve starts answering.
+func listenHTTP(addr string, e *election.Elector, reg *prometheus.Registry) (*httpServer, error) {
+	mux := http.NewServeMux()
+	mux.Handle("/leader", e.LeaderHandler())
+	mux.Handle("/healthz", e.HealthzAdaptor(healthzTolerance(e.Config())))
+	mux.Handle("/readyz", readyHandler(e))
+	mux.Handle("/metrics", readOnly(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on --%s=%s: %w", flagHTTPAddr, addr, err)
+	}
+	return &httpServer{
+		ln: ln,
+		srv: &http.Server{
+			Handler:           mux,
+			ReadHeaderTimeout: readHeaderTimeout,
+			ReadTimeout:       readTimeout,
+			WriteTimeout:      writeTimeout,
+			IdleTimeout:       idleTimeout,
+			MaxHeaderBytes:    maxHeaderBytes,
+		},
+	}, nil
+}
+
+// serve answers requests until shutdown; it returns nil after shutdown.
+func (h *httpServer) serve() error {
+	if err := h.srv.Serve(h.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve HTTP on %s: %w", h.ln.Addr(), err)
+	}
+	return nil
+}
+
+func (h *httpServer) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := h.srv.Shutdown(ctx); err != nil {
+		_ = h.srv.Close()
+	}
+	_ = h.ln.Close() // in case serve never ran
+}
+
+// leadership is what run and sidecar share: the Redis client, the elector, its endpoints and
+// its status file.
+type leadership struct {
+	client  redis.UniversalClient
+	elector *election.Elector
+	http    *httpServer // nil without --http-addr
+	status  *statusFile // nil without --status-file
+}
+
+// startLeadership builds the client and the elector with cb, writes the status file as
+// "follower" and binds the HTTP address. Nothing contacts Redis yet. On error everything
+// built is closed again. The status file follows the callbacks of cb.
+func startLeadership(co *commonOptions, so *serveOptions, cb election.Callbacks, exitOnLost bool) (*leadership, error) {
+	client, err := co.newClient()
+	if err != nil {
+		return nil, err
+	}
+	l := &leadership{client: client}
+	reg, metrics, err := newRegistry()
+	if err != nil {
+		l.close()
+		return nil, err
+	}
+	started, stopped := cb.OnStartedLeading, cb.OnStoppedLeading
+	cb.OnStartedLeading = func(ctx context.Context) {
+		l.status.sync()
+		started(ctx)
+	}
+	cb.OnStoppedLeading = func() {
+		l.status.sync()
+		stopped()
+	}
+	l.elector, err = election.New(election.Config{
+		Client:          client,
+		LeaseName:       co.lease.name,
+		KeyPrefix:       co.lease.prefix,
+		Identity:        co.lease.identity,
+		LeaseDuration:   co.lease.leaseDuration,
+		RenewDeadline:   co.lease.renewDeadline,
+		RetryPeriod:     co.lease.retryPeriod,
+		Callbacks:       cb,
+		ReleaseOnCancel: true,
+		Recampaign:      !exitOnLost,
+		Metrics:         metrics,
+	})
+	if err != nil {
+		l.close()
+		return nil, err
+	}
+	if so.statusFile != "" {
+		l.status = &statusFile{path: so.statusFile, isLeader: l.elector.IsLeader}
+		if err := writeFileAtomic(so.statusFile, []byte("follower\n"), 0o644); err != nil {
+			l.close()
+			return nil, fmt.Errorf("--%s: %w", flagStatusFile, err)
+		}
+		l.status.last = "follower"
+	}
+	if so.httpAddr != "" {
+		if l.http, err = listenHTTP(so.httpAddr, l.elector, reg); err != nil {
+			l.close()
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// serveHTTP serves the endpoints in a goroutine; a failure is sent on errc.
+func (l *leadership) serveHTTP(errc chan<- error) {
+	if l.http == nil {
+		return
+	}
+	klog.InfoS("Serving HTTP", "addr", l.http.ln.Addr().String())
+	go func() {
+		if err := l.http.serve(); err != nil {
+			errc <- err
+		}
+	}()
+}
+
+// close stops the endpoints, marks the status file "follower" and closes the client.
+func (l *leadership) close() {
+	if l.http != nil {
+		l.http.shutdown()
+	}
+	l.status.sync()
+	if l.client != nil {
+		_ = l.client.Close()
+	}
+}

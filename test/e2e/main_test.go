@@ -1,0 +1,412 @@
+// Package e2e tests the elector binary end to end: TestMain builds it once (with the race
+// detector when the tests run with -race), and every test runs it as separate processes
+// against real redis-server processes started by internal/redistest.
+//
+// The child of `elector run` is testdata/worker, built once as well: it logs its start, the
+// signals it gets and its exit to a file shared by all replicas, and detects overlapping
+// workers with flock(2).
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Fast election timing for the tests; bounds in assertions are many times these.
+const (
+	testLease = "1s"
+	testRenew = "600ms"
+	testRetry = "150ms"
+)
+
+// bins are the binaries TestMain built; read-only during the tests.
+var bins struct {
+	elector string
+	worker  string
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "elector-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	bins.elector = filepath.Join(dir, "elector")
+	bins.worker = filepath.Join(dir, "worker")
+	if err := build(bins.elector, "../../cmd/elector", raceEnabled); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	if err := build(bins.worker, "./testdata/worker", false); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// build compiles the package at pkg (relative to this directory) into out.
+func build(out, pkg string, race bool) error {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	}
+	args := []string{"build", "-o", out}
+	if race {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command(goBin, append(args, pkg)...)
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("go %s: %v\n%s", strings.Join(cmd.Args[1:], " "), err, stderr.String())
+	}
+	return nil
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// proc is one elector process.
+type proc struct {
+	t      testing.TB
+	name   string
+	cmd    *exec.Cmd
+	stdout syncBuffer
+	stderr syncBuffer
+	done   chan struct{}
+	state  *os.ProcessState // valid after done
+	exited time.Time        // valid after done
+}
+
+// cleanEnv is the test's environment without anything that would configure the elector.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "ELECTOR_") || name == "REDIS_PASSWORD" || name == "POD_NAME" {
+			continue
+		}
+		env = append(env, kv)
+	}
+	// A race report makes the process exit with 66 at its end, which every test notices.
+	return append(env, "GORACE=exitcode=66")
+}
+
+// startElector starts the elector binary with args and extra environment entries
+// ("KEY=value"). The process and its process group are killed at the end of the test.
+func startElector(t testing.TB, name string, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, done: make(chan struct{})}
+	p.cmd = exec.Command(bins.elector, args...)
+	p.cmd.Env = append(cleanEnv(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	// Its own group, so that cleanup reaches anything it left; Pdeathsig, so that it dies
+	// with the test binary (its children die with it in turn).
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		p.state, p.exited = p.cmd.ProcessState, time.Now()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("%s (%s): stderr:\n%s\nstdout:\n%s", p.name, strings.Join(args, " "), p.stderr.String(), p.stdout.String())
+		}
+	})
+	return p
+}
+
+// runElector runs the elector to its end (at most timeout) and returns its exit code.
+func runElector(t testing.TB, timeout time.Duration, env []string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	p := startElector(t, "elector "+args[0], env, args...)
+	code = p.wait(timeout)
+	return code, p.stdout.String(), p.stderr.String()
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+// signal sends sig to the elector process (not to its group).
+func (p *proc) signal(sig syscall.Signal) {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		p.t.Fatalf("signal %v to %s: %v", sig, p.name, err)
+	}
+}
+
+// kill SIGKILLs the elector and its process group, and waits for it.
+func (p *proc) kill() {
+	_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// running reports whether the process has not exited.
+func (p *proc) running() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// wait waits for the exit and returns the code a shell would show (128+N for signal N).
+func (p *proc) wait(timeout time.Duration) int {
+	p.t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		p.t.Fatalf("%s did not exit within %v; stderr:\n%s", p.name, timeout, p.stderr.String())
+	}
+	if ws, ok := p.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return p.state.ExitCode()
+}
+
+// waitFor polls cond every 10ms until it holds, failing the test after timeout.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// leaseArgs are the flags that put a replica on lease name at addr with the test timing.
+func leaseArgs(addr, name, identity string) []string {
+	return []string{
+		"--redis-addr", addr, "--lease-name", name, "--identity", identity,
+		"--lease-duration", testLease, "--renew-deadline", testRenew, "--retry-period", testRetry,
+	}
+}
+
+// leaseKey is the Redis key of a lease with the default prefix.
+func leaseKey(name string) string { return "elector:{" + name + "}:lease" }
+
+// leaseValue returns the record at the lease key, "" when the key is absent.
+func leaseValue(t testing.TB, c *redis.Client, name string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, err := c.Get(ctx, leaseKey(name)).Result()
+	if errors.Is(err, redis.Nil) {
+		return ""
+	}
+	if err != nil {
+		t.Fatalf("GET %s: %v", leaseKey(name), err)
+	}
+	return v
+}
+
+// assertLeaseGone fails unless the lease key is absent: every exit after acquiring releases.
+func assertLeaseGone(t testing.TB, c *redis.Client, name string) {
+	t.Helper()
+	if v := leaseValue(t, c, name); v != "" {
+		t.Errorf("lease %q is still held after the electors exited: %q", name, v)
+	}
+}
+
+// holderOf returns the identity in a record "v1:<token>:<instance>:<identity>".
+func holderOf(record string) string {
+	parts := strings.SplitN(record, ":", 4)
+	if len(parts) < 4 {
+		return ""
+	}
+	return parts[3]
+}
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// httpGet returns the status code and body of a GET, or 0 and the error text.
+func httpGet(url string) (int, string) {
+	return httpDo(http.MethodGet, url)
+}
+
+func httpDo(method, url string) (int, string) {
+	c := &http.Client{Timeout: 2 * time.Second}
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// workerEvent is one line of the worker log (see testdata/worker).
+type workerEvent struct {
+	Ev    string `json:"ev"`
+	ID    string `json:"id"`
+	Lease string `json:"lease"`
+	Token int64  `json:"token"`
+	PID   int    `json:"pid"`
+	T     int64  `json:"t"`
+	Sig   string `json:"sig"`
+	Code  int    `json:"code"`
+}
+
+func (e workerEvent) time() time.Time { return time.Unix(0, e.T) }
+
+func (e workerEvent) String() string {
+	return fmt.Sprintf("%s %-7s %-4s token=%d pid=%d sig=%q code=%d", e.time().Format("15:04:05.000000"), e.Ev, e.ID, e.Token, e.PID, e.Sig, e.Code)
+}
+
+// workerLog is the log file of the workers of one test.
+type workerLog string
+
+func (l workerLog) events(t testing.TB) []workerEvent {
+	t.Helper()
+	f, err := os.Open(string(l))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var evs []workerEvent
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var ev workerEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("worker log line %q: %v", sc.Text(), err)
+		}
+		evs = append(evs, ev)
+	}
+	return evs
+}
+
+func (l workerLog) dump(t testing.TB) string {
+	var b strings.Builder
+	for _, ev := range l.events(t) {
+		b.WriteString("  " + ev.String() + "\n")
+	}
+	return b.String()
+}
+
+// waitEvent waits until the log has an event matching f at an index ≥ from and returns it
+// with its index.
+func (l workerLog) waitEvent(t testing.TB, from int, timeout time.Duration, what string, f func(workerEvent) bool) (workerEvent, int) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		evs := l.events(t)
+		for i := from; i < len(evs); i++ {
+			if f(evs[i]) {
+				return evs[i], i
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within %v; worker log:\n%s", what, timeout, l.dump(t))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// workerArgs returns "--" and the worker command line writing to l (and flocking lock).
+func workerArgs(l workerLog, lock string, extra ...string) []string {
+	return append([]string{"--", bins.worker, "-log", string(l), "-lock", lock}, extra...)
+}
+
+// checkWorkers fails on any overlap event and on start tokens that did not strictly increase.
+func (l workerLog) checkWorkers(t testing.TB) (starts int) {
+	t.Helper()
+	var last int64
+	for _, ev := range l.events(t) {
+		switch ev.Ev {
+		case "overlap":
+			t.Errorf("two workers ran at once: %v\nworker log:\n%s", ev, l.dump(t))
+		case "start":
+			starts++
+			if ev.Token <= last {
+				t.Errorf("token %d of %s is not larger than the previous token %d\nworker log:\n%s", ev.Token, ev.ID, last, l.dump(t))
+			}
+			last = ev.Token
+		}
+	}
+	return starts
+}
+
+// processGone reports whether pid has exited (a zombie counts as gone).
+func processGone(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+	}
+	// The state follows the command name in parentheses: "pid (comm) S ...".
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] == 'Z' || s[i+2] == 'X'
+	}
+	return false
+}
+
+// oneLine fails unless s is exactly one line of text.
+func oneLine(t testing.TB, s string) string {
+	t.Helper()
+	s = strings.TrimSuffix(s, "\n")
+	if s == "" || strings.Contains(s, "\n") {
+		t.Errorf("want exactly one line on stderr, got %q", s)
+	}
+	return s
+}

@@ -1,0 +1,405 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/elector/elector/internal/redistest"
+)
+
+func isStart(ev workerEvent) bool { return ev.Ev == "start" }
+
+// runReplica starts `elector run` for identity on lease name, with a worker child.
+func runReplica(t *testing.T, addr, name, identity string, l workerLog, lock string, flags []string, worker ...string) *proc {
+	t.Helper()
+	args := append([]string{"run"}, leaseArgs(addr, name, identity)...)
+	args = append(args, flags...)
+	args = append(args, workerArgs(l, lock, worker...)...)
+	return startElector(t, identity, nil, args...)
+}
+
+// TestRunThreeReplicas runs three replicas of `elector run` and disrupts the leader in every
+// way: SIGKILL, SIGTERM and a lease taken by another term. Never do two workers run at once, every worker
+// gets a larger token, and the last one to exit releases the lease.
+func TestRunThreeReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	dir := t.TempDir()
+	log := workerLog(filepath.Join(dir, "worker.log"))
+	lock := filepath.Join(dir, "worker.lock")
+	const name = "three"
+	replicas := map[string]*proc{}
+	start := func(id string) {
+		// 300ms of grace is within lease-duration - renew-deadline: no warning.
+		replicas[id] = runReplica(t, srv.Addr(), name, id, log, lock, []string{"--kill-grace", "300ms"})
+	}
+	for _, id := range []string{"r0", "r1", "r2"} {
+		start(id)
+	}
+
+	first, idx := log.waitEvent(t, 0, 10*time.Second, "a first worker", isStart)
+	if first.Lease != name || replicas[first.ID] == nil || first.Token <= 0 {
+		t.Fatalf("first worker got ELECTOR_LEASE_NAME=%q ELECTOR_IDENTITY=%q ELECTOR_FENCING_TOKEN=%d", first.Lease, first.ID, first.Token)
+	}
+	if h := holderOf(leaseValue(t, client, name)); h != first.ID {
+		t.Fatalf("lease holder is %q, the worker runs for %q", h, first.ID)
+	}
+	time.Sleep(time.Second) // a few renewals: the followers must stay followers
+	if n := log.checkWorkers(t); n != 1 {
+		t.Fatalf("%d workers started while one leader renewed; worker log:\n%s", n, log.dump(t))
+	}
+
+	// SIGKILL of the leading elector: its worker dies with it (Pdeathsig), the lease is not
+	// released, and the next worker starts only when the lease has expired.
+	ctx := context.Background()
+	readAt := time.Now()
+	pttl, err := client.PTTL(ctx, leaseKey(name)).Result()
+	if err != nil || pttl <= 0 {
+		t.Fatalf("PTTL of the lease: %v, %v", pttl, err)
+	}
+	replicas[first.ID].signal(syscall.SIGKILL)
+	if code := replicas[first.ID].wait(5 * time.Second); code != 128+int(syscall.SIGKILL) {
+		t.Fatalf("killed elector exited with %d", code)
+	}
+	waitFor(t, 3*time.Second, "the worker of the killed elector to die with it", func() bool { return processGone(first.PID) })
+	if h := holderOf(leaseValue(t, client, name)); h != first.ID && time.Since(readAt) < pttl {
+		t.Fatalf("right after the SIGKILL the lease is held by %q, want it still held by the dead %q", h, first.ID)
+	}
+	second, idx := log.waitEvent(t, idx+1, 10*time.Second, "a worker after the SIGKILL", isStart)
+	if expiry := readAt.Add(pttl); second.time().Before(expiry.Add(-5 * time.Millisecond)) {
+		t.Errorf("the next worker started %v before the killed leader's lease expired", expiry.Sub(second.time()))
+	}
+	if second.ID == first.ID || second.Token <= first.Token {
+		t.Errorf("after the SIGKILL of %s (token %d), %s started with token %d", first.ID, first.Token, second.ID, second.Token)
+	}
+	start(first.ID) // the killed replica comes back as a new process
+
+	// SIGTERM: the worker gets it and exits 0, the elector exits 0 and releases the lease.
+	replicas[second.ID].signal(syscall.SIGTERM)
+	log.waitEvent(t, idx+1, 5*time.Second, "SIGTERM forwarded to the worker", func(ev workerEvent) bool {
+		return ev.Ev == "signal" && ev.PID == second.PID && ev.Sig == "terminated"
+	})
+	if code := replicas[second.ID].wait(5 * time.Second); code != 0 {
+		t.Fatalf("elector %s exited with %d after SIGTERM, want the worker's 0", second.ID, code)
+	}
+	third, idx := log.waitEvent(t, idx+1, 5*time.Second, "a worker after the SIGTERM", isStart)
+	if third.ID == second.ID || third.Token <= second.Token {
+		t.Errorf("after the SIGTERM of %s (token %d), %s started with token %d", second.ID, second.Token, third.ID, third.Token)
+	}
+	start(second.ID)
+
+	// Another term takes the lease over (as after a partition that outlasted the lease): the
+	// leader's next renew fails, it stops its worker with --stop-signal and campaigns again;
+	// when the other term's lease expires, some replica leads with a new token.
+	const other = "v1:1:0123456789abcdef:intruder"
+	if err := client.Set(ctx, leaseKey(name), other, 2*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	taken := time.Now()
+	log.waitEvent(t, idx+1, 5*time.Second, "SIGTERM to the worker whose lease was taken", func(ev workerEvent) bool {
+		return ev.Ev == "signal" && ev.PID == third.PID && ev.Sig == "terminated"
+	})
+	fourth, _ := log.waitEvent(t, idx+1, 10*time.Second, "a worker after the other term's lease expired", isStart)
+	if fourth.Token <= third.Token {
+		t.Errorf("after the lease was taken, %s started with token %d, not above %d", fourth.ID, fourth.Token, third.Token)
+	}
+	if fourth.time().Before(taken.Add(2 * time.Second)) {
+		t.Errorf("%s started %v after another term took the lease for 2s", fourth.ID, fourth.time().Sub(taken))
+	}
+
+	// Followers first, so that none takes over (and has its worker stopped mid-start).
+	leader := holderOf(leaseValue(t, client, name))
+	if leader != fourth.ID {
+		t.Fatalf("lease held by %q, the last worker started for %q", leader, fourth.ID)
+	}
+	stop := func(id string) {
+		p := replicas[id]
+		p.signal(syscall.SIGTERM)
+		if code := p.wait(5 * time.Second); code != 0 {
+			t.Errorf("elector %s exited with %d after SIGTERM", id, code)
+		}
+	}
+	for id := range replicas {
+		if id != leader {
+			stop(id)
+		}
+	}
+	stop(leader)
+	assertLeaseGone(t, client, name)
+	if n := log.checkWorkers(t); n < 4 {
+		t.Errorf("%d workers started, want at least 4", n)
+	}
+	for _, ev := range log.events(t) {
+		if ev.Ev == "start" && !processGone(ev.PID) {
+			t.Errorf("worker %d of %s still runs after every elector exited", ev.PID, ev.ID)
+		}
+	}
+}
+
+// TestRunSIGTERMHandsOver checks that a SIGTERM hands the lease over in about a round trip,
+// not at expiry, that the elector exits with its worker's code, and that other signals are
+// passed on to the worker.
+func TestRunSIGTERMHandsOver(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	dir := t.TempDir()
+	log := workerLog(filepath.Join(dir, "worker.log"))
+	lock := filepath.Join(dir, "worker.lock")
+	const name = "handover"
+	// A long lease: a takeover at expiry would take about 10s.
+	slow := []string{"--lease-duration", "10s", "--renew-deadline", "6s", "--retry-period", "1s"}
+	a := runReplica(t, srv.Addr(), name, "a", log, lock, slow, "-term-exit", "5")
+	first, idx := log.waitEvent(t, 0, 10*time.Second, "worker of a", isStart)
+	if first.ID != "a" {
+		t.Fatalf("first worker is %q", first.ID)
+	}
+	b := runReplica(t, srv.Addr(), name, "b", log, lock, slow, "-term-exit", "5")
+	waitFor(t, 10*time.Second, "b to see a as the leader", func() bool {
+		return strings.Contains(b.stderr.String(), `"New leader observed" leader="a"`)
+	})
+
+	for _, sig := range []struct {
+		sig  syscall.Signal
+		name string
+	}{{syscall.SIGHUP, "hangup"}, {syscall.SIGUSR1, "user defined signal 1"}, {syscall.SIGUSR2, "user defined signal 2"}} {
+		a.signal(sig.sig)
+		log.waitEvent(t, idx+1, 5*time.Second, sig.name+" forwarded to the worker", func(ev workerEvent) bool {
+			return ev.Ev == "signal" && ev.PID == first.PID && ev.Sig == sig.name
+		})
+	}
+
+	sent := time.Now()
+	a.signal(syscall.SIGTERM)
+	if code := a.wait(5 * time.Second); code != 5 {
+		t.Fatalf("a exited with %d after SIGTERM, want its worker's 5", code)
+	}
+	second, _ := log.waitEvent(t, idx+1, 10*time.Second, "worker of b", isStart)
+	if second.ID != "b" || second.Token <= first.Token {
+		t.Fatalf("after a's SIGTERM %q started with token %d (a had %d)", second.ID, second.Token, first.Token)
+	}
+	if took := second.time().Sub(sent); took > 2*time.Second {
+		t.Errorf("b's worker started %v after a's SIGTERM; a release should hand over in about a round trip, not at expiry (10s)", took)
+	}
+	if h := holderOf(leaseValue(t, client, name)); h != "b" {
+		t.Errorf("lease holder is %q, want b", h)
+	}
+	b.signal(syscall.SIGINT)
+	if code := b.wait(5 * time.Second); code != 5 {
+		t.Errorf("b exited with %d after SIGINT, want its worker's 5", code)
+	}
+	assertLeaseGone(t, client, name)
+	log.checkWorkers(t)
+}
+
+// TestRunChildExitCode checks that the elector exits with the exact code of a worker that
+// exits by itself, and releases the lease first.
+func TestRunChildExitCode(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	for _, tc := range []struct {
+		name string
+		cmd  []string // instead of the worker
+		exit string   // the worker's -exit-code
+		want int
+	}{
+		{"exit-7", nil, "7", 7},
+		{"exit-0", nil, "0", 0},
+		{"killed-by-sigusr1", []string{"sh", "-c", `kill -USR1 $$`}, "", 128 + int(syscall.SIGUSR1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			log := workerLog(filepath.Join(dir, "worker.log"))
+			args := append([]string{"run"}, leaseArgs(srv.Addr(), tc.name, "solo")...)
+			if tc.cmd != nil {
+				args = append(append(args, "--"), tc.cmd...)
+			} else {
+				args = append(args, workerArgs(log, filepath.Join(dir, "lock"), "-exit-after", "300ms", "-exit-code", tc.exit)...)
+			}
+			code, _, stderr := runElector(t, 10*time.Second, nil, args...)
+			if code != tc.want {
+				t.Errorf("exit code %d, want %d; stderr:\n%s", code, tc.want, stderr)
+			}
+			assertLeaseGone(t, client, tc.name)
+			if tc.cmd == nil {
+				log.waitEvent(t, 0, time.Second, "the worker's exit", func(ev workerEvent) bool { return ev.Ev == "exit" })
+			}
+		})
+	}
+}
+
+// TestRunKillGrace checks the escalation to SIGKILL when the worker ignores SIGTERM, and the
+// warning about a grace period longer than lease-duration - renew-deadline.
+func TestRunKillGrace(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	dir := t.TempDir()
+	log := workerLog(filepath.Join(dir, "worker.log"))
+	const name = "grace"
+	p := runReplica(t, srv.Addr(), name, "a", log, filepath.Join(dir, "lock"), []string{"--kill-grace", "500ms"}, "-ignore-term")
+	w, _ := log.waitEvent(t, 0, 10*time.Second, "the worker", isStart)
+	if !strings.Contains(p.stderr.String(), "--kill-grace is longer than --lease-duration minus --renew-deadline") {
+		t.Errorf("no warning about --kill-grace 500ms > 1s - 600ms; stderr:\n%s", p.stderr.String())
+	}
+	sent := time.Now()
+	p.signal(syscall.SIGTERM)
+	code := p.wait(10 * time.Second)
+	took := p.exited.Sub(sent)
+	if code != 128+int(syscall.SIGKILL) {
+		t.Errorf("exit code %d, want %d (the worker ignored SIGTERM and was killed)", code, 128+int(syscall.SIGKILL))
+	}
+	if took < 500*time.Millisecond || took > 5*time.Second {
+		t.Errorf("the elector exited %v after SIGTERM, want just after the 500ms grace", took)
+	}
+	log.waitEvent(t, 0, time.Second, "SIGTERM at the worker", func(ev workerEvent) bool { return ev.Ev == "signal" && ev.Sig == "terminated" })
+	if !processGone(w.PID) {
+		t.Errorf("worker %d still runs", w.PID)
+	}
+	assertLeaseGone(t, client, name)
+}
+
+// TestRunLeadershipLost checks what happens when the lease is lost: --stop-signal to the
+// worker, SIGKILL after --kill-grace, and a new worker with a new token once leading again.
+func TestRunLeadershipLost(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	dir := t.TempDir()
+	log := workerLog(filepath.Join(dir, "worker.log"))
+	lock := filepath.Join(dir, "lock")
+	const name = "lost"
+	p := runReplica(t, srv.Addr(), name, "a", log, lock, []string{"--kill-grace", "300ms", "--stop-signal", "SIGUSR1"}, "-ignore-term")
+	first, idx := log.waitEvent(t, 0, 10*time.Second, "the worker", isStart)
+	if strings.Contains(p.stderr.String(), "--kill-grace is longer") {
+		t.Errorf("warning about --kill-grace 300ms, which is within 1s - 600ms")
+	}
+	if err := client.Del(context.Background(), leaseKey(name)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	stop, _ := log.waitEvent(t, idx+1, 5*time.Second, "SIGUSR1 at the worker", func(ev workerEvent) bool {
+		return ev.Ev == "signal" && ev.PID == first.PID
+	})
+	if stop.Sig != "user defined signal 1" {
+		t.Errorf("the worker got %q, want --stop-signal SIGUSR1", stop.Sig)
+	}
+	second, _ := log.waitEvent(t, idx+1, 10*time.Second, "a new worker", isStart)
+	if second.Token <= first.Token {
+		t.Errorf("new worker's token %d is not above %d", second.Token, first.Token)
+	}
+	if gap := second.time().Sub(stop.time()); gap < 300*time.Millisecond {
+		t.Errorf("the new worker started %v after the stop signal, before the 300ms grace ended", gap)
+	}
+	if !processGone(first.PID) {
+		t.Errorf("the first worker %d still runs", first.PID)
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(10 * time.Second); code != 128+int(syscall.SIGKILL) {
+		t.Errorf("exit code %d, want %d (the worker ignores SIGTERM)", code, 128+int(syscall.SIGKILL))
+	}
+	assertLeaseGone(t, client, name)
+	log.checkWorkers(t)
+}
+
+// TestRunExitOnLost checks that --exit-on-lost exits with 3 after stopping the worker.
+func TestRunExitOnLost(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	dir := t.TempDir()
+	log := workerLog(filepath.Join(dir, "worker.log"))
+	const name = "exit-on-lost"
+	p := runReplica(t, srv.Addr(), name, "a", log, filepath.Join(dir, "lock"), []string{"--exit-on-lost"})
+	w, _ := log.waitEvent(t, 0, 10*time.Second, "the worker", isStart)
+	if err := client.Del(context.Background(), leaseKey(name)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(10 * time.Second); code != 3 {
+		t.Errorf("exit code %d, want 3", code)
+	}
+	log.waitEvent(t, 0, time.Second, "SIGTERM at the worker", func(ev workerEvent) bool { return ev.Ev == "signal" && ev.Sig == "terminated" })
+	if !processGone(w.PID) {
+		t.Errorf("worker %d still runs", w.PID)
+	}
+	assertLeaseGone(t, client, name)
+}
+
+// TestRunSIGTERMWhileCampaigning checks that a follower exits 0 at once on SIGTERM, without
+// ever starting its command or touching the leader's lease.
+func TestRunSIGTERMWhileCampaigning(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	dir := t.TempDir()
+	log := workerLog(filepath.Join(dir, "worker.log"))
+	const name = "campaigning"
+	const other = "v1:42:0123456789abcdef:other"
+	if err := client.Set(context.Background(), leaseKey(name), other, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p := runReplica(t, srv.Addr(), name, "a", log, filepath.Join(dir, "lock"), nil)
+	waitFor(t, 10*time.Second, "a to see the other leader", func() bool {
+		return strings.Contains(p.stderr.String(), `"New leader observed" leader="other"`)
+	})
+	sent := time.Now()
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(5 * time.Second); code != 0 {
+		t.Errorf("exit code %d, want 0 (no command was running)", code)
+	}
+	if took := p.exited.Sub(sent); took > 2*time.Second {
+		t.Errorf("a follower took %v to exit on SIGTERM", took)
+	}
+	if evs := log.events(t); len(evs) != 0 {
+		t.Errorf("a follower started its command:\n%s", log.dump(t))
+	}
+	if v := leaseValue(t, client, name); v != other {
+		t.Errorf("lease is %q, want the other leader's %q untouched", v, other)
+	}
+}
+
+// TestRunEndpoints checks --http-addr and --status-file of run, and the status file after exit.
+func TestRunEndpoints(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	dir := t.TempDir()
+	log := workerLog(filepath.Join(dir, "worker.log"))
+	statusFile := filepath.Join(dir, "status")
+	addr := freeAddr(t)
+	const name = "run-http"
+	p := runReplica(t, srv.Addr(), name, "a", log, filepath.Join(dir, "lock"),
+		[]string{"--http-addr", addr, "--status-file", statusFile}, "-exit-after", "3s", "-exit-code", "4")
+	log.waitEvent(t, 0, 10*time.Second, "the worker", isStart)
+	waitFor(t, 5*time.Second, "status file to say leader", func() bool {
+		b, _ := os.ReadFile(statusFile)
+		return string(b) == "leader\n"
+	})
+	code, body := httpGet("http://" + addr + "/leader")
+	var st struct {
+		Name     string `json:"name"`
+		Identity string `json:"identity"`
+		IsLeader bool   `json:"isLeader"`
+		Lease    string `json:"lease"`
+		Token    int64  `json:"token"`
+	}
+	if err := json.Unmarshal([]byte(body), &st); code != 200 || err != nil || st.Name != "a" || !st.IsLeader || st.Lease != name || st.Token <= 0 {
+		t.Errorf("GET /leader: %d %s", code, body)
+	}
+	if code, body := httpGet("http://" + addr + "/readyz"); code != 200 {
+		t.Errorf("GET /readyz on the leader: %d %s", code, body)
+	}
+	if code, body := httpGet("http://" + addr + "/healthz"); code != 200 {
+		t.Errorf("GET /healthz: %d %s", code, body)
+	}
+	if code, body := httpGet("http://" + addr + "/metrics"); code != 200 || !strings.Contains(body, `leader_election_master_status{name="`+name+`"} 1`) {
+		t.Errorf("GET /metrics: %d, no leader_election_master_status 1:\n%s", code, body)
+	}
+	if code := p.wait(10 * time.Second); code != 4 {
+		t.Errorf("exit code %d, want the worker's 4", code)
+	}
+	if b, _ := os.ReadFile(statusFile); string(b) != "follower\n" {
+		t.Errorf("status file after exit: %q, want follower", b)
+	}
+	assertLeaseGone(t, client, name)
+}
