@@ -1,0 +1,275 @@
+package e2e
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/elector/elector/internal/redistest"
+)
+
+// sidecar is one `elector sidecar` process with its endpoints.
+type sidecar struct {
+	*proc
+	id     string
+	base   string // http://host:port
+	status string // status file
+}
+
+func startSidecar(t *testing.T, redisAddr, name, id, dir string, env []string, extra ...string) *sidecar {
+	t.Helper()
+	s := &sidecar{id: id, status: filepath.Join(dir, id+".status")}
+	addr := freeAddr(t)
+	s.base = "http://" + addr
+	args := append([]string{"sidecar"}, leaseArgs(redisAddr, name, id)...)
+	args = append(args, "--http-addr", addr, "--status-file", s.status)
+	s.proc = startElector(t, id, env, append(args, extra...)...)
+	return s
+}
+
+// leaderJSON is the body of GET /leader.
+type leaderJSON struct {
+	Name     string `json:"name"`
+	Identity string `json:"identity"`
+	IsLeader bool   `json:"isLeader"`
+	Lease    string `json:"lease"`
+	Token    int64  `json:"token"`
+}
+
+func (s *sidecar) leader(t *testing.T) (leaderJSON, bool) {
+	code, body := httpGet(s.base + "/leader")
+	var l leaderJSON
+	if code != http.StatusOK {
+		return l, false
+	}
+	if err := json.Unmarshal([]byte(body), &l); err != nil {
+		t.Errorf("GET %s/leader: %v: %s", s.base, err, body)
+		return l, false
+	}
+	return l, true
+}
+
+func (s *sidecar) ready() bool {
+	code, _ := httpGet(s.base + "/readyz")
+	return code == http.StatusOK
+}
+
+func (s *sidecar) statusFile() string {
+	b, _ := os.ReadFile(s.status)
+	return string(b)
+}
+
+// converged reports the one sidecar that leads when exactly one is ready, every /leader
+// names it, and every status file agrees.
+func converged(t *testing.T, cars []*sidecar) (*sidecar, bool) {
+	var leader *sidecar
+	for _, s := range cars {
+		if s.ready() {
+			if leader != nil {
+				return nil, false
+			}
+			leader = s
+		}
+	}
+	if leader == nil {
+		return nil, false
+	}
+	for _, s := range cars {
+		l, ok := s.leader(t)
+		if !ok || l.Name != leader.id || l.IsLeader != (s == leader) || l.Identity != s.id {
+			return nil, false
+		}
+		want := "follower\n"
+		if s == leader {
+			want = "leader\n"
+		}
+		if s.statusFile() != want {
+			return nil, false
+		}
+	}
+	return leader, true
+}
+
+// TestSidecarThreeReplicas checks the endpoints of three sidecars: exactly one is ready, all
+// agree on the leader's name, liveness never depends on leadership, and a SIGTERM hands the
+// lease over and exits 0 within a second.
+func TestSidecarThreeReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	dir := t.TempDir()
+	const name = "sidecars"
+	var cars []*sidecar
+	for _, id := range []string{"s0", "s1", "s2"} {
+		cars = append(cars, startSidecar(t, srv.Addr(), name, id, dir, nil))
+	}
+	var leader *sidecar
+	waitFor(t, 10*time.Second, "one ready sidecar that all others name as leader", func() bool {
+		var ok bool
+		leader, ok = converged(t, cars)
+		return ok
+	})
+	if h := holderOf(leaseValue(t, client, name)); h != leader.id {
+		t.Errorf("lease holder %q, ready sidecar %q", h, leader.id)
+	}
+	l, _ := leader.leader(t)
+	if l.Lease != name || l.Token <= 0 {
+		t.Errorf("GET /leader on the leader: %+v", l)
+	}
+	for _, s := range cars {
+		if code, body := httpGet(s.base + "/healthz"); code != http.StatusOK {
+			t.Errorf("GET %s/healthz: %d %s", s.id, code, body)
+		}
+		if s != leader {
+			if code, _ := httpGet(s.base + "/readyz"); code != http.StatusServiceUnavailable {
+				t.Errorf("GET %s/readyz on a follower: %d, want 503", s.id, code)
+			}
+			if l, _ := s.leader(t); l.Token != 0 {
+				t.Errorf("follower %s reports token %d", s.id, l.Token)
+			}
+		}
+		want := "0"
+		if s == leader {
+			want = "1"
+		}
+		code, body := httpGet(s.base + "/metrics")
+		if code != http.StatusOK || !strings.Contains(body, `leader_election_master_status{name="`+name+`"} `+want+"\n") {
+			t.Errorf("GET %s/metrics: %d, want leader_election_master_status %s in:\n%s", s.id, code, want, body)
+		}
+		for _, path := range []string{"/leader", "/healthz", "/readyz", "/metrics"} {
+			if code, _ := httpDo(http.MethodPost, s.base+path); code != http.StatusMethodNotAllowed {
+				t.Errorf("POST %s%s: %d, want 405", s.id, path, code)
+			}
+		}
+		if code, _ := httpDo(http.MethodHead, s.base+"/leader"); code != http.StatusOK {
+			t.Errorf("HEAD %s/leader: %d", s.id, code)
+		}
+	}
+
+	sent := time.Now()
+	leader.signal(syscall.SIGTERM)
+	if code := leader.wait(5 * time.Second); code != 0 {
+		t.Errorf("sidecar %s exited with %d after SIGTERM", leader.id, code)
+	}
+	if took := leader.exited.Sub(sent); took > time.Second {
+		t.Errorf("sidecar %s took %v to exit after SIGTERM, want less than a second", leader.id, took)
+	}
+	if got := leader.statusFile(); got != "follower\n" {
+		t.Errorf("status file of the stopped leader: %q", got)
+	}
+	var rest []*sidecar
+	for _, s := range cars {
+		if s != leader {
+			rest = append(rest, s)
+		}
+	}
+	var next *sidecar
+	waitFor(t, 3*time.Second, "a new leader among the other two (a release hands over at once)", func() bool {
+		var ok bool
+		next, ok = converged(t, rest)
+		return ok
+	})
+	for _, s := range rest {
+		if s != next {
+			s.signal(syscall.SIGTERM)
+			if code := s.wait(5 * time.Second); code != 0 {
+				t.Errorf("sidecar %s exited with %d", s.id, code)
+			}
+		}
+	}
+	next.signal(syscall.SIGINT)
+	if code := next.wait(5 * time.Second); code != 0 {
+		t.Errorf("sidecar %s exited with %d", next.id, code)
+	}
+	assertLeaseGone(t, client, name)
+}
+
+// TestSidecarRedisDown checks that an unreachable Redis is not fatal: the sidecar serves its
+// endpoints as a follower, reports the failure once, and leads once Redis is back.
+func TestSidecarRedisDown(t *testing.T) {
+	srv := redistest.Start(t)
+	addr := srv.Addr()
+	srv.Stop()
+	dir := t.TempDir()
+	const name = "down"
+	s := startSidecar(t, addr, name, "a", dir, nil)
+	time.Sleep(2 * time.Second)
+	if !s.running() {
+		t.Fatalf("sidecar exited while Redis is down: %s", s.stderr.String())
+	}
+	if code, _ := httpGet(s.base + "/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz while Redis is down: %d, want 200", code)
+	}
+	if s.ready() {
+		t.Errorf("/readyz is 200 while Redis is down")
+	}
+	if l, ok := s.leader(t); !ok || l.Name != "" || l.IsLeader {
+		t.Errorf("/leader while Redis is down: %+v", l)
+	}
+	// Once per state change, not once per attempt (about 15 attempts were made).
+	if n := strings.Count(s.stderr.String(), "Redis call failed"); n < 1 || n > 2 {
+		t.Errorf("%d log lines about the failing Redis in 2s, want 1 (or 2); stderr:\n%s", n, s.stderr.String())
+	}
+	srv.Restart()
+	waitFor(t, 10*time.Second, "the sidecar to lead once Redis is back", s.ready)
+	if !strings.Contains(s.stderr.String(), "Redis calls succeed again") {
+		t.Errorf("no log line about the recovery; stderr:\n%s", s.stderr.String())
+	}
+	s.signal(syscall.SIGTERM)
+	if code := s.wait(5 * time.Second); code != 0 {
+		t.Errorf("exit code %d", code)
+	}
+	assertLeaseGone(t, srv.Client(t), name)
+}
+
+// TestSidecarPassword checks authentication with the password from REDIS_PASSWORD and from
+// --redis-password-file, and that the password is never printed, even at -v=9.
+func TestSidecarPassword(t *testing.T) {
+	const password = "s3cret-Pa55word"
+	srv := redistest.Start(t, "--requirepass", password)
+	client := srv.Client(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "password")
+	if err := os.WriteFile(file, []byte(password+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		env   []string
+		flags []string
+	}{
+		{"env", []string{"REDIS_PASSWORD=" + password}, nil},
+		{"file", nil, []string{"--redis-password-file", file}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startSidecar(t, srv.Addr(), "pw-"+tc.name, "a", dir, tc.env, append(tc.flags, "-v=9")...)
+			waitFor(t, 10*time.Second, "the sidecar to lead", s.ready)
+			s.signal(syscall.SIGTERM)
+			if code := s.wait(5 * time.Second); code != 0 {
+				t.Errorf("exit code %d", code)
+			}
+			if strings.Contains(s.stderr.String()+s.stdout.String(), password) {
+				t.Errorf("the password appears in the output")
+			}
+			assertLeaseGone(t, client, "pw-"+tc.name)
+		})
+	}
+	t.Run("wrong", func(t *testing.T) {
+		const wrong = "not-the-Pa55word"
+		s := startSidecar(t, srv.Addr(), "pw-wrong", "a", dir, []string{"REDIS_PASSWORD=" + wrong}, "-v=9")
+		waitFor(t, 10*time.Second, "an error about the refused password", func() bool {
+			return strings.Contains(s.stderr.String(), "WRONGPASS")
+		})
+		s.signal(syscall.SIGTERM)
+		if code := s.wait(5 * time.Second); code != 0 {
+			t.Errorf("exit code %d", code)
+		}
+		if strings.Contains(s.stderr.String()+s.stdout.String(), wrong) {
+			t.Errorf("the password appears in the output")
+		}
+	})
+}

@@ -1,0 +1,124 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/pkg/lease"
+)
+
+// statusJSON is the output of `elector status -o json`.
+type statusJSON struct {
+	Lease    string `json:"lease"`
+	Key      string `json:"key"`
+	Holder   string `json:"holder"`
+	Instance string `json:"instance"`
+	Token    int64  `json:"token"`
+	TTLMs    int64  `json:"ttlMs"`
+}
+
+func TestStatus(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	l, err := lease.New(client, "held", lease.Options{Identity: "holder-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok, st, err := l.Acquire(ctx, 30*time.Second)
+	if err != nil || !ok {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+
+	t.Run("held-text", func(t *testing.T) {
+		code, out, stderr := runElector(t, 10*time.Second, nil, "status", "--redis-addr", srv.Addr(), "--lease-name", "held")
+		if code != 0 {
+			t.Fatalf("exit code %d, want 0; stderr: %s", code, stderr)
+		}
+		for _, want := range []string{"lease:", "held", "holder:", "holder-1", "token:", strconv.FormatInt(st.Record.Token, 10), "ttl:", "elector:{held}:lease"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("output lacks %q:\n%s", want, out)
+			}
+		}
+	})
+	t.Run("held-json", func(t *testing.T) {
+		code, out, stderr := runElector(t, 10*time.Second, nil, "status", "--redis-addr", srv.Addr(), "--lease-name", "held", "-o", "json")
+		if code != 0 {
+			t.Fatalf("exit code %d, want 0; stderr: %s", code, stderr)
+		}
+		var got statusJSON
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		if got.Lease != "held" || got.Holder != "holder-1" || got.Token != st.Record.Token || got.Instance != l.Instance() ||
+			got.TTLMs <= 0 || got.TTLMs > 30000 || got.Key != "elector:{held}:lease" {
+			t.Errorf("status %+v, want holder-1 with token %d and a TTL up to 30s", got, st.Record.Token)
+		}
+	})
+	t.Run("no-holder", func(t *testing.T) {
+		code, out, _ := runElector(t, 10*time.Second, nil, "status", "--redis-addr", srv.Addr(), "--lease-name", "free")
+		if code != 3 || !strings.Contains(out, "(none)") {
+			t.Errorf("exit code %d (want 3), output:\n%s", code, out)
+		}
+		code, out, _ = runElector(t, 10*time.Second, nil, "status", "--redis-addr", srv.Addr(), "--lease-name", "free", "--output=json")
+		var got statusJSON
+		if err := json.Unmarshal([]byte(out), &got); err != nil || code != 3 || got.Holder != "" || got.Token != 0 || got.TTLMs != 0 || got.Lease != "free" {
+			t.Errorf("exit code %d (want 3), output %s (%v)", code, out, err)
+		}
+	})
+	t.Run("environment", func(t *testing.T) {
+		env := []string{"ELECTOR_REDIS_ADDR=" + srv.Addr(), "ELECTOR_LEASE_NAME=held", "ELECTOR_OUTPUT=json"}
+		code, out, stderr := runElector(t, 10*time.Second, env, "status")
+		var got statusJSON
+		if err := json.Unmarshal([]byte(out), &got); err != nil || code != 0 || got.Holder != "holder-1" {
+			t.Errorf("settings from the environment: exit code %d, output %s, stderr %s", code, out, stderr)
+		}
+		// A flag wins over its variable.
+		code, out, _ = runElector(t, 10*time.Second, env, "status", "--lease-name", "free")
+		if err := json.Unmarshal([]byte(out), &got); err != nil || code != 3 || got.Lease != "free" {
+			t.Errorf("--lease-name=free over ELECTOR_LEASE_NAME=held: exit code %d, output %s", code, out)
+		}
+	})
+	t.Run("no-expiry", func(t *testing.T) {
+		if err := client.Set(ctx, "elector:{forever}:lease", "v1:7:abc:by-hand", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		code, out, _ := runElector(t, 10*time.Second, nil, "status", "--redis-addr", srv.Addr(), "--lease-name", "forever", "-o", "json")
+		var got statusJSON
+		if err := json.Unmarshal([]byte(out), &got); err != nil || code != 0 || got.TTLMs != -1 || got.Token != 7 || got.Holder != "by-hand" {
+			t.Errorf("exit code %d, output %s", code, out)
+		}
+	})
+	t.Run("not-a-record", func(t *testing.T) {
+		if err := client.Set(ctx, "elector:{garbage}:lease", "hello", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		code, _, stderr := runElector(t, 10*time.Second, nil, "status", "--redis-addr", srv.Addr(), "--lease-name", "garbage")
+		if code != 1 || !strings.Contains(stderr, "not an elector lease record") {
+			t.Errorf("exit code %d (want 1), stderr: %s", code, stderr)
+		}
+	})
+}
+
+// TestStatusRedisDown checks that status fails fast with exit code 1 and names the address.
+func TestStatusRedisDown(t *testing.T) {
+	srv := redistest.Start(t)
+	addr := srv.Addr()
+	srv.Stop()
+	start := time.Now()
+	code, _, stderr := runElector(t, 20*time.Second, nil, "status", "--redis-addr", addr, "--lease-name", "x")
+	if code != 1 {
+		t.Errorf("exit code %d, want 1", code)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("status took %v with Redis down", took)
+	}
+	if !strings.Contains(oneLine(t, stderr), addr) {
+		t.Errorf("the error does not name %s: %s", addr, stderr)
+	}
+}
