@@ -1,0 +1,251 @@
+// Package redisproc starts and stops the one redis-server process that a benchmark run
+// measures, and reads what the run needs from it: its CPU time, INFO sections and the
+// commands clients send (MONITOR).
+//
+// internal/redistest does the same for tests, but it is tied to testing.TB; the bench tool is
+// a program, so it has this small equivalent. The server listens on a free 127.0.0.1 port,
+// keeps no data on disk (--save "" --appendonly no) and is killed by Stop (and, on Linux, when
+// the bench process dies).
+package redisproc
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Server is one redis-server process.
+type Server struct {
+	cmd  *exec.Cmd
+	addr string
+	done chan struct{}
+	log  string
+}
+
+// Start starts redis-server from PATH on a free loopback port, with its working directory
+// and log in dir, and waits until it answers PING.
+func Start(ctx context.Context, dir string) (*Server, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("start redis-server: %w (install it: apt-get install redis-server)", err)
+	}
+	var last error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s, err := launch(ctx, bin, dir, port)
+		if err == nil {
+			return s, nil
+		}
+		last = err
+	}
+	return nil, fmt.Errorf("start redis-server: %w", last)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func launch(ctx context.Context, bin, dir string, port int) (*Server, error) {
+	logPath := filepath.Join(dir, fmt.Sprintf("redis-%d.log", port))
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("create redis log: %w", err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin,
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+		"--save", "", "--appendonly", "no", "--daemonize", "no")
+	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, logf, logf
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("run %s: %w", bin, err)
+	}
+	s := &Server{cmd: cmd, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), done: make(chan struct{}), log: logPath}
+	go func() {
+		_ = cmd.Wait()
+		close(s.done)
+	}()
+	c := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		info, err := c.Info(pctx, "server").Result()
+		cancel()
+		if err == nil && strings.Contains(info, "process_id:"+strconv.Itoa(cmd.Process.Pid)+"\r\n") {
+			return s, nil
+		}
+		select {
+		case <-s.done:
+			b, _ := os.ReadFile(logPath)
+			return nil, fmt.Errorf("redis-server on port %d exited: %s", port, lastLines(string(b), 10))
+		case <-ctx.Done():
+			s.Stop()
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.Stop()
+			return nil, fmt.Errorf("redis-server on port %d did not answer within 10s: %v", port, err)
+		}
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Addr returns "127.0.0.1:PORT".
+func (s *Server) Addr() string { return s.addr }
+
+// Pid returns the process id of redis-server.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
+// Stop kills the server and waits for it to exit. It is safe to call twice.
+func (s *Server) Stop() {
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.done
+}
+
+// CPU returns the CPU time redis-server has used so far, all threads together.
+func (s *Server) CPU() (time.Duration, error) { return ProcessCPU(s.Pid()) }
+
+// Info returns the fields of INFO section as a map ("redis_version" -> "7.0.15").
+func Info(ctx context.Context, c redis.UniversalClient, section string) (map[string]string, error) {
+	text, err := c.Info(ctx, section).Result()
+	if err != nil {
+		return nil, fmt.Errorf("INFO %s: %w", section, err)
+	}
+	m := map[string]string{}
+	for _, line := range strings.Split(text, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && !strings.HasPrefix(k, "#") {
+			m[k] = v
+		}
+	}
+	return m, nil
+}
+
+// CommandStats returns the calls of every command from INFO commandstats ("evalsha" -> 12).
+// Redis counts the commands that scripts call too.
+func CommandStats(ctx context.Context, c redis.UniversalClient) (map[string]int64, error) {
+	m, err := Info(ctx, c, "commandstats")
+	if err != nil {
+		return nil, err
+	}
+	calls := map[string]int64{}
+	for k, v := range m {
+		name, ok := strings.CutPrefix(k, "cmdstat_")
+		if !ok {
+			continue
+		}
+		for _, field := range strings.Split(v, ",") {
+			if n, ok := strings.CutPrefix(field, "calls="); ok {
+				calls[name], _ = strconv.ParseInt(n, 10, 64)
+			}
+		}
+	}
+	return calls, nil
+}
+
+// Monitor counts the commands that clients send to a server, as MONITOR shows them: a
+// command a script calls is not counted (MONITOR marks it "lua"), so the count is the number
+// of commands that crossed the network.
+type Monitor struct {
+	conn   net.Conn
+	mu     sync.Mutex
+	counts map[string]int64
+	done   chan struct{}
+}
+
+// StartMonitor opens a MONITOR connection to addr.
+func StartMonitor(addr string) (*Monitor, error) {
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("monitor %s: %w", addr, err)
+	}
+	if _, err := conn.Write([]byte("*1\r\n$7\r\nMONITOR\r\n")); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("monitor %s: %w", addr, err)
+	}
+	r := bufio.NewReaderSize(conn, 64<<10)
+	line, err := r.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "+OK") {
+		conn.Close()
+		return nil, fmt.Errorf("monitor %s: reply %q: %v", addr, line, err)
+	}
+	m := &Monitor{conn: conn, counts: map[string]int64{}, done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if name, ok := clientCommand(line); ok {
+				m.mu.Lock()
+				m.counts[name]++
+				m.mu.Unlock()
+			}
+		}
+	}()
+	return m, nil
+}
+
+// clientCommand parses a MONITOR line, `+1700000000.123456 [0 127.0.0.1:5555] "evalsha" ...`,
+// and returns the lower-cased command name, or false for a line of a script ("[0 lua]").
+func clientCommand(line string) (string, bool) {
+	_, rest, ok := strings.Cut(line, "[")
+	if !ok {
+		return "", false
+	}
+	source, rest, ok := strings.Cut(rest, "] \"")
+	if !ok || strings.HasSuffix(source, " lua") {
+		return "", false
+	}
+	name, _, _ := strings.Cut(rest, "\"")
+	return strings.ToLower(name), true
+}
+
+// Take returns the client commands counted since the last Take (or since the start) by name,
+// and starts counting anew. Commands sent just before Take may be counted in the next one.
+func (m *Monitor) Take() map[string]int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.counts
+	m.counts = map[string]int64{}
+	return c
+}
+
+// Close ends the MONITOR connection and waits for its reader to stop.
+func (m *Monitor) Close() error {
+	err := m.conn.Close()
+	<-m.done
+	return err
+}
