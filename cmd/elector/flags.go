@@ -111,7 +111,10 @@ func (f *flagSet) usage() string {
 	for _, g := range f.groups {
 		fmt.Fprintf(&b, "\n%s:\n%s", g.title, g.fs.FlagUsagesWrapped(100))
 	}
-	fmt.Fprintf(&b, "\n  -h, --help   show this help\n\n%s", envHelp)
+	fmt.Fprintf(&b, "\n  -h, --help   show this help\n")
+	if len(f.groups) > 0 {
+		fmt.Fprintf(&b, "\n%s", envHelp)
+	}
 	return b.String()
 }
 

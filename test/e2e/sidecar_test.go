@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -272,4 +273,60 @@ func TestSidecarPassword(t *testing.T) {
 			t.Errorf("the password appears in the output")
 		}
 	})
+}
+
+// TestMinimalACL runs two sidecars and status with the Redis users that docs/CLI.md documents
+// as sufficient, and checks that nothing was refused.
+func TestMinimalACL(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	for _, user := range [][]any{
+		{"ACL", "SETUSER", "elector", "on", ">pw-elector", "resetkeys", "~elector:*", "resetchannels", "&elector:*", "-@all",
+			"+hello", "+auth", "+ping", "+evalsha", "+eval", "+get", "+set", "+pexpire", "+del", "+publish", "+time", "+pttl",
+			"+subscribe", "+unsubscribe", "+multi", "+exec"},
+		{"ACL", "SETUSER", "elector-viewer", "on", ">pw-viewer", "resetkeys", "~elector:*", "-@all",
+			"+hello", "+auth", "+ping", "+get", "+pttl", "+multi", "+exec"},
+	} {
+		if err := client.Do(ctx, user...).Err(); err != nil {
+			t.Fatalf("%v: %v", user, err)
+		}
+	}
+	dir := t.TempDir()
+	const name = "acl"
+	env := []string{"REDIS_PASSWORD=pw-elector"}
+	a := startSidecar(t, srv.Addr(), name, "a", dir, env, "--redis-username", "elector")
+	waitFor(t, 10*time.Second, "a to lead", a.ready)
+	b := startSidecar(t, srv.Addr(), name, "b", dir, env, "--redis-username", "elector")
+	waitFor(t, 10*time.Second, "b to follow a", func() bool { l, ok := b.leader(t); return ok && l.Name == "a" })
+
+	code, out, stderr := runElector(t, 10*time.Second, []string{"REDIS_PASSWORD=pw-viewer"},
+		"status", "--redis-addr", srv.Addr(), "--redis-username", "elector-viewer", "--lease-name", name, "-o", "json")
+	var st statusJSON
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || st.Holder != "a" {
+		t.Errorf("status as elector-viewer: exit code %d, output %q, stderr %s", code, out, stderr)
+	}
+
+	a.signal(syscall.SIGTERM)
+	if code := a.wait(5 * time.Second); code != 0 {
+		t.Errorf("a exited with %d", code)
+	}
+	waitFor(t, 3*time.Second, "b to take over on the release", b.ready)
+	b.signal(syscall.SIGTERM)
+	if code := b.wait(5 * time.Second); code != 0 {
+		t.Errorf("b exited with %d", code)
+	}
+	assertLeaseGone(t, client, name)
+	log, err := client.Do(ctx, "ACL", "LOG").Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(log) != 0 {
+		t.Errorf("Redis refused commands of the documented users: %v", log)
+	}
+	for _, p := range []*sidecar{a, b} {
+		if strings.Contains(p.stderr.String(), "NOPERM") {
+			t.Errorf("%s was refused a command:\n%s", p.id, p.stderr.String())
+		}
+	}
 }
