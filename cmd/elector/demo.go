@@ -268,7 +268,7 @@ func (d *demo) play(ctx context.Context) {
 
 	next := d.start.Add(demoFirstDisruption)
 	crash := true
-	for sleepUntil(ctx, next) && next.Before(end) {
+	for next.Before(end) && sleepUntil(ctx, next) {
 		i := d.waitLeader(ctx, reps, end)
 		if i < 0 {
 			break

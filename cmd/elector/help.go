@@ -100,7 +100,7 @@ atomically (a temporary file renamed over PATH). For init containers of images w
 
 func (c *cli) helpCmd(_ context.Context, args []string) int {
 	switch {
-	case len(args) == 0:
+	case len(args) == 0 || len(args) == 1 && (args[0] == "-h" || args[0] == "--help"):
 		fmt.Fprint(c.stdout, mainHelp())
 		return exitOK
 	case len(args) > 1:

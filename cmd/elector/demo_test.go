@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/elector/elector/internal/demoredis"
+	"github.com/elector/elector/internal/redisclient"
+)
+
+// TestDemoHandovers runs the demo long enough for one crash and one graceful stop, and checks
+// what the demo claims: the crash takeover comes just after the lease expired on the embedded
+// server (which must expire keys in real time), the graceful handover in about a round trip,
+// and the safety checks hold. It also checks that the demo leaves no goroutine behind.
+func TestDemoHandovers(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ctx := context.Background()
+	srv, err := demoredis.Start(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	t0 := callTimeout(demoRenewDeadline)
+	cfg := demoConfig{
+		replicas: 3,
+		duration: demoFirstDisruption + demoInterval + time.Second, // a crash, then a graceful stop
+		redis:    redisclient.Config{Addrs: []string{srv.Addr()}, Mode: redisclient.ModeStandalone, DialTimeout: t0, ReadTimeout: t0, WriteTimeout: t0},
+		where:    "the test's server",
+		logger:   logr.Discard(),
+	}
+	var out bytes.Buffer
+	start := time.Now()
+	res, err := runDemo(ctx, &out, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("demo output:\n%s", out.String())
+	if took := time.Since(start); took > cfg.duration+2*time.Second {
+		t.Errorf("a demo of %v took %v", cfg.duration, took)
+	}
+	if len(res.failures) > 0 || res.overlaps != 0 || !res.tokensIncreasing || res.fencedStale != 0 {
+		t.Fatalf("safety checks failed: %+v", res)
+	}
+	kinds := map[string][]handover{}
+	for _, h := range res.handovers {
+		kinds[h.kind] = append(kinds[h.kind], h)
+	}
+	if len(kinds[kindFirst]) != 1 || len(kinds[kindCrash]) != 1 || len(kinds[kindGraceful]) != 1 || len(kinds[kindLost]) != 0 {
+		t.Fatalf("handovers %+v, want one first, one crash, one graceful", res.handovers)
+	}
+	crash := kinds[kindCrash][0]
+	// Expected: a few milliseconds after expiry (one round trip); the bound is generous.
+	if crash.afterExpiry < 0 || crash.afterExpiry > 500*time.Millisecond {
+		t.Errorf("crash takeover %v after the lease expired, want just after", crash.afterExpiry)
+	}
+	if crash.gap < demoLeaseDuration-demoRetryPeriod-100*time.Millisecond || crash.gap > demoLeaseDuration+500*time.Millisecond {
+		t.Errorf("no leader for %v after a crash, want about the lease duration %v", crash.gap, demoLeaseDuration)
+	}
+	if g := kinds[kindGraceful][0]; g.gap > 500*time.Millisecond {
+		t.Errorf("graceful handover took %v, want about a round trip", g.gap)
+	}
+	if res.fencedOK == 0 {
+		t.Errorf("no fenced write was accepted")
+	}
+	for _, want := range []string{"CRASHES", "crash takeover from", "STOPS", "graceful handover from", "RESTARTS", "Summary", "PASS"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+}
+
+// TestDemoDetectsNoExpiry runs the demo on a server whose keys never expire by themselves
+// (miniredis without real-time expiry would be one): the crash takeover never comes, and the
+// demo must say so and fail rather than report a failover that did not happen.
+func TestDemoDetectsNoExpiry(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes about 7s")
+	}
+	ctx := context.Background()
+	srv, err := demoredis.Start(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	t0 := callTimeout(demoRenewDeadline)
+	cfg := demoConfig{
+		replicas: 2,
+		duration: demoFirstDisruption + demoLeaseDuration + demoRestartDelay + 3*time.Second,
+		redis:    redisclient.Config{Addrs: []string{srv.Addr()}, Mode: redisclient.ModeStandalone, DialTimeout: t0, ReadTimeout: t0, WriteTimeout: t0},
+		where:    "the test's server",
+		logger:   logr.Discard(),
+	}
+	// Keep the lease from expiring: a stand-in for a server without real-time expiry.
+	stop := make(chan struct{})
+	defer close(stop)
+	go keepPersisting(t, srv.Addr(), stop)
+	var out bytes.Buffer
+	res, err := runDemo(ctx, &out, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.failures) == 0 || !strings.Contains(out.String(), "no replica took over") || !strings.Contains(out.String(), "FAIL") {
+		t.Errorf("the demo did not notice that the crashed leader's lease never expired:\n%s", out.String())
+	}
+}
+
+// keepPersisting removes the expiry of every demo lease on the server at addr until stop.
+func keepPersisting(t *testing.T, addr string, stop <-chan struct{}) {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		ctx := context.Background()
+		keys, err := c.Keys(ctx, demoKeyPrefix+":*:lease").Result()
+		if err != nil {
+			t.Logf("KEYS: %v", err)
+			continue
+		}
+		for _, k := range keys {
+			_ = c.Persist(ctx, k).Err()
+		}
+	}
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// testCLI returns a cli whose output goes to buffers and whose environment is env.
+func testCLI(env map[string]string) (*cli, *bytes.Buffer, *bytes.Buffer) {
+	var stdout, stderr bytes.Buffer
+	return &cli{
+		stdin:  nil,
+		stdout: &stdout,
+		stderr: &stderr,
+		lookupEnv: func(name string) (string, bool) {
+			v, ok := env[name]
+			return v, ok
+		},
+		environ:    func() []string { return nil },
+		hostname:   func() (string, error) { return "", errors.New("no host name in tests") },
+		executable: os.Executable,
+	}, &stdout, &stderr
+}
+
+// flagsInHelp returns the long flag names listed in the help of a command.
+func flagsInHelp(t *testing.T, cmd string) []string {
+	t.Helper()
+	c, stdout, stderr := testCLI(nil)
+	if code := c.main(context.Background(), []string{cmd, "--help"}); code != exitOK {
+		t.Fatalf("elector %s --help: exit code %d, stderr %s", cmd, code, stderr)
+	}
+	var names []string
+	re := regexp.MustCompile(`^\s+(?:-\w, )?--([a-z0-9_-]+)`)
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		if m := re.FindStringSubmatch(line); m != nil && m[1] != "help" {
+			names = append(names, m[1])
+		}
+	}
+	if len(names) == 0 && cmd != "version" && cmd != "install" && cmd != "help" {
+		t.Fatalf("no flags found in the help of %s:\n%s", cmd, stdout)
+	}
+	return names
+}
+
+// TestDocsListEveryFlag keeps docs/CLI.md and the commands' help in step: every flag a
+// command shows is documented with its environment variable, and every command and exit code
+// has its place.
+func TestDocsListEveryFlag(t *testing.T) {
+	b, err := os.ReadFile("../../docs/CLI.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for _, cmd := range commands() {
+		if !strings.Contains(doc, "elector "+cmd.name) {
+			t.Errorf("docs/CLI.md does not mention elector %s", cmd.name)
+		}
+		for _, name := range flagsInHelp(t, cmd.name) {
+			flag := "`--" + name + "`"
+			if name == "v" {
+				flag = "`-v`"
+			}
+			env := "`" + envPrefix + "_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")) + "`"
+			if !strings.Contains(doc, flag) {
+				t.Errorf("docs/CLI.md does not document %s of elector %s", flag, cmd.name)
+			}
+			if !strings.Contains(doc, env) {
+				t.Errorf("docs/CLI.md does not name %s, the variable of %s", env, flag)
+			}
+		}
+	}
+	for _, code := range []string{"| 0 |", "| 1 |", "| 2 |", "| 3 |", "| N |"} {
+		if !strings.Contains(doc, code) {
+			t.Errorf("docs/CLI.md has no exit code row %q", code)
+		}
+	}
+	for _, code := range []string{"  0  ", "  1  ", "  2  ", "  3  ", "  N  "} {
+		if !strings.Contains(mainHelp(), code) {
+			t.Errorf("elector help has no exit code line %q", code)
+		}
+	}
+	for _, endpoint := range []string{"/leader", "/healthz", "/readyz", "/metrics"} {
+		if !strings.Contains(doc, "`GET "+endpoint+"`") || !strings.Contains(commandHelp("sidecar"), endpoint) {
+			t.Errorf("endpoint %s is missing from docs/CLI.md or the help of sidecar", endpoint)
+		}
+	}
+}
+
+// TestFlagsFromEnvironment checks the precedence flag > environment > default in process.
+func TestFlagsFromEnvironment(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string // lease name after parsing
+	}{
+		{"default", nil, nil, ""},
+		{"environment", map[string]string{"ELECTOR_LEASE_NAME": "from-env"}, nil, "from-env"},
+		{"flag wins", map[string]string{"ELECTOR_LEASE_NAME": "from-env"}, []string{"--lease-name", "from-flag"}, "from-flag"},
+		{"empty variable is unset", map[string]string{"ELECTOR_LEASE_NAME": ""}, nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _, stderr := testCLI(tc.env)
+			cmd, _ := findCommand("status")
+			fs := newFlagSet(cmd)
+			var co commonOptions
+			co.addFlags(fs)
+			if code, done := c.parseArgs(fs, tc.args); done {
+				t.Fatalf("parse: exit code %d, stderr %s", code, stderr)
+			}
+			if co.lease.name != tc.want {
+				t.Errorf("lease name %q, want %q", co.lease.name, tc.want)
+			}
+		})
+	}
+}
+
+func TestIdentityDefault(t *testing.T) {
+	c, _, _ := testCLI(map[string]string{"POD_NAME": "pod-7"})
+	o := leaseOptions{}
+	if err := o.complete(c); err != nil || o.identity != "pod-7" {
+		t.Errorf("identity %q, %v; want $POD_NAME", o.identity, err)
+	}
+	c.hostname = func() (string, error) { return "host-1", nil }
+	c.lookupEnv = func(string) (string, bool) { return "", false }
+	o = leaseOptions{}
+	if err := o.complete(c); err != nil || o.identity != "host-1" {
+		t.Errorf("identity %q, %v; want the host name", o.identity, err)
+	}
+	o = leaseOptions{identity: "given"}
+	if err := o.complete(c); err != nil || o.identity != "given" {
+		t.Errorf("identity %q, %v; want --identity", o.identity, err)
+	}
+	c.hostname = func() (string, error) { return "", errors.New("boom") }
+	o = leaseOptions{}
+	if err := o.complete(c); err == nil || !strings.Contains(err.Error(), "--identity") {
+		t.Errorf("no identity at all: %v", err)
+	}
+}
