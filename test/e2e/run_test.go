@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -400,6 +402,125 @@ func TestRunEndpoints(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(statusFile); string(b) != "follower\n" {
 		t.Errorf("status file after exit: %q, want follower", b)
+	}
+	assertLeaseGone(t, client, name)
+}
+
+// procStat returns the state and parent pid of pid from /proc; ok is false when it is gone.
+func procStat(pid int) (state byte, ppid int, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	fields := strings.Fields(s[i+1:])
+	if len(fields) < 2 {
+		return 0, 0, false
+	}
+	ppid, _ = strconv.Atoi(fields[1])
+	return fields[0][0], ppid, true
+}
+
+// commOf returns the command name of pid.
+func commOf(pid int) string {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	return strings.TrimSpace(string(b))
+}
+
+// childrenOf returns the pids whose parent is pid.
+func childrenOf(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if _, ppid, ok := procStat(n); ok && ppid == pid {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// TestRunAsPID1ReapsOrphans runs the elector as PID 1 of a new PID namespace, as in a
+// container, with a command that leaves an orphan behind: the orphan is adopted by the
+// elector and reaped when it exits, and the command's exit status is still passed on.
+func TestRunAsPID1ReapsOrphans(t *testing.T) {
+	unshare, err := exec.LookPath("unshare")
+	if err == nil {
+		err = exec.Command(unshare, "--pid", "--fork", "true").Run()
+	}
+	if err != nil {
+		t.Skipf("cannot create a PID namespace here (unshare --pid needs CAP_SYS_ADMIN): %v", err)
+	}
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	dir := t.TempDir()
+	log := workerLog(filepath.Join(dir, "worker.log"))
+	const name = "pid1"
+	// The subshell starts a sleep and exits at once: the sleep is an orphan, adopted by PID 1.
+	script := `(sleep 1 &); exec "$@"`
+	args := append([]string{"--pid", "--fork", "--kill-child", bins.elector, "run"}, leaseArgs(srv.Addr(), name, "a")...)
+	args = append(args, "--", "sh", "-c", script, "sh", bins.worker, "-log", string(log), "-lock", filepath.Join(dir, "lock"), "-term-exit", "9")
+	p := &proc{t: t, name: "unshare elector", done: make(chan struct{})}
+	p.cmd = exec.Command(unshare, args...)
+	p.cmd.Env = cleanEnv()
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		p.state, p.exited = p.cmd.ProcessState, time.Now()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("stderr:\n%s", p.stderr.String())
+		}
+	})
+
+	log.waitEvent(t, 0, 10*time.Second, "the worker", isStart)
+	var elector int
+	if kids := childrenOf(p.pid()); len(kids) == 1 {
+		elector = kids[0]
+	} else {
+		t.Fatalf("unshare has children %v, want the elector alone", kids)
+	}
+	// The log has the worker's pid in the new namespace; /proc here shows the outer pids.
+	var worker, orphan int
+	waitFor(t, 3*time.Second, "the worker and the orphaned sleep, both children of the elector", func() bool {
+		for _, c := range childrenOf(elector) {
+			switch commOf(c) {
+			case "worker":
+				worker = c
+			case "sleep":
+				orphan = c
+			}
+		}
+		return worker != 0 && orphan != 0
+	})
+	waitFor(t, 5*time.Second, "the orphan to exit and be reaped", func() bool {
+		_, _, exists := procStat(orphan)
+		return !exists
+	})
+	for _, c := range childrenOf(elector) {
+		if st, _, _ := procStat(c); st == 'Z' {
+			t.Errorf("zombie %d left under the elector", c)
+		}
+	}
+	if err := syscall.Kill(elector, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(10 * time.Second); code != 9 {
+		t.Errorf("exit code %d, want the worker's 9", code)
 	}
 	assertLeaseGone(t, client, name)
 }
