@@ -149,40 +149,65 @@ func childEnv(base []string, token int64, identity, leaseName string) []string {
 	)
 }
 
+// runConfig is what elector run needs once its flags have been checked.
+type runConfig struct {
+	common commonOptions
+	serve  serveOptions
+	run    runOptions
+	argv   []string // CMD [ARGS...]
+}
+
 func (c *cli) runCmd(ctx context.Context, args []string) int {
+	rc, code, ok := c.parseRun(args)
+	if !ok {
+		return code
+	}
+	return c.supervise(ctx, rc)
+}
+
+// parseRun parses and checks every flag and looks CMD up, before anything contacts Redis. ok
+// is false when the command must exit with code (help printed, or a usage error).
+func (c *cli) parseRun(args []string) (rc *runConfig, code int, ok bool) {
 	cmd, _ := findCommand("run")
-	const who = "elector run"
 	fs := newFlagSet(cmd)
-	var ro runOptions
-	ro.addFlags(fs.group("Run flags"))
-	var so serveOptions
-	so.addFlags(fs.group("Endpoint flags"), "")
-	var co commonOptions
-	co.addFlags(fs)
+	rc = &runConfig{}
+	rc.run.addFlags(fs.group("Run flags"))
+	rc.serve.addFlags(fs.group("Endpoint flags"), "")
+	rc.common.addFlags(fs)
 	fs.addKlogFlags()
 	if code, done := c.parseArgs(fs, args); done {
-		return code
+		return nil, code, false
 	}
 	argv, err := commandAfterDash(fs.all)
 	if err == nil {
-		err = co.complete(c)
+		err = rc.common.complete(c)
 	}
 	if err == nil {
-		err = ro.validate()
+		err = rc.run.validate()
 	}
 	if err == nil {
-		err = so.validate()
+		err = rc.serve.validate()
 	}
 	if err == nil {
 		// Checked before campaigning: a replica that could never run the command must not lead.
 		_, err = child.LookPath(argv[0])
 	}
 	if err != nil {
-		return c.usageError(who, err)
+		return nil, c.usageError("elector run", err), false
 	}
-	if margin := co.lease.leaseDuration - co.lease.renewDeadline; ro.killGrace > margin {
+	rc.argv = argv
+	return rc, 0, true
+}
+
+// supervise campaigns and runs the command during each term until the elector is signalled,
+// the command exits by itself, or (with --exit-on-lost) leadership is lost; it returns the
+// exit code. Every way out after acquiring the lease releases it.
+func (c *cli) supervise(ctx context.Context, rc *runConfig) int {
+	const who = "elector run"
+	lo := &rc.common.lease
+	if margin := lo.leaseDuration - lo.renewDeadline; rc.run.killGrace > margin {
 		klog.InfoS("Warning: --kill-grace is longer than --lease-duration minus --renew-deadline: after a lost leadership the command may still run when another replica's command starts",
-			"killGrace", ro.killGrace, "margin", margin)
+			"killGrace", rc.run.killGrace, "margin", margin)
 	}
 
 	// Signals are caught from here on: a SIGTERM while campaigning ends the campaign cleanly.
@@ -192,17 +217,17 @@ func (c *cli) runCmd(ctx context.Context, args []string) int {
 
 	sup := &supervisor{
 		spec: child.Spec{
-			Path:       argv[0],
-			Args:       argv[1:],
+			Path:       rc.argv[0],
+			Args:       rc.argv[1:],
 			Stdin:      c.stdin,
 			Stdout:     c.stdout,
 			Stderr:     c.stderr,
-			StopSignal: ro.signal,
-			KillGrace:  ro.killGrace,
+			StopSignal: rc.run.signal,
+			KillGrace:  rc.run.killGrace,
 		},
 		baseEnv:   c.environ(),
-		identity:  co.lease.identity,
-		leaseName: co.lease.name,
+		identity:  lo.identity,
+		leaseName: lo.name,
 		exited:    make(chan child.ExitStatus, 1),
 		failed:    make(chan error, 1),
 	}
@@ -213,17 +238,17 @@ func (c *cli) runCmd(ctx context.Context, args []string) int {
 		go sup.spec.Reaper.Run(reaperCtx)
 	}
 
-	l, err := startLeadership(&co, &so, election.Callbacks{
+	l, err := startLeadership(&rc.common, &rc.serve, election.Callbacks{
 		OnStartedLeading: sup.lead,
 		OnStoppedLeading: func() {},
 		OnNewLeader:      logNewLeader,
-	}, ro.exitOnLost)
+	}, rc.run.exitOnLost)
 	if err != nil {
 		return c.runtimeError(who, err)
 	}
 	sup.elector = l.elector
-	klog.InfoS("Campaigning", "lease", co.lease.name, "identity", co.lease.identity,
-		"redis", redisDescription(co.redis), "command", argv[0])
+	klog.InfoS("Campaigning", "lease", lo.name, "identity", lo.identity,
+		"redis", redisDescription(rc.common.redis), "command", rc.argv[0])
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -264,7 +289,7 @@ func (c *cli) runCmd(ctx context.Context, args []string) int {
 		}
 	}
 	select {
-	case es := <-sup.exited:
+	case es := <-sup.exited: // the command exited by itself just as the elector stopped
 		childCode = es.ExitCode()
 	default:
 	}
