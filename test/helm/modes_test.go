@@ -363,7 +363,8 @@ func TestTemplateChecks(t *testing.T) {
 		{"strategy with gated readiness", "gateReadiness: true\nstrategy: {type: Recreate}", "", "leave strategy empty"},
 		{"duration not longer than renewDeadline", "lease: {duration: 10s, renewDeadline: 10s, retryPeriod: 2s}", "", "lease.duration (10s) must be longer than lease.renewDeadline (10s)"},
 		{"units compared", "lease: {duration: 1m, renewDeadline: 90s}", "", "lease.duration (1m) must be longer than lease.renewDeadline (90s)"},
-		{"renewDeadline not longer than retryPeriod", "lease: {renewDeadline: 2000ms, retryPeriod: 2s}", "", "lease.renewDeadline (2000ms) must be longer than lease.retryPeriod (2s)"},
+		{"renewDeadline not longer than retryPeriod", "lease: {renewDeadline: 2000ms, retryPeriod: 2s}", "", "lease.renewDeadline (2000ms) must be longer than 1.2 × lease.retryPeriod (2s)"},
+		{"renewDeadline within the retry jitter", "lease: {renewDeadline: 2400ms, retryPeriod: 2s}", "", "lease.renewDeadline (2400ms) must be longer than 1.2 × lease.retryPeriod (2s)"},
 		{"grace shorter than kill grace", "mode: run\nrun: {killGrace: 1m}\nterminationGracePeriodSeconds: 60", "", "terminationGracePeriodSeconds (60) must be at least run.killGrace (1m) + 5s for the release: 65"},
 		{"probes of the app in run mode", "mode: run\napp: {livenessProbe: {tcpSocket: {port: 80}}}", "", "mode run does not use app.livenessProbe"},
 		{"CA without TLS", "redis: {tls: {caSecret: ca}}", "", "redis.tls.caSecret needs redis.tls.enabled"},
@@ -381,6 +382,7 @@ func TestTemplateChecks(t *testing.T) {
 	// The same checks accept what is right.
 	for _, values := range []string{
 		"lease: {duration: 1m30s, renewDeadline: 1m, retryPeriod: 1500ms}",
+		"lease: {duration: 3s, renewDeadline: 2500ms, retryPeriod: 2s}",
 		"mode: run\nrun: {killGrace: 1m}\nterminationGracePeriodSeconds: 65",
 		"mode: run\nrun: {killGrace: 500ms}\nterminationGracePeriodSeconds: 6",
 	} {

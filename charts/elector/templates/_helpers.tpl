@@ -90,10 +90,11 @@ Whether the pod mounts the Redis credentials volume (password and/or TLS files).
 {{- end }}
 
 {{/*
-The duration (a Go duration string such as "1m30s") in seconds.
+The duration (a Go duration string such as "1m30s") in milliseconds, a
+float that is exact for whole milliseconds.
 */}}
-{{- define "elector.durationSeconds" -}}
-{{- $factors := dict "ns" 0.000000001 "us" 0.000001 "µs" 0.000001 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 }}
+{{- define "elector.durationMillis" -}}
+{{- $factors := dict "ns" 0.000001 "us" 0.001 "µs" 0.001 "ms" 1.0 "s" 1000.0 "m" 60000.0 "h" 3600000.0 }}
 {{- $total := 0.0 }}
 {{- range regexFindAll "[0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h)" . -1 }}
 {{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" . }}
@@ -284,17 +285,18 @@ Checks across values that the schema cannot express.
 {{- if and .Values.metrics.serviceMonitor.enabled (not .Values.metrics.service.enabled) }}
 {{- fail "metrics.serviceMonitor.enabled needs metrics.service.enabled" }}
 {{- end }}
-{{- $duration := include "elector.durationSeconds" .Values.lease.duration | float64 }}
-{{- $renew := include "elector.durationSeconds" .Values.lease.renewDeadline | float64 }}
-{{- $retry := include "elector.durationSeconds" .Values.lease.retryPeriod | float64 }}
+{{- $duration := include "elector.durationMillis" .Values.lease.duration | float64 }}
+{{- $renew := include "elector.durationMillis" .Values.lease.renewDeadline | float64 }}
+{{- $retry := include "elector.durationMillis" .Values.lease.retryPeriod | float64 }}
 {{- if not (gt $duration $renew) }}
 {{- fail (printf "lease.duration (%s) must be longer than lease.renewDeadline (%s)" .Values.lease.duration .Values.lease.renewDeadline) }}
 {{- end }}
-{{- if not (gt $renew $retry) }}
-{{- fail (printf "lease.renewDeadline (%s) must be longer than lease.retryPeriod (%s)" .Values.lease.renewDeadline .Values.lease.retryPeriod) }}
+{{- /* renewDeadline > 1.2 × retryPeriod, as client-go and the CLI require (retries are jittered by up to 20%) */}}
+{{- if not (gt (mulf $renew 5) (mulf $retry 6)) }}
+{{- fail (printf "lease.renewDeadline (%s) must be longer than 1.2 × lease.retryPeriod (%s): retries are jittered by up to 20%%" .Values.lease.renewDeadline .Values.lease.retryPeriod) }}
 {{- end }}
 {{- if eq .Values.mode "run" }}
-{{- $need := add (include "elector.durationSeconds" .Values.run.killGrace | float64 | ceil | int) 5 }}
+{{- $need := add (divf (include "elector.durationMillis" .Values.run.killGrace | float64) 1000 | ceil | int) 5 }}
 {{- if lt (int .Values.terminationGracePeriodSeconds) $need }}
 {{- fail (printf "terminationGracePeriodSeconds (%v) must be at least run.killGrace (%s) + 5s for the release: %d" .Values.terminationGracePeriodSeconds .Values.run.killGrace $need) }}
 {{- end }}
