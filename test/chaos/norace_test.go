@@ -1,0 +1,6 @@
+//go:build !race
+
+package chaos
+
+// raceEnabled makes the test build the elector with the race detector too.
+const raceEnabled = false
