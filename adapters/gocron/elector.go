@@ -1,0 +1,98 @@
+// Package gocron runs github.com/go-co-op/gocron/v2 schedulers on several replicas with each
+// job run happening on one of them, through elector's Redis leases. It offers both of
+// gocron's distributed modes:
+//
+//   - Elector (gocron.WithDistributedElector): the replicas elect one leader with
+//     package election, and only the leader's scheduler runs jobs. A crashed leader is
+//     replaced when its lease expires; a leader that closes hands over in a round trip.
+//   - Locker (gocron.WithDistributedLocker or gocron.WithDistributedJobLocker): every job run
+//     takes a lease named after the job (package lease) and runs only where the lease was
+//     obtained, so the runs of different jobs spread over the replicas.
+//
+// Both hand out fencing tokens (Elector.Token, Locker.Token) for resources that must refuse a
+// replica that was paused past its lease (package github.com/elector/elector/pkg/fence):
+// gocron checks leadership or takes the lock only when a run starts, and does not stop a run
+// that outlives it.
+//
+// The package has the name of the scheduler's package; import it under another name, for
+// example electorgocron.
+package gocron
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	gocronv2 "github.com/go-co-op/gocron/v2"
+
+	"github.com/elector/elector/pkg/election"
+)
+
+// ErrNotLeader is wrapped by the error that Elector.IsLeader returns when this replica does not
+// lead, so that gocron skips the run.
+var ErrNotLeader = errors.New("not the leader")
+
+// Elector is a gocron Elector backed by an election.Elector that campaigns in the background
+// from NewElector until Close. Its methods are safe for concurrent use.
+type Elector struct {
+	e      *election.Elector
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // Run's result, valid once done is closed
+}
+
+var _ gocronv2.Elector = (*Elector)(nil)
+
+// NewElector validates cfg and starts campaigning until ctx is cancelled or Close is called.
+// cfg is that of election.New, with two differences: Recampaign is always on (a replica that
+// lost its leadership campaigns again, and its scheduler resumes when it leads again), and the
+// callbacks may be left nil (OnStartedLeading then waits for its ctx; OnStoppedLeading does
+// nothing). Set ReleaseOnCancel so that a replica that closes hands over at once.
+func NewElector(ctx context.Context, cfg election.Config) (*Elector, error) {
+	cfg.Recampaign = true
+	if cfg.Callbacks.OnStartedLeading == nil {
+		cfg.Callbacks.OnStartedLeading = func(ctx context.Context) { <-ctx.Done() }
+	}
+	if cfg.Callbacks.OnStoppedLeading == nil {
+		cfg.Callbacks.OnStoppedLeading = func() {}
+	}
+	e, err := election.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("new gocron elector: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	el := &Elector{e: e, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(el.done)
+		el.err = e.Run(ctx)
+	}()
+	return el, nil
+}
+
+// IsLeader returns nil when this replica leads, and otherwise an error wrapping ErrNotLeader
+// that names the current leader: gocron then skips the run. It asks nothing of Redis.
+func (el *Elector) IsLeader(context.Context) error {
+	if el.e.IsLeader() {
+		return nil
+	}
+	leader := el.e.Leader()
+	if leader == "" {
+		return fmt.Errorf("lease %q: %w: no leader is known", el.e.Config().LeaseName, ErrNotLeader)
+	}
+	return fmt.Errorf("lease %q: %w: %q leads", el.e.Config().LeaseName, ErrNotLeader, leader)
+}
+
+// Token returns the fencing token of the current term, or 0 when this replica does not lead.
+func (el *Elector) Token() int64 { return el.e.Token() }
+
+// Election returns the underlying elector, for its status, health check and metrics.
+func (el *Elector) Election() *election.Elector { return el.e }
+
+// Close stops campaigning and waits until the elector has stopped: with
+// Config.ReleaseOnCancel, the lease is released and another replica leads at once. It returns
+// the error of election.Elector.Run, if any. Calling Close again returns the same result.
+func (el *Elector) Close() error {
+	el.cancel()
+	<-el.done
+	return el.err
+}
