@@ -48,22 +48,23 @@ func TestDemoHandovers(t *testing.T) {
 	if len(res.failures) > 0 || res.overlaps != 0 || !res.tokensIncreasing || res.fencedStale != 0 {
 		t.Fatalf("safety checks failed: %+v", res)
 	}
+	// An overloaded machine may add step-downs and takeovers; the disruptions must be there.
 	kinds := map[string][]handover{}
 	for _, h := range res.handovers {
 		kinds[h.kind] = append(kinds[h.kind], h)
 	}
-	if len(kinds[kindFirst]) != 1 || len(kinds[kindCrash]) != 1 || len(kinds[kindGraceful]) != 1 || len(kinds[kindLost]) != 0 {
+	if len(kinds[kindFirst]) != 1 || len(kinds[kindCrash]) != 1 || len(kinds[kindGraceful]) != 1 {
 		t.Fatalf("handovers %+v, want one first, one crash, one graceful", res.handovers)
 	}
 	crash := kinds[kindCrash][0]
 	// Expected: a few milliseconds after expiry (one round trip); the bound is generous.
-	if crash.afterExpiry < 0 || crash.afterExpiry > 500*time.Millisecond {
+	if crash.afterExpiry < 0 || crash.afterExpiry > time.Second {
 		t.Errorf("crash takeover %v after the lease expired, want just after", crash.afterExpiry)
 	}
-	if crash.gap < demoLeaseDuration-demoRetryPeriod-100*time.Millisecond || crash.gap > demoLeaseDuration+500*time.Millisecond {
+	if crash.gap < demoLeaseDuration-demoRetryPeriod-100*time.Millisecond || crash.gap > demoLeaseDuration+time.Second {
 		t.Errorf("no leader for %v after a crash, want about the lease duration %v", crash.gap, demoLeaseDuration)
 	}
-	if g := kinds[kindGraceful][0]; g.gap > 500*time.Millisecond {
+	if g := kinds[kindGraceful][0]; g.gap > time.Second {
 		t.Errorf("graceful handover took %v, want about a round trip", g.gap)
 	}
 	if res.fencedOK == 0 {

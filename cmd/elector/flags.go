@@ -28,6 +28,7 @@ type flagGroup struct {
 	fs    *pflag.FlagSet
 }
 
+// newFlagSet returns the empty flag set of cmd.
 func newFlagSet(cmd command) *flagSet {
 	all := pflag.NewFlagSet("elector "+cmd.name, pflag.ContinueOnError)
 	all.SetOutput(io.Discard) // errors are reported by parse, in one line

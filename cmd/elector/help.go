@@ -16,6 +16,7 @@ const exitCodesHelp = `Exit codes:
      the elector got SIGTERM/SIGINT (128+S when signal S killed it)
 `
 
+// mainHelp is the text of `elector help`.
 func mainHelp() string {
 	var b strings.Builder
 	b.WriteString(`elector: leader election on a Redis lease, for singleton jobs and Kubernetes sidecars.
@@ -98,6 +99,7 @@ atomically (a temporary file renamed over PATH). For init containers of images w
 	return ""
 }
 
+// helpCmd is `elector help [COMMAND]`.
 func (c *cli) helpCmd(_ context.Context, args []string) int {
 	switch {
 	case len(args) == 0 || len(args) == 1 && (args[0] == "-h" || args[0] == "--help"):

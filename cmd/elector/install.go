@@ -10,6 +10,7 @@ import (
 	"github.com/elector/elector/internal/version"
 )
 
+// versionCmd is `elector version`.
 func (c *cli) versionCmd(_ context.Context, args []string) int {
 	cmd, _ := findCommand("version")
 	fs := newFlagSet(cmd)
@@ -23,6 +24,7 @@ func (c *cli) versionCmd(_ context.Context, args []string) int {
 	return exitOK
 }
 
+// installCmd is `elector install PATH`.
 func (c *cli) installCmd(_ context.Context, args []string) int {
 	cmd, _ := findCommand("install")
 	const who = "elector install"

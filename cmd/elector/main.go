@@ -45,6 +45,7 @@ type cli struct {
 	executable     func() (string, error)
 }
 
+// getenv returns the value of an environment variable, "" when unset.
 func (c *cli) getenv(name string) string {
 	v, _ := c.lookupEnv(name)
 	return v
@@ -71,6 +72,7 @@ func commands() []command {
 	}
 }
 
+// findCommand returns the command called name.
 func findCommand(name string) (command, bool) {
 	for _, cmd := range commands() {
 		if cmd.name == name {
@@ -119,6 +121,7 @@ func (c *cli) main(ctx context.Context, args []string) int {
 	}
 }
 
+// commandNames lists the commands for error messages.
 func commandNames() string {
 	var names []string
 	for _, cmd := range commands() {

@@ -35,6 +35,7 @@ type leaseOptions struct {
 	identitySource                            string // where identity came from, for errors
 }
 
+// addFlags registers the lease flags on fs.
 func (o *leaseOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.name, flagLeaseName, "", "`name` of the lease the replicas compete for (required)")
 	fs.StringVar(&o.prefix, flagKeyPrefix, lease.DefaultPrefix, "`prefix` of the lease's Redis keys: PREFIX:{NAME}:lease, PREFIX:{NAME}:token")
@@ -121,6 +122,7 @@ type commonOptions struct {
 	redis redisclient.Config
 }
 
+// addFlags registers the lease and Redis flags, each in its group.
 func (o *commonOptions) addFlags(fs *flagSet) {
 	o.lease.addFlags(fs.group("Lease flags"))
 	o.redis.AddFlags(fs.group("Redis flags"))

@@ -44,12 +44,14 @@ type runOptions struct {
 	signal syscall.Signal // stopSignal parsed by validate
 }
 
+// addFlags registers the flags of run about the command on fs.
 func (o *runOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.stopSignal, flagStopSignal, "SIGTERM", "`signal` sent to the command's process group when leadership is lost: a name (SIGTERM, TERM) or a number")
 	fs.DurationVar(&o.killGrace, flagKillGrace, 5*time.Second, "time between the stop signal and SIGKILL; 0 kills at once")
 	fs.BoolVar(&o.exitOnLost, flagExitOnLost, false, "exit with code 3 when leadership is lost, instead of campaigning again")
 }
 
+// validate parses --stop-signal and checks --kill-grace.
 func (o *runOptions) validate() error {
 	sig, err := parseSignal(o.stopSignal)
 	if err != nil {
@@ -157,6 +159,7 @@ type runConfig struct {
 	argv   []string // CMD [ARGS...]
 }
 
+// runCmd is `elector run`.
 func (c *cli) runCmd(ctx context.Context, args []string) int {
 	rc, code, ok := c.parseRun(args)
 	if !ok {
@@ -397,6 +400,7 @@ func (s *supervisor) lead(ctx context.Context) {
 	}
 }
 
+// setCurrent records the running command, nil when none runs.
 func (s *supervisor) setCurrent(p *child.Process) {
 	s.mu.Lock()
 	s.current = p

@@ -47,6 +47,7 @@ type serveOptions struct {
 	statusFile string
 }
 
+// addFlags registers --http-addr (with its default) and --status-file on fs.
 func (o *serveOptions) addFlags(fs *pflag.FlagSet, defaultAddr string) {
 	what := "`address` ([host]:port) to serve /leader, /healthz, /readyz and /metrics on"
 	if defaultAddr == "" {
@@ -234,6 +235,7 @@ func (h *httpServer) serve() error {
 	return nil
 }
 
+// shutdown stops serving, giving requests in progress a moment to finish.
 func (h *httpServer) shutdown() {
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()

@@ -12,6 +12,7 @@ import (
 	"github.com/elector/elector/pkg/election"
 )
 
+// sidecarCmd is `elector sidecar`: campaign, serve the endpoints, release on SIGTERM.
 func (c *cli) sidecarCmd(ctx context.Context, args []string) int {
 	cmd, _ := findCommand("sidecar")
 	const who = "elector sidecar"

@@ -30,6 +30,7 @@ type leaseStatus struct {
 	TTLMs int64 `json:"ttlMs"`
 }
 
+// statusCmd is `elector status`.
 func (c *cli) statusCmd(ctx context.Context, args []string) int {
 	cmd, _ := findCommand("status")
 	const who = "elector status"

@@ -203,7 +203,7 @@ func TestDemo(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit code %d; stdout:\n%s\nstderr:\n%s", code, out, stderr)
 	}
-	for _, want := range []string{"embedded", "LEADS", "first leader", "CRASHES", "crash takeover", "after its lease expired", "RESTARTS", "Summary", "overlapping terms:           0", "PASS"} {
+	for _, want := range []string{"embedded", "LEADS", "first leader", "CRASHES", "crash takeover", "after its lease expired", "RESTARTS", "Summary", "overlapping terms:            0", "PASS"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}
