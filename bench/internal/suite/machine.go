@@ -23,6 +23,9 @@ type Machine struct {
 	Kernel       string
 	GoVersion    string
 	RedisVersion string
+	// LoadAvgStart and LoadAvgEnd are /proc/loadavg at the start and the end of the run: the
+	// machine may be shared.
+	LoadAvgStart, LoadAvgEnd string
 	// PingMicros is the median round trip of PING on one connection, with its spread over 5
 	// batches.
 	PingMicros stats.Summary
@@ -47,6 +50,7 @@ func describeMachine(ctx context.Context, srv *redisproc.Server) (Machine, error
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = "Linux " + strings.TrimSpace(string(b))
 	}
+	m.LoadAvgStart = loadAvg()
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 1})
 	defer c.Close()
 	info, err := redisproc.Info(ctx, c, "server")
@@ -67,4 +71,17 @@ func describeMachine(ctx context.Context, srv *redisproc.Server) (Machine, error
 	}
 	m.PingMicros = stats.Summarize(batches)
 	return m, nil
+}
+
+// loadAvg returns the 1, 5 and 15 minute load averages from /proc/loadavg.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }

@@ -45,7 +45,10 @@ func runRenewCost(ctx context.Context, cfg Config, srv *redisproc.Server) (Renew
 	go func() { done <- r.Run(rctx) }()
 	defer func() {
 		cancel()
-		<-done
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+		}
 	}()
 	select {
 	case <-started:
@@ -75,6 +78,11 @@ func runRenewCost(ctx context.Context, cfg Config, srv *redisproc.Server) (Renew
 		cpu1 := selfCPU()
 		n := float64(renewals.Load() - n0)
 		runtime.ReadMemStats(&m1)
+		select {
+		case err := <-done:
+			return res, fmt.Errorf("the elector stopped leading (renewals timed out on a busy machine?): %v", err)
+		default:
+		}
 		if n == 0 {
 			return res, fmt.Errorf("no renewal in %v", cfg.RenewDur/windows)
 		}

@@ -204,8 +204,12 @@ func Markdown(r *Results, command, plotDir string) string {
 	p("| machine | |\n|---|---|\n")
 	p("| CPU | %s, %d logical CPUs (GOMAXPROCS %d) |\n", m.CPU, m.CPUs, m.GOMAXPROCS)
 	p("| memory | %.1f GiB |\n| kernel | %s |\n| Go | %s |\n| Redis | redis-server %s on 127.0.0.1, no persistence, started by the bench |\n", m.MemoryGiB, m.Kernel, m.GoVersion, m.RedisVersion)
+	p("| load average (1, 5, 15 min) | %s at the start, %s at the end (the machine may be shared) |\n", m.LoadAvgStart, m.LoadAvgEnd)
 	p("| PING round trip | %s µs median of 5 × 500 (%s) |\n\n", fmtF(m.PingMicros.Median, 1), rangeOf(m.PingMicros, "%.1f"))
 
+	for _, f := range r.Failed {
+		p("**Step failed, its results are missing:** %s\n\n", f)
+	}
 	p("### Targets\n\n| target | measured | |\n|---|---|---|\n")
 	for _, c := range Checks(r) {
 		verdict := "✅ met"

@@ -5,6 +5,8 @@ package suite
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -66,15 +68,15 @@ type Params struct {
 func FullParams() Params {
 	return Params{
 		Mode:             "full",
-		ThroughputRounds: 7, ThroughputDur: time.Second, Concurrency: []int{1, 16},
+		ThroughputRounds: 15, ThroughputDur: 400 * time.Millisecond, Concurrency: []int{1, 16},
 		Timing: systems.DefaultTiming.Scale(8), TimingScale: 8,
 		HandoverRounds: 60, ElectorTrials: 4,
 		CrashRounds:   30,
 		LoadTiming:    systems.DefaultTiming,
 		LoadFollowers: []int{2, 10, 100},
 		LoadSettle:    3 * time.Second, LoadWindow: 8 * time.Second, LoadWindows: 2,
-		RenewTiming: systems.Timing{LeaseDuration: 200 * time.Millisecond, RenewDeadline: 100 * time.Millisecond, RetryPeriod: 5 * time.Millisecond},
-		RenewDur:    3 * time.Second,
+		RenewTiming: systems.Timing{LeaseDuration: time.Second, RenewDeadline: 600 * time.Millisecond, RetryPeriod: 20 * time.Millisecond},
+		RenewDur:    6 * time.Second,
 		SidecarIdle: time.Minute, SidecarStarts: 10, RunHandovers: 20,
 		GoBenchCount: 6, GoBenchTime: "1s",
 	}
@@ -91,8 +93,8 @@ func QuickParams() Params {
 		LoadTiming:    systems.DefaultTiming.Scale(40),
 		LoadFollowers: []int{2, 10},
 		LoadSettle:    300 * time.Millisecond, LoadWindow: 500 * time.Millisecond, LoadWindows: 1,
-		RenewTiming: systems.Timing{LeaseDuration: 200 * time.Millisecond, RenewDeadline: 100 * time.Millisecond, RetryPeriod: 5 * time.Millisecond},
-		RenewDur:    300 * time.Millisecond,
+		RenewTiming: systems.Timing{LeaseDuration: time.Second, RenewDeadline: 600 * time.Millisecond, RetryPeriod: 20 * time.Millisecond},
+		RenewDur:    600 * time.Millisecond,
 		SidecarIdle: time.Second, SidecarStarts: 2, RunHandovers: 2,
 	}
 }
@@ -128,6 +130,8 @@ type Results struct {
 	Renew      RenewResult
 	Sidecar    SidecarResult
 	GoBench    GoBenchResult
+	// Failed lists the steps that failed, with their errors; their results are missing.
+	Failed []string
 }
 
 // Run measures everything and writes the outputs that cfg names.
@@ -149,7 +153,13 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		return nil, fmt.Errorf("klog file: %w", err)
 	}
 	defer logf.Close()
-	klog.LogToStderr(false)
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	for k, v := range map[string]string{"logtostderr": "false", "stderrthreshold": "FATAL"} {
+		if err := klogFlags.Set(k, v); err != nil {
+			return nil, fmt.Errorf("klog flag %s: %w", k, err)
+		}
+	}
 	klog.SetOutput(logf)
 	defer klog.Flush()
 
@@ -179,17 +189,27 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		{"6. elector sidecar and run", func() error { r.Sidecar = runSidecar(ctx, cfg, srv, logf2); return nil }},
 		{"go test -bench", func() error { r.GoBench = runGoBench(ctx, cfg, logf2); return nil }},
 	}
+	// A failed step is reported, and the others still run: a long run keeps what it measured.
+	var failed []error
 	for _, s := range steps {
 		t0 := time.Now()
 		logf2("%s ...", s.name)
 		if err := s.run(); err != nil {
-			return r, fmt.Errorf("%s: %w", s.name, err)
+			err = fmt.Errorf("%s: %w", s.name, err)
+			logf2("FAILED %v", err)
+			r.Failed = append(r.Failed, err.Error())
+			failed = append(failed, err)
+			if ctx.Err() != nil {
+				break
+			}
+			continue
 		}
 		logf2("%s done in %v", s.name, time.Since(t0).Round(time.Second))
 	}
 	r.Took = time.Since(r.Started)
+	r.Machine.LoadAvgEnd = loadAvg()
 	if err := write(cfg, r); err != nil {
-		return r, err
+		failed = append(failed, err)
 	}
-	return r, nil
+	return r, errors.Join(failed...)
 }
