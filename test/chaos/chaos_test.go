@@ -139,6 +139,9 @@ func TestChaos(t *testing.T) {
 	t.Logf("reproduce with:\n  %s", reproduce(d, seed))
 	if rep.Failed() {
 		t.Errorf("\n%s", rep.Failure())
+		if os.Getenv(envDir) == "" {
+			t.Logf("set %s=DIR to keep the logs of the electors and workers and the whole timeline", envDir)
+		}
 	}
 }
 

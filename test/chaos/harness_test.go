@@ -27,15 +27,17 @@ import (
 	"github.com/elector/elector/pkg/lease"
 )
 
-// Election timing of the replicas. The retry period bounds every acquire and renew call of
-// the elector, so it must exceed the 200ms round trip of the latency fault with room to spare
-// on a loaded machine; 150ms would make every call time out for as long as the latency lasts.
+// Election timing of the replicas. Every acquire and renew call of the elector is bounded by
+// the retry period and by half the renew deadline (its dial, read and write timeouts), so both
+// must exceed the 200ms round trip of the latency fault with room for the scheduling delays of
+// a loaded machine: with a 1s lease, 600ms renew deadline and 150ms retry period, every call
+// times out for as long as the latency lasts and nobody leads.
 const (
-	leaseDuration = time.Second
-	renewDeadline = 600 * time.Millisecond
-	retryPeriod   = 300 * time.Millisecond
-	// killGrace fits in leaseDuration - renewDeadline, so that a worker that ignored its stop
-	// signal is killed before another replica can acquire.
+	leaseDuration = 2 * time.Second
+	renewDeadline = 1200 * time.Millisecond
+	retryPeriod   = 500 * time.Millisecond
+	// killGrace fits well in leaseDuration - renewDeadline, so that a worker that ignores its
+	// stop signal is killed before another replica can acquire.
 	killGrace = 300 * time.Millisecond
 	// leaderlessBound is the bound on the time without a worker after a fault while
 	// Redis is reachable.
@@ -65,6 +67,7 @@ type harness struct {
 	srv      *redistest.Server
 	proxy    *faultproxy.Proxy
 	direct   *redis.Client // straight to Redis, for the test's own reads
+	lease    *lease.Lease  // the lease, read through direct
 	replicas []*replica
 	start    time.Time
 
@@ -94,6 +97,10 @@ func newHarness(t *testing.T, seed int64, dir string) *harness {
 	}
 	h.srv = redistest.Start(t)
 	h.direct = h.srv.Client(t)
+	var err error
+	if h.lease, err = lease.New(h.direct, leaseName, lease.Options{}); err != nil {
+		t.Fatal(err)
+	}
 	h.proxy = faultproxy.Start(t, h.srv.Addr())
 	// Registered last, so it runs first: no process outlives the test, whatever failed.
 	t.Cleanup(h.killAll)
@@ -380,14 +387,12 @@ func (h *harness) leader(timeout time.Duration) (*replica, int64) {
 	deadline := time.Now().Add(timeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		v, err := h.direct.Get(ctx, "elector:{"+leaseName+"}:lease").Result()
+		st, err := h.lease.Get(ctx)
 		cancel()
-		if err == nil {
-			if rec, perr := lease.ParseRecord(v); perr == nil {
-				for _, r := range h.replicas {
-					if r.identity == rec.Identity && r.current() != nil {
-						return r, rec.Token
-					}
+		if err == nil && st.Held {
+			for _, r := range h.replicas {
+				if r.identity == st.Record.Identity && r.current() != nil {
+					return r, st.Record.Token
 				}
 			}
 		}
@@ -403,11 +408,7 @@ func (h *harness) leader(timeout time.Duration) (*replica, int64) {
 // made while the subscription reconnects after a restart of Redis are missed; the electors'
 // logs cover those.
 func (h *harness) observe(ctx context.Context, done chan<- struct{}) error {
-	l, err := lease.New(h.direct, leaseName, lease.Options{})
-	if err != nil {
-		return err
-	}
-	sub, err := l.Subscribe(ctx)
+	sub, err := h.lease.Subscribe(ctx)
 	if err != nil {
 		return err
 	}
@@ -530,7 +531,7 @@ func (h *harness) waitAccepted(from time.Time, timeout time.Duration) bool {
 	return true
 }
 
-// sleepRange sleeps a random time in [lo, hi).
+// randDuration returns a random duration in [lo, hi).
 func (h *harness) randDuration(lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(h.rng.Int64N(int64(hi-lo)))
 }
@@ -548,9 +549,7 @@ func (h *harness) inject(kind Kind) (Fault, bool) {
 		}
 		f.Target = target.identity
 	default:
-		if _, tok := h.leader(0); tok != 0 {
-			f.Token = tok
-		}
+		_, f.Token = h.leader(0)
 	}
 	switch kind {
 	case SigKill, SigTerm:
