@@ -41,13 +41,20 @@ func runGoBench(ctx context.Context, cfg Config, logf func(string, ...any)) GoBe
 		res.Missing = err.Error()
 		return res
 	}
-	bs := exec.CommandContext(ctx, "go", "tool", "benchstat", "-col", "/impl", file)
-	bs.Dir = dir
-	table, err := bs.CombinedOutput()
-	if err != nil {
-		res.Missing = fmt.Sprintf("benchstat: %v: %s", err, lastLine(string(table)))
-		return res
+	// The lease primitives side by side (-col /impl, each against raw); pkg/election's
+	// benchmarks, which only elector has, on their own.
+	for _, args := range [][]string{
+		{"-col", "/impl", "-filter", ".name:(AcquireRelease OR Renew)"},
+		{"-filter", ".name:/^Election/"},
+	} {
+		bs := exec.CommandContext(ctx, "go", append(append([]string{"tool", "benchstat"}, args...), file)...)
+		bs.Dir = dir
+		table, err := bs.CombinedOutput()
+		if err != nil {
+			res.Missing = fmt.Sprintf("benchstat: %v: %s", err, lastLine(string(table)))
+			return res
+		}
+		res.Benchstat += string(table) + "\n"
 	}
-	res.Benchstat = string(table)
 	return res
 }

@@ -332,7 +332,7 @@ func Markdown(r *Results, command, plotDir string) string {
 	g := r.GoBench
 	p("\n### go test -bench, compared with benchstat\n\n")
 	if g.Benchstat != "" {
-		p("`%s`, then `go tool benchstat -col /impl` (each column against the first, the raw floor or elector):\n\n```\n%s```\n", g.Command, g.Benchstat)
+		p("`%s`, then `go tool benchstat -col /impl -filter '.name:(AcquireRelease OR Renew)'` (each implementation against the raw floor; `~` means no significant difference at this noise) and `go tool benchstat -filter '.name:/^Election/'` (pkg/election alone: one handover, including the restart of the old leader as a follower, with handover-µs the median release → OnStartedLeading; and New → OnStartedLeading on an empty lease):\n\n```\n%s```\n", g.Command, g.Benchstat)
 	} else {
 		p("Not run: %s.\n", g.Missing)
 	}
