@@ -227,10 +227,13 @@ func TestRunMode(t *testing.T) {
 	if !strings.Contains(r.notes, "Only the leader runs: /usr/local/bin/reconciler") {
 		t.Errorf("NOTES.txt does not show the wrapped command:\n%s", r.notes)
 	}
+	if !strings.Contains(r.notes, "WARNING: run.killGrace (20s) is longer than lease.duration - lease.renewDeadline") {
+		t.Errorf("NOTES.txt does not warn that a 20s kill grace outlasts the 5s lease margin:\n%s", r.notes)
+	}
 
 	// Without extra flags, the wrapped command follows the defaults and the
 	// flags the elector does not need are absent.
-	_, objs = mustRender(t, renderOptions{values: "mode: run\napp: {command: [/bin/job], args: [a, '--b']}"})
+	r, objs = mustRender(t, renderOptions{values: "mode: run\napp: {command: [/bin/job], args: [a, '--b']}"})
 	_, spec = podSpec(t, objs)
 	c = theElector(t, spec)
 	if wrapped, _ := wrappedCommand(c); !reflect.DeepEqual(wrapped, []string{"/bin/job", "a", "--b"}) {
@@ -238,6 +241,9 @@ func TestRunMode(t *testing.T) {
 	}
 	if hasFlag(c, "--exit-on-lost") || mustFlag(t, c, "kill-grace") != "5s" || mustFlag(t, c, "stop-signal") != "SIGTERM" {
 		t.Errorf("run flags %q, want the defaults --kill-grace=5s --stop-signal=SIGTERM without --exit-on-lost", electorFlags(c))
+	}
+	if strings.Contains(r.notes, "WARNING") {
+		t.Errorf("NOTES.txt warns with the default kill grace (5s, within the 5s margin):\n%s", r.notes)
 	}
 }
 
