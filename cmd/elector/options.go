@@ -33,6 +33,7 @@ type leaseOptions struct {
 	name, prefix, identity                    string
 	leaseDuration, renewDeadline, retryPeriod time.Duration
 	identitySource                            string // where identity came from, for errors
+	nameOptional                              bool   // status --all lists every lease
 }
 
 // addFlags registers the lease flags on fs.
@@ -65,10 +66,10 @@ func (o *leaseOptions) complete(c *cli) error {
 
 // validate checks the lease flags; each error names the flag and says what is allowed.
 func (o *leaseOptions) validate() error {
-	if o.name == "" {
+	if o.name == "" && !o.nameOptional {
 		return fmt.Errorf("--%s is required: the name of the lease the replicas compete for", flagLeaseName)
 	}
-	if err := lease.ValidateName(o.name); err != nil {
+	if err := lease.ValidateName(o.name); err != nil && o.name != "" {
 		return fmt.Errorf("--%s: %q %v", flagLeaseName, o.name, err)
 	}
 	if err := lease.ValidateName(o.prefix); err != nil {

@@ -8,10 +8,15 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/elector/elector/pkg/lease"
 )
 
-const flagOutput = "output"
+const (
+	flagOutput = "output"
+	flagAll    = "all"
+)
 
 // leaseStatus is the output of elector status; its JSON form is documented in docs/CLI.md.
 type leaseStatus struct {
@@ -36,7 +41,9 @@ func (c *cli) statusCmd(ctx context.Context, args []string) int {
 	const who = "elector status"
 	fs := newFlagSet(cmd)
 	var output string
+	var all bool
 	fs.group("Status flags").StringVarP(&output, flagOutput, "o", "text", "output `format`: text or json")
+	fs.group("Status flags").BoolVar(&all, flagAll, false, "list every held lease under --key-prefix (for election.Group) instead of one --lease-name")
 	var co commonOptions
 	co.addFlags(fs)
 	fs.addKlogFlags()
@@ -49,8 +56,11 @@ func (c *cli) statusCmd(ctx context.Context, args []string) int {
 		err = fmt.Errorf("unexpected argument %q: elector status takes only flags", fs.all.Arg(0))
 	case output != "text" && output != "json":
 		err = fmt.Errorf("--%s: unknown format %q; allowed: text, json", flagOutput, output)
+	case all && co.lease.name != "":
+		err = fmt.Errorf("--%s lists every lease under --%s: do not give --%s with it", flagAll, flagKeyPrefix, flagLeaseName)
 	}
 	if err == nil {
+		co.lease.nameOptional = all
 		err = co.complete(c)
 	}
 	if err != nil {
@@ -62,6 +72,9 @@ func (c *cli) statusCmd(ctx context.Context, args []string) int {
 		return c.runtimeError(who, err)
 	}
 	defer func() { _ = client.Close() }()
+	if all {
+		return c.statusAll(ctx, who, &co, client, output)
+	}
 	l, err := lease.New(client, co.lease.name, lease.Options{Prefix: co.lease.prefix})
 	if err != nil {
 		return c.usageError(who, err)
@@ -72,14 +85,7 @@ func (c *cli) statusCmd(ctx context.Context, args []string) int {
 	if err != nil {
 		return c.runtimeError(who, fmt.Errorf("cannot read lease %q from %s: %w", co.lease.name, redisDescription(co.redis), err))
 	}
-	out := leaseStatus{Lease: co.lease.name, Key: l.Key()}
-	if st.Held {
-		out.Holder, out.Instance, out.Token = st.Record.Identity, st.Record.Instance, st.Record.Token
-		out.TTLMs = st.TTL.Milliseconds()
-		if st.TTL == lease.NoExpiry {
-			out.TTLMs = -1
-		}
-	}
+	out := newLeaseStatus(co.lease.name, l.Key(), st)
 	if output == "json" {
 		err = json.NewEncoder(c.stdout).Encode(out)
 	} else {
@@ -89,6 +95,55 @@ func (c *cli) statusCmd(ctx context.Context, args []string) int {
 		return c.runtimeError(who, fmt.Errorf("write the status: %w", err))
 	}
 	if !st.Held {
+		return exitNoLeader
+	}
+	return exitOK
+}
+
+// newLeaseStatus converts what lease.Get or lease.List found.
+func newLeaseStatus(name, key string, st lease.Status) leaseStatus {
+	out := leaseStatus{Lease: name, Key: key}
+	if st.Held {
+		out.Holder, out.Instance, out.Token = st.Record.Identity, st.Record.Instance, st.Record.Token
+		out.TTLMs = st.TTL.Milliseconds()
+		if st.TTL == lease.NoExpiry {
+			out.TTLMs = -1
+		}
+	}
+	return out
+}
+
+// statusAll is `elector status --all`: one line (or JSON object) per held lease. It exits 3
+// when no lease is held.
+func (c *cli) statusAll(ctx context.Context, who string, co *commonOptions, client redis.UniversalClient, output string) int {
+	ctx, cancel := context.WithTimeout(ctx, 10*callTimeout(co.lease.renewDeadline))
+	defer cancel()
+	found, err := lease.List(ctx, client, co.lease.prefix)
+	if err != nil {
+		return c.runtimeError(who, fmt.Errorf("cannot list the leases under %q from %s: %w", co.lease.prefix, redisDescription(co.redis), err))
+	}
+	list := make([]leaseStatus, 0, len(found))
+	for _, f := range found {
+		list = append(list, newLeaseStatus(f.Name, co.lease.prefix+":{"+f.Name+"}:lease", f.Status))
+	}
+	if output == "json" {
+		err = json.NewEncoder(c.stdout).Encode(list)
+	} else {
+		tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(tw, "LEASE\tHOLDER\tTOKEN\tTTL\n")
+		for _, s := range list {
+			ttl := (time.Duration(s.TTLMs) * time.Millisecond).String()
+			if s.TTLMs < 0 {
+				ttl = "none"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", s.Lease, s.Holder, s.Token, ttl)
+		}
+		err = tw.Flush()
+	}
+	if err != nil {
+		return c.runtimeError(who, fmt.Errorf("write the status: %w", err))
+	}
+	if len(list) == 0 {
 		return exitNoLeader
 	}
 	return exitOK

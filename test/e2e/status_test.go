@@ -122,3 +122,51 @@ func TestStatusRedisDown(t *testing.T) {
 		t.Errorf("the error does not name %s: %s", addr, stderr)
 	}
 }
+
+// TestStatusAll lists the leases of a prefix, as election.Group users need.
+func TestStatusAll(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+
+	code, out, _ := runElector(t, 10*time.Second, nil, "status", "--redis-addr", srv.Addr(), "--all", "-o", "json")
+	if code != 3 || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("--all with no lease: exit %d, output %q; want 3 and []", code, out)
+	}
+	tokens := map[string]int64{}
+	for i, name := range []string{"tenant-b", "tenant-a", "tenant-c"} {
+		l, err := lease.New(client, name, lease.Options{Identity: "pod-" + strconv.Itoa(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, st, err := l.Acquire(ctx, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[name] = st.Record.Token
+	}
+	code, out, stderr := runElector(t, 10*time.Second, nil, "status", "--redis-addr", srv.Addr(), "--all", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d; stderr: %s", code, stderr)
+	}
+	var got []statusJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("output is not a JSON list: %v\n%s", err, out)
+	}
+	if len(got) != 3 || got[0].Lease != "tenant-a" || got[2].Lease != "tenant-c" {
+		t.Fatalf("got %+v, want tenant-a, tenant-b, tenant-c in order", got)
+	}
+	for _, s := range got {
+		if s.Token != tokens[s.Lease] || s.TTLMs <= 0 || s.Holder == "" {
+			t.Errorf("%+v: want token %d and a holder with time left", s, tokens[s.Lease])
+		}
+	}
+	code, out, _ = runElector(t, 10*time.Second, nil, "status", "--redis-addr", srv.Addr(), "--all")
+	if code != 0 || !strings.Contains(out, "LEASE") || !strings.Contains(out, "tenant-b") {
+		t.Fatalf("text: exit %d\n%s", code, out)
+	}
+	code, _, stderr = runElector(t, 10*time.Second, nil, "status", "--redis-addr", srv.Addr(), "--all", "--lease-name", "x")
+	if code != 2 || !strings.Contains(stderr, "--all") {
+		t.Fatalf("--all with --lease-name: exit %d, stderr %q; want 2 naming --all", code, stderr)
+	}
+}
