@@ -1,0 +1,212 @@
+package reliability
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/elector/elector/internal/redisclient"
+	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/pkg/election"
+	"github.com/elector/elector/pkg/fence"
+	"github.com/elector/elector/pkg/lease"
+)
+
+// checkErr fails unless err is a one-line error (a value with a newline must not split a log
+// line) that mentions every one of want.
+func checkErr(t *testing.T, what string, err error, want ...string) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: accepted, want an error mentioning %q", what, want)
+		return
+	}
+	msg := err.Error()
+	for _, w := range want {
+		if !strings.Contains(msg, w) {
+			t.Errorf("%s: error %q does not mention %q", what, msg, w)
+		}
+	}
+	if strings.ContainsAny(msg, "\r\n") {
+		t.Errorf("%s: error %q spans several lines", what, msg)
+	}
+}
+
+// The library's bad-input table: every wrong argument of the public API is refused up front with
+// an error that names the argument and, quoted, the value; the boundaries are accepted.
+func TestBadInput(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // validation happens before any dial
+	t.Cleanup(func() { _ = client.Close() })
+	ctx := context.Background()
+	long := func(n int) string { return strings.Repeat("x", n) }
+
+	// Lease names and prefixes.
+	for _, tc := range []struct{ name, want string }{
+		{"", "must not be empty"},
+		{"a{b", "hash tag"},
+		{"a}b", "hash tag"},
+		{"{job}", "hash tag"},
+		{"a b", "whitespace"},
+		{"a\tb", "whitespace"},
+		{"a\nb", "whitespace"},
+		{"a\u00a0b", "whitespace"}, // no-break space
+		{"a\x00b", "control"},
+		{"\xff", "UTF-8"},
+		{long(lease.MaxNameLen + 1), "at most 200"},
+	} {
+		_, err := lease.New(client, tc.name, lease.Options{})
+		checkErr(t, "lease.New name "+tc.name, err, "name", tc.want)
+		_, err = lease.New(client, "job", lease.Options{Prefix: tc.name})
+		if tc.name != "" { // an empty prefix means the default
+			checkErr(t, "lease.New prefix "+tc.name, err, "key prefix", tc.want)
+		}
+		_, err = election.New(electionConfig(client, func(c *election.Config) { c.LeaseName = tc.name }))
+		checkErr(t, "election.New LeaseName "+tc.name, err, "LeaseName", tc.want)
+	}
+	if _, err := lease.New(client, long(lease.MaxNameLen), lease.Options{Prefix: long(lease.MaxNameLen)}); err != nil {
+		t.Errorf("a name and prefix of exactly %d bytes: %v", lease.MaxNameLen, err)
+	}
+
+	// Identities.
+	for _, tc := range []struct{ identity, want string }{
+		{"pod\nb", "control characters"},
+		{"pod\rb", "control characters"},
+		{"pod\x1b[31mred", "control characters"},
+		{"pod\u0085", "control characters"}, // NEL
+		{"\xffpod", "UTF-8"},
+		{long(lease.MaxIdentityLen + 1), "at most 256"},
+	} {
+		_, err := lease.New(client, "job", lease.Options{Identity: tc.identity})
+		checkErr(t, "lease.New identity", err, "identity", tc.want)
+		_, err = election.New(electionConfig(client, func(c *election.Config) { c.Identity = tc.identity }))
+		checkErr(t, "election.New Identity", err, "Identity", tc.want)
+	}
+	_, err := election.New(electionConfig(client, func(c *election.Config) { c.Identity = "" }))
+	checkErr(t, "election.New without Identity", err, "Identity", "must not be empty")
+	for _, ok := range []string{long(lease.MaxIdentityLen), "ns/pod:with:colons and spaces", "ünïcode-pod"} {
+		if _, err := election.New(electionConfig(client, func(c *election.Config) { c.Identity = ok })); err != nil {
+			t.Errorf("identity %q refused: %v", ok, err)
+		}
+	}
+
+	// Nil clients.
+	_, err = lease.New(nil, "job", lease.Options{})
+	checkErr(t, "lease.New nil client", err, "client is nil")
+	_, err = election.New(electionConfig(nil, nil))
+	checkErr(t, "election.New nil Client", err, "Client")
+	_, err = fence.New(nil, "{job}:fence")
+	checkErr(t, "fence.New nil client", err, "client is nil")
+	_, err = fence.New(client, "")
+	checkErr(t, "fence.New empty key", err, "key")
+
+	// Durations: lease calls refuse any ttl that is not a positive whole number of milliseconds.
+	l, err := lease.New(client, "job", lease.Options{Identity: "pod-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	term := lease.Record{Token: 1, Instance: l.Instance(), Identity: "pod-a"}
+	for _, ttl := range []time.Duration{0, -time.Second, time.Microsecond, 1500 * time.Microsecond} {
+		_, _, err := l.Acquire(ctx, ttl)
+		checkErr(t, "Acquire ttl "+ttl.String(), err, `"job"`, "ttl", ttl.String())
+		_, err = l.Renew(ctx, term, ttl)
+		checkErr(t, "Renew ttl "+ttl.String(), err, `"job"`, "ttl", ttl.String())
+	}
+	// ValidateTiming, which the CLI uses for its flags, refuses zero and negative values; Config
+	// fills zero values with the defaults (documented) and refuses negative ones by field.
+	for _, d := range [][3]time.Duration{{0, 10 * time.Second, 2 * time.Second}, {15 * time.Second, 0, 2 * time.Second},
+		{15 * time.Second, 10 * time.Second, 0}, {-time.Second, 10 * time.Second, 2 * time.Second}} {
+		checkErr(t, "ValidateTiming", election.ValidateTiming(d[0], d[1], d[2]), "must all be positive")
+	}
+	for field, set := range map[string]func(*election.Config){
+		"LeaseDuration": func(c *election.Config) { c.LeaseDuration = -time.Second },
+		"RenewDeadline": func(c *election.Config) { c.RenewDeadline = -time.Second },
+		"RetryPeriod":   func(c *election.Config) { c.RetryPeriod = -time.Nanosecond },
+	} {
+		_, err := election.New(electionConfig(client, set))
+		checkErr(t, "election.New negative "+field, err, field, "must be positive")
+	}
+	e, err := election.New(electionConfig(client, func(c *election.Config) { c.LeaseDuration, c.RenewDeadline, c.RetryPeriod = 0, 0, 0 }))
+	if err != nil {
+		t.Fatalf("zero durations (the defaults): %v", err)
+	}
+	if c := e.Config(); c.LeaseDuration != election.DefaultLeaseDuration || c.RenewDeadline != election.DefaultRenewDeadline || c.RetryPeriod != election.DefaultRetryPeriod {
+		t.Errorf("zero durations became %v, %v, %v; want the defaults", c.LeaseDuration, c.RenewDeadline, c.RetryPeriod)
+	}
+	for _, tc := range []struct {
+		lease, renew, retry time.Duration
+		want                string
+	}{
+		{10 * time.Second, 10 * time.Second, time.Second, "renew deadline"},
+		{10 * time.Second, 9950 * time.Millisecond, time.Second, "clock-drift"},
+		{15 * time.Second, 10 * time.Second, 9 * time.Second, "1.2 × retry period"},
+		{15*time.Second + time.Microsecond, 10 * time.Second, 2 * time.Second, "whole number of milliseconds"},
+	} {
+		_, err := election.New(electionConfig(client, func(c *election.Config) { c.LeaseDuration, c.RenewDeadline, c.RetryPeriod = tc.lease, tc.renew, tc.retry }))
+		checkErr(t, "election.New timing", err, tc.want)
+	}
+
+	// Callbacks.
+	_, err = election.New(electionConfig(client, func(c *election.Config) { c.Callbacks.OnStartedLeading = nil }))
+	checkErr(t, "election.New without OnStartedLeading", err, "OnStartedLeading")
+	_, err = election.New(electionConfig(client, func(c *election.Config) { c.Callbacks.OnStoppedLeading = nil }))
+	checkErr(t, "election.New without OnStoppedLeading", err, "OnStoppedLeading")
+
+	// The Redis client builder.
+	for _, tc := range []struct {
+		cfg  redisclient.Config
+		want string
+	}{
+		{redisclient.Config{Mode: redisclient.ModeStandalone}, "--redis-addr"},
+		{redisclient.Config{Mode: redisclient.ModeStandalone, Addrs: []string{"redis://h:6379"}}, "URL"},
+		{redisclient.Config{Mode: redisclient.ModeStandalone, Addrs: []string{"h:0"}}, "port"},
+		{redisclient.Config{Mode: redisclient.ModeStandalone, Addrs: []string{"a:1", "b:2"}}, "exactly one"},
+		{redisclient.Config{Mode: "master-replica", Addrs: []string{"h:1"}}, "--redis-mode"},
+		{redisclient.Config{Mode: redisclient.ModeSentinel, Addrs: []string{"h:1"}}, "--sentinel-master"},
+		{redisclient.Config{Mode: redisclient.ModeCluster, Addrs: []string{"h:1"}, DB: 1}, "--redis-db"},
+		{redisclient.Config{Mode: redisclient.ModeStandalone, Addrs: []string{"h:1"}, TLSCAFile: "/ca.pem"}, "requires --redis-tls"},
+	} {
+		_, err := redisclient.New(tc.cfg)
+		var ue *redisclient.UsageError
+		if !errors.As(err, &ue) {
+			t.Errorf("redisclient.New(%v) = %v, want a *UsageError", tc.cfg, err)
+		}
+		checkErr(t, "redisclient.New", err, tc.want)
+	}
+}
+
+// electionConfig returns a valid Config through client, changed by set.
+func electionConfig(client redis.UniversalClient, set func(*election.Config)) election.Config {
+	cfg := election.Config{
+		Client: client, LeaseName: "job", Identity: "pod-a",
+		Callbacks: election.Callbacks{OnStartedLeading: func(context.Context) {}, OnStoppedLeading: func() {}},
+	}
+	if set != nil {
+		set(&cfg)
+	}
+	return cfg
+}
+
+// Elector.Token returns 0 when the replica does not lead, and the protocol's tokens are
+// positive: a fenced write with a token of 0 or less comes from a caller that does not lead and
+// must be refused, also by a fence that has not accepted any token yet. This test fails until
+// fence.Do checks the token (see the report).
+func TestFenceRefusesNonPositiveTokens(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	for _, token := range []int64{0, -1} {
+		f, err := fence.New(c, "{job}:fence")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Del(ctx, f.Key(), "{job}:state")
+		if err := f.Set(ctx, token, "{job}:state", "written by a non-leader"); err == nil {
+			t.Errorf("fenced write with token %d on a fresh fence was accepted", token)
+		}
+		if n, _ := c.Exists(ctx, "{job}:state").Result(); n != 0 {
+			t.Errorf("fenced write with token %d wrote the protected key", token)
+		}
+	}
+}
