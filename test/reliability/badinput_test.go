@@ -144,7 +144,9 @@ func TestBadInput(t *testing.T) {
 		{15 * time.Second, 10 * time.Second, 9 * time.Second, "1.2 × retry period"},
 		{15*time.Second + time.Microsecond, 10 * time.Second, 2 * time.Second, "whole number of milliseconds"},
 	} {
-		_, err := election.New(electionConfig(client, func(c *election.Config) { c.LeaseDuration, c.RenewDeadline, c.RetryPeriod = tc.lease, tc.renew, tc.retry }))
+		_, err := election.New(electionConfig(client, func(c *election.Config) {
+			c.LeaseDuration, c.RenewDeadline, c.RetryPeriod = tc.lease, tc.renew, tc.retry
+		}))
 		checkErr(t, "election.New timing", err, tc.want)
 	}
 
