@@ -37,7 +37,13 @@ type Callbacks struct {
 	// cancelled the moment leadership can no longer be trusted (a renew said the lease is
 	// gone, the renew deadline passed) or the ctx given to Run is cancelled. It must return
 	// promptly after that: Run waits for it, and with ReleaseOnCancel the lease is released
-	// (and renewed meanwhile) only once it returned. Required.
+	// (and renewed meanwhile) only once it returned. TokenFrom(ctx) is the term's token.
+	// Required.
+	//
+	// With Recampaign, a replica that stepped down because RenewDeadline passed, while Redis
+	// still held its term (the renewals were slow, not lost), resumes that same term when it
+	// campaigns again: OnStartedLeading runs again with the same fencing token. Nobody else
+	// led in between, so a fenced resource has nothing to refuse.
 	OnStartedLeading func(ctx context.Context)
 	// OnStoppedLeading is called once a term is over: at once when leadership was lost, or
 	// after OnStartedLeading returned and the lease was released when Run's ctx was cancelled.
