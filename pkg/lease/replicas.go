@@ -104,9 +104,12 @@ func (l *Lease) AcquireReplicated(ctx context.Context, ttl time.Duration, ack Re
 		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, err)
 	}
 	defer conn.Close()
-	reply, err := acquireScript.Run(ctx, conn, l.keys, l.owner, ms, l.channel).Slice()
-	l.noteRedirect(ctx, err)
-	acquired, st, err = l.acquireReply(reply, err)
+	reply, err := acquireScript.Run(ctx, conn, l.keys, l.acquireArgs(ms)...).Slice()
+	if err != nil {
+		l.noteRedirect(ctx, err)
+		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, err)
+	}
+	acquired, st, err = l.parseAcquire(reply)
 	if err != nil || !acquired {
 		return acquired, st, err
 	}
@@ -140,13 +143,9 @@ func (l *Lease) RenewReplicated(ctx context.Context, term Record, ttl time.Durat
 		return false, fmt.Errorf("renew lease %q: %w", l.name, err)
 	}
 	defer conn.Close()
-	args := []any{term.String(), ms}
-	if l.announce {
-		args = append(args, l.channel)
-	}
-	n, err := renewScript.Run(ctx, conn, l.keys[:1], args...).Int64()
-	l.noteRedirect(ctx, err)
+	n, err := renewScript.Run(ctx, conn, l.keys[:1], l.renewArgs(term, ms)...).Int64()
 	if err != nil {
+		l.noteRedirect(ctx, err)
 		return false, fmt.Errorf("renew lease %q: %w", l.name, err)
 	}
 	if n != 1 {
@@ -194,22 +193,4 @@ func waitReplicas(ctx context.Context, conn *redis.Conn, ack ReplicaAck) error {
 		return &NotReplicatedError{Acked: int(n), Wanted: ack.Replicas, Timeout: ack.Timeout}
 	}
 	return nil
-}
-
-// acquireReply decodes the reply of the acquire script, or wraps the error of its call.
-func (l *Lease) acquireReply(reply []any, err error) (bool, Status, error) {
-	if err != nil {
-		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, err)
-	}
-	if len(reply) != 3 {
-		return false, Status{}, fmt.Errorf("acquire lease %q: unexpected reply %v", l.name, reply)
-	}
-	ok, _ := reply[0].(int64)
-	value, _ := reply[1].(string)
-	pttl, _ := reply[2].(int64)
-	rec, err := ParseRecord(value)
-	if err != nil {
-		return false, Status{}, fmt.Errorf("acquire lease %q: value of %s: %w", l.name, l.keys[0], err)
-	}
-	return ok == 1, Status{Held: true, Record: rec, TTL: pttlDuration(pttl)}, nil
 }
