@@ -95,7 +95,7 @@ func TestChaos(t *testing.T) {
 
 	h.start = time.Now()
 	h.startReplicas()
-	if !h.waitAccepted(h.start, 30*time.Second) {
+	if !h.waitRecovered(h.start, 0, 30*time.Second) {
 		t.Fatalf("no worker had a write accepted within 30s of starting %d replicas", replicas)
 	}
 	faultsFrom := time.Now()

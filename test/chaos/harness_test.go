@@ -77,9 +77,9 @@ type harness struct {
 	faults   []Fault
 	acquired []Acquisition // from the lease's channel
 
-	drainMu  sync.Mutex // held while draining the list and while Redis restarts
-	epochs   [][]Entry
-	lastSeen time.Time // send time of the newest entry drained
+	drainMu sync.Mutex // held while draining the list and while Redis restarts
+	epochs  [][]Entry
+	last    Entry // the last entry drained
 }
 
 // newHarness starts Redis, the proxy and nothing else yet.
@@ -496,39 +496,45 @@ func (h *harness) drainLocked() error {
 			continue
 		}
 		h.epochs[cur] = append(h.epochs[cur], e)
-		if e.Sent.After(h.lastSeen) {
-			h.lastSeen = e.Sent
-		}
+		h.last = e
 	}
 	return nil
 }
 
-// newestAccepted returns the send time of the newest write Redis accepted.
-func (h *harness) newestAccepted() time.Time {
+// newestAccepted returns the last write Redis accepted (zero if none yet).
+func (h *harness) newestAccepted() Entry {
 	h.drainMu.Lock()
 	defer h.drainMu.Unlock()
-	newest := h.lastSeen
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if s, err := h.direct.LIndex(ctx, listKey, -1).Result(); err == nil {
-		if e, err := ParseEntry(s); err == nil && e.Sent.After(newest) {
-			newest = e.Sent
+		if e, err := ParseEntry(s); err == nil {
+			return e
 		}
 	}
-	return newest
+	return h.last
 }
 
-// waitAccepted waits until Redis has accepted a write sent after from, up to timeout, and
-// reports whether it did.
-func (h *harness) waitAccepted(from time.Time, timeout time.Duration) bool {
+// waitRecovered waits until the current leader works: Redis accepted a write sent after from,
+// of the term that holds the lease, whose token is above notToken (the term a fault ended). It
+// gives up after timeout and reports whether the leader works.
+func (h *harness) waitRecovered(from time.Time, notToken int64, timeout time.Duration) bool {
 	deadline := time.Now().Add(timeout)
-	for !h.newestAccepted().After(from) {
+	for {
+		e := h.newestAccepted()
+		if e.Sent.After(from) && e.Token > notToken {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			st, err := h.lease.Get(ctx)
+			cancel()
+			if err == nil && st.Held && st.Record.Token == e.Token {
+				return true
+			}
+		}
 		if time.Now().After(deadline) {
 			return false
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return true
 }
 
 // randDuration returns a random duration in [lo, hi).
@@ -630,7 +636,7 @@ func (h *harness) inject(kind Kind) (Fault, bool) {
 }
 
 // schedule injects faults until the deadline: each round is every kind once, in random order;
-// after each fault it waits until a worker has a write accepted again, then a random pause.
+// after each fault it waits until the leader works again, then a random pause.
 func (h *harness) schedule(deadline time.Time) {
 	kinds := Kinds()
 	for time.Now().Before(deadline) {
@@ -647,12 +653,15 @@ func (h *harness) schedule(deadline time.Time) {
 			f.Seq = len(h.faults) + 1
 			h.faults = append(h.faults, f)
 			h.mu.Unlock()
-			from := f.Start
+			from, notToken := f.Start, int64(0)
 			if !kind.redisReachableDuring() {
 				from = f.Heal
 			}
-			if !h.waitAccepted(from, recoveryTimeout) {
-				h.event("no write accepted within %v after %v", recoveryTimeout, f)
+			if f.Target != "" {
+				notToken = f.Token // the term the fault ended; its dying worker's last write is no recovery
+			}
+			if !h.waitRecovered(from, notToken, recoveryTimeout) {
+				h.event("no leader works within %v after %v", recoveryTimeout, f)
 			}
 			time.Sleep(h.randDuration(500*time.Millisecond, 1500*time.Millisecond))
 		}
