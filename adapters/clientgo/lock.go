@@ -85,11 +85,11 @@ type Lock struct {
 	recorder resourcelock.EventRecorder
 	object   runtime.Object
 
-	mu       sync.Mutex
-	last     []byte                            // the value last read or written; nil before either
-	lastRec  resourcelock.LeaderElectionRecord // last, decoded
-	token    int64                             // fencing token of the term of the last write, 0 when none
-	lastTerm bool                              // the last write named this Lock's identity as holder
+	mu      sync.Mutex
+	last    []byte                            // the value last read or written; nil before either
+	lastRec resourcelock.LeaderElectionRecord // last, decoded
+	token   int64                             // fencing token of the term of the last write, 0 when none
+	holder  bool                              // the last write named this Lock's identity as holder
 }
 
 var _ resourcelock.Interface = (*Lock)(nil)
@@ -150,7 +150,7 @@ func (l *Lock) Describe() string { return "redis/" + l.keys[0] }
 func (l *Lock) Token() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.lastTerm {
+	if !l.holder {
 		return 0
 	}
 	return l.token
@@ -260,7 +260,7 @@ func (l *Lock) write(ctx context.Context, expected []byte, ler resourcelock.Lead
 	}
 	l.mu.Lock()
 	l.last, l.lastRec, l.token = raw, ler, token
-	l.lastTerm = ler.HolderIdentity == l.identity
+	l.holder = ler.HolderIdentity == l.identity
 	l.mu.Unlock()
 	return true, nil
 }

@@ -4,7 +4,8 @@
 //
 //   - Elector (gocron.WithDistributedElector): the replicas elect one leader with
 //     package election, and only the leader's scheduler runs jobs. A crashed leader is
-//     replaced when its lease expires; a leader that closes hands over in a round trip.
+//     replaced when its lease expires; a leader that closes, with ReleaseOnCancel, hands
+//     over in about one round trip.
 //   - Locker (gocron.WithDistributedLocker or gocron.WithDistributedJobLocker): every job run
 //     takes a lease named after the job (package lease) and runs only where the lease was
 //     obtained, so the runs of different jobs spread over the replicas.
