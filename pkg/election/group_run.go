@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"k8s.io/klog/v2"
 
+	"github.com/elector/elector/internal/luaerr"
 	"github.com/elector/elector/pkg/lease"
 )
 
@@ -629,7 +630,7 @@ func (r *groupRun) heartbeatCall(ctx context.Context, leave bool) (int, error) {
 	}
 	n, err := membersScript.Run(ctx, r.g.cfg.Client, []string{r.g.members}, r.g.member, r.g.cfg.LeaseDuration.Milliseconds(), mode).Int()
 	if err != nil {
-		return 0, fmt.Errorf("group %q membership: %w", r.g.cfg.Group, err)
+		return 0, fmt.Errorf("group %q membership: %w", r.g.cfg.Group, luaerr.Explain(membersSource, err))
 	}
 	return n, nil
 }

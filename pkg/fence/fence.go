@@ -17,6 +17,8 @@ import (
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/elector/elector/internal/luaerr"
 )
 
 //go:embed fence.lua
@@ -68,13 +70,17 @@ func (f *Fence) Do(ctx context.Context, token int64, keys []string, args ...any)
 	if len(args) == 0 {
 		return nil, fmt.Errorf("fenced write with token %d: no command given", token)
 	}
+	if token <= 0 {
+		// Tokens of the protocol are positive; 0 is what Elector.Token says when not leading.
+		return nil, fmt.Errorf("fenced write with token %d (fence %s): tokens are positive; 0 or less means the writer does not lead", token, f.key)
+	}
 	allKeys := make([]string, 0, 1+len(keys))
 	allKeys = append(append(allKeys, f.key), keys...)
 	argv := make([]any, 0, 1+len(args))
 	argv = append(append(argv, token), args...)
 	reply, err := fenceScript.Run(ctx, f.client, allKeys, argv...).Slice()
 	if err != nil {
-		return nil, fmt.Errorf("fenced write with token %d (fence %s): %w", token, f.key, err)
+		return nil, fmt.Errorf("fenced write with token %d (fence %s): %w", token, f.key, luaerr.Explain(fenceSource, err))
 	}
 	if len(reply) != 2 {
 		return nil, fmt.Errorf("fenced write with token %d (fence %s): unexpected reply %v", token, f.key, reply)

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/elector/elector/internal/luaerr"
 )
 
 // Batch queues acquire, renew and release operations on many leases and runs them in one
@@ -154,7 +156,7 @@ func (op *batchOp) finish() error {
 	if op.kind == opAcquire {
 		reply, err := op.cmd.Slice()
 		if err != nil {
-			op.acquire.Err = fmt.Errorf("acquire lease %q: %w", name, err)
+			op.acquire.Err = fmt.Errorf("acquire lease %q: %w", name, luaerr.Explain(acquireSource, err))
 		} else {
 			op.acquire.Acquired, op.acquire.Status, op.acquire.Err = op.lease.parseAcquire(reply)
 		}
@@ -162,11 +164,11 @@ func (op *batchOp) finish() error {
 	}
 	n, err := op.cmd.Int64()
 	if err != nil {
-		verb := "renew"
+		verb, src := "renew", renewSource
 		if op.kind == opRelease {
-			verb = "release"
+			verb, src = "release", releaseSource
 		}
-		op.result.Err = fmt.Errorf("%s lease %q: %w", verb, name, err)
+		op.result.Err = fmt.Errorf("%s lease %q: %w", verb, name, luaerr.Explain(src, err))
 	}
 	op.result.OK = n == 1
 	return op.result.Err

@@ -45,6 +45,9 @@ type Event struct {
 	Record Record
 }
 
+// maxTTLMillis is the largest lease time, in milliseconds, that a time.Duration holds.
+const maxTTLMillis = int64(1<<63-1) / int64(time.Millisecond)
+
 // ParseEvent decodes a message of the channel: "<kind> <ttl_ms> <record>", where kind is
 // acquired, renewed or released.
 func ParseEvent(payload string) (Event, error) {
@@ -63,8 +66,8 @@ func ParseEvent(payload string) (Event, error) {
 		return Event{}, fmt.Errorf("parse event %q: unknown kind %q", payload, word)
 	}
 	ms, err := strconv.ParseInt(ttl, 10, 64)
-	if err != nil || ms < 0 {
-		return Event{}, fmt.Errorf("parse event %q: ttl %q is not a non-negative integer", payload, ttl)
+	if err != nil || ms < 0 || ms > maxTTLMillis {
+		return Event{}, fmt.Errorf("parse event %q: ttl %q is not an integer from 0 to %d", payload, ttl, maxTTLMillis)
 	}
 	rec, err := ParseRecord(value)
 	if err != nil {

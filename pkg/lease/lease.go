@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/elector/elector/internal/luaerr"
 )
 
 // DefaultPrefix is the key prefix used when Options.Prefix is empty.
@@ -174,7 +176,7 @@ func (l *Lease) Acquire(ctx context.Context, ttl time.Duration) (acquired bool, 
 	}
 	reply, err := acquireScript.Run(ctx, l.client, l.keys, l.acquireArgs(ms)...).Slice()
 	if err != nil {
-		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, err)
+		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, luaerr.Explain(acquireSource, err))
 	}
 	return l.parseAcquire(reply)
 }
@@ -216,7 +218,7 @@ func (l *Lease) Renew(ctx context.Context, term Record, ttl time.Duration) (bool
 	}
 	n, err := renewScript.Run(ctx, l.client, l.keys[:1], l.renewArgs(term, ms)...).Int64()
 	if err != nil {
-		return false, fmt.Errorf("renew lease %q: %w", l.name, err)
+		return false, fmt.Errorf("renew lease %q: %w", l.name, luaerr.Explain(renewSource, err))
 	}
 	return n == 1, nil
 }
@@ -226,7 +228,7 @@ func (l *Lease) Renew(ctx context.Context, term Record, ttl time.Duration) (bool
 func (l *Lease) Release(ctx context.Context, term Record) (bool, error) {
 	n, err := releaseScript.Run(ctx, l.client, l.keys[:1], l.releaseArgs(term)...).Int64()
 	if err != nil {
-		return false, fmt.Errorf("release lease %q: %w", l.name, err)
+		return false, fmt.Errorf("release lease %q: %w", l.name, luaerr.Explain(releaseSource, err))
 	}
 	return n == 1, nil
 }

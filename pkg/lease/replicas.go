@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/elector/elector/internal/luaerr"
 )
 
 // ReplicaAck asks that a write of the lease count only once replicas of the Redis master have
@@ -107,7 +109,7 @@ func (l *Lease) AcquireReplicated(ctx context.Context, ttl time.Duration, ack Re
 	reply, err := acquireScript.Run(ctx, conn, l.keys, l.acquireArgs(ms)...).Slice()
 	if err != nil {
 		l.noteRedirect(ctx, err)
-		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, err)
+		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, luaerr.Explain(acquireSource, err))
 	}
 	acquired, st, err = l.parseAcquire(reply)
 	if err != nil || !acquired {
@@ -146,7 +148,7 @@ func (l *Lease) RenewReplicated(ctx context.Context, term Record, ttl time.Durat
 	n, err := renewScript.Run(ctx, conn, l.keys[:1], l.renewArgs(term, ms)...).Int64()
 	if err != nil {
 		l.noteRedirect(ctx, err)
-		return false, fmt.Errorf("renew lease %q: %w", l.name, err)
+		return false, fmt.Errorf("renew lease %q: %w", l.name, luaerr.Explain(renewSource, err))
 	}
 	if n != 1 {
 		return false, nil

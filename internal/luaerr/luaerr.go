@@ -1,0 +1,42 @@
+// Package luaerr makes the errors of elector's Lua scripts say which Redis command failed.
+//
+// When an ACL refuses a command inside a script, Redis 7.0 answers "The user executing the
+// script can't run this command or subcommand script: <sha>, on @user_script:<line>." — the
+// command is not named. The line is the line of the script's source, which this process has:
+// Explain reads the command from it, so that an operator can fix the ACL from the message.
+package luaerr
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+var (
+	lineRe = regexp.MustCompile(`@user_script:(\d+)`)
+	callRe = regexp.MustCompile(`redis\.p?call\(\s*'([A-Za-z]+)'`)
+)
+
+// Explain returns err wrapped with the name of the command that the script source runs at the
+// line the error points to, when Redis refused it for lack of permission; otherwise err.
+func Explain(source string, err error) error {
+	if err == nil || !strings.Contains(err.Error(), "can't run this command") {
+		return err
+	}
+	m := lineRe.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	n, _ := strconv.Atoi(m[1])
+	lines := strings.Split(source, "\n")
+	if n < 1 || n > len(lines) {
+		return err
+	}
+	c := callRe.FindStringSubmatch(lines[n-1])
+	if c == nil {
+		return err
+	}
+	cmd := strings.ToUpper(c[1])
+	return fmt.Errorf("%w (the Redis user may not run %s inside the script: grant +%s)", err, cmd, strings.ToLower(cmd))
+}
