@@ -3,7 +3,7 @@ GO      ?= go
 GOFLAGS ?=
 export GOFLAGS
 
-.PHONY: test test-deps lint build check-static helm-test bench-quick demo ci
+.PHONY: test test-deps lint build check-static helm-test bench-quick adapters-test fuzz-smoke demo ci
 
 ## test: install redis-server/sentinel/cli if missing (as root, with apt-get), then run every
 ## test of the main module with the race detector against real Redis processes.
@@ -32,8 +32,26 @@ helm-test:
 bench-quick:
 	cd bench && $(GO) test -count=1 -run Quick ./...
 
+## adapters-test: each adapter module against real Redis and its framework (own modules).
+## client-go's packages are compiled without -race here: instrumenting them takes minutes.
+adapters-test: test-deps
+	cd adapters/clientgo && $(GO) vet ./... && $(GO) test -count=1 -timeout 15m ./...
+	cd adapters/gocron && $(GO) vet ./... && $(GO) test -race -count=1 ./...
+
+## fuzz-smoke: every fuzz target for a few seconds; a crasher lands in testdata/fuzz.
+FUZZTIME ?= 5s
+fuzz-smoke:
+	$(GO) test -run '^$$' -fuzz '^FuzzParseRecord$$' -fuzztime $(FUZZTIME) ./pkg/lease
+	$(GO) test -run '^$$' -fuzz '^FuzzParseEvent$$' -fuzztime $(FUZZTIME) ./pkg/lease
+	$(GO) test -run '^$$' -fuzz '^FuzzEventRoundTrip$$' -fuzztime $(FUZZTIME) ./pkg/lease
+	$(GO) test -run '^$$' -fuzz '^FuzzNewLease$$' -fuzztime $(FUZZTIME) ./pkg/lease
+	$(GO) test -run '^$$' -fuzz '^FuzzValidateTiming$$' -fuzztime $(FUZZTIME) ./pkg/election
+	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./internal/redisclient
+	$(GO) test -run '^$$' -fuzz '^FuzzPasswordNeverPrinted$$' -fuzztime $(FUZZTIME) ./internal/redisclient
+	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./internal/envflag
+
 ## demo: the README's first command.
 demo:
 	$(GO) run ./cmd/elector demo
 
-ci: lint test build helm-test bench-quick
+ci: lint test build helm-test adapters-test fuzz-smoke bench-quick
