@@ -193,8 +193,7 @@ func electionConfig(client redis.UniversalClient, set func(*election.Config)) el
 
 // Elector.Token returns 0 when the replica does not lead, and the protocol's tokens are
 // positive: a fenced write with a token of 0 or less comes from a caller that does not lead and
-// must be refused, also by a fence that has not accepted any token yet. This test fails until
-// fence.Do checks the token (see the report).
+// must be refused, also by a fence that has not accepted any token yet.
 func TestFenceRefusesNonPositiveTokens(t *testing.T) {
 	c := redistest.Start(t).Client(t)
 	ctx := context.Background()
