@@ -47,7 +47,7 @@ const (
 type batchOp struct {
 	kind    opKind
 	lease   *Lease
-	args    []any
+	args    []any // the whole EVALSHA command
 	acquire *AcquireResult
 	result  *Result
 	cmd     *redis.Cmd
@@ -112,7 +112,7 @@ func (b *Batch) Exec(ctx context.Context) error {
 		}
 	}
 	if len(retry) > 0 {
-		for _, s := range []*redis.Script{acquireScript, renewScript, releaseScript} {
+		for _, s := range []script{acquireScript, renewScript, releaseScript} {
 			if err := s.Load(ctx, b.client).Err(); err != nil {
 				err = fmt.Errorf("lease batch: load scripts: %w", err)
 				for _, op := range retry {
@@ -137,15 +137,8 @@ func (b *Batch) Exec(ctx context.Context) error {
 func (b *Batch) run(ctx context.Context, ops []*batchOp) {
 	pipe := b.client.Pipeline()
 	for _, op := range ops {
-		keys := op.lease.keys[:1]
-		script := renewScript
-		switch op.kind {
-		case opAcquire:
-			keys, script = op.lease.keys, acquireScript
-		case opRelease:
-			script = releaseScript
-		}
-		op.cmd = script.EvalSha(ctx, pipe, keys, op.args...)
+		op.cmd = redis.NewCmd(ctx, op.args...)
+		_ = pipe.Process(ctx, op.cmd)
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
 }

@@ -7,7 +7,9 @@
 // after Redis lost its data. Releases and acquisitions are announced on a pub/sub channel, so
 // that observers learn of a change without polling.
 //
-// A Lease keeps no state between calls and is safe for concurrent use. It knows nothing of
+// A Lease keeps no state between calls that matters to the protocol (it memoises the boxed
+// form of its last TTL and last acquired record, to save allocations on the hot path) and is
+// safe for concurrent use. It knows nothing of
 // timers or callbacks: package election decides when to call it. The keys, the record format
 // and the scripts are specified in docs/PROTOCOL.md.
 package lease
@@ -44,9 +46,9 @@ var (
 
 // The scripts are immutable values (source and SHA1); sharing them is not shared state.
 var (
-	acquireScript = redis.NewScript(acquireSource)
-	renewScript   = redis.NewScript(renewSource)
-	releaseScript = redis.NewScript(releaseSource)
+	acquireScript = newScript(acquireSource)
+	renewScript   = newScript(renewSource)
+	releaseScript = newScript(releaseSource)
 )
 
 // Options configure a Lease. The zero value is usable for an observer that never acquires.
@@ -75,6 +77,7 @@ type Lease struct {
 	keys     []string // lease key, token key: all scripts take a prefix of these
 	channel  string
 	announce bool
+	leaseArgs
 }
 
 // New returns the lease called name, stored through client. The client may be a standalone,
@@ -108,7 +111,7 @@ func New(client redis.UniversalClient, name string, opts Options) (*Lease, error
 		return nil, fmt.Errorf("new lease %q: instance id %q %w", name, instance, err)
 	}
 	base := prefix + ":{" + name + "}:"
-	return &Lease{
+	l := &Lease{
 		client:   client,
 		name:     name,
 		identity: opts.Identity,
@@ -117,7 +120,10 @@ func New(client redis.UniversalClient, name string, opts Options) (*Lease, error
 		keys:     []string{base + "lease", base + "token"},
 		channel:  base + "events",
 		announce: opts.AnnounceRenewals,
-	}, nil
+	}
+	l.leaseArgs.key, l.leaseArgs.tokenKey = l.keys[0], l.keys[1]
+	l.leaseArgs.owner, l.leaseArgs.channel = l.owner, l.channel
+	return l, nil
 }
 
 // NewInstanceID returns a fresh random instance id: 16 hexadecimal digits (64 bits).
@@ -174,23 +180,28 @@ func (l *Lease) Acquire(ctx context.Context, ttl time.Duration) (acquired bool, 
 	if err != nil {
 		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, err)
 	}
-	reply, err := acquireScript.Run(ctx, l.client, l.keys, l.acquireArgs(ms)...).Slice()
+	reply, err := acquireScript.run(ctx, l.client, l.acquireArgs(ms)).Slice()
 	if err != nil {
 		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, luaerr.Explain(acquireSource, err))
 	}
 	return l.parseAcquire(reply)
 }
 
-func (l *Lease) acquireArgs(ms int64) []any { return []any{l.owner, ms, l.channel} }
+// acquireArgs, renewArgs and releaseArgs build the script calls, for one call or a Batch.
+func (l *Lease) acquireArgs(ms int64) []any {
+	return acquireScript.args(twoKeys, l.leaseArgs.key, l.leaseArgs.tokenKey, l.leaseArgs.owner, l.ttlArg(ms), l.leaseArgs.channel)
+}
 
 func (l *Lease) renewArgs(term Record, ms int64) []any {
 	if l.announce {
-		return []any{term.String(), ms, l.channel}
+		return renewScript.args(oneKey, l.leaseArgs.key, l.termArg(term), l.ttlArg(ms), l.leaseArgs.channel)
 	}
-	return []any{term.String(), ms}
+	return renewScript.args(oneKey, l.leaseArgs.key, l.termArg(term), l.ttlArg(ms))
 }
 
-func (l *Lease) releaseArgs(term Record) []any { return []any{term.String(), l.channel} }
+func (l *Lease) releaseArgs(term Record) []any {
+	return releaseScript.args(oneKey, l.leaseArgs.key, l.termArg(term), l.leaseArgs.channel)
+}
 
 // parseAcquire decodes the reply of the acquire script.
 func (l *Lease) parseAcquire(reply []any) (bool, Status, error) {
@@ -204,6 +215,9 @@ func (l *Lease) parseAcquire(reply []any) (bool, Status, error) {
 	if err != nil {
 		return false, Status{}, fmt.Errorf("acquire lease %q: value of %s: %w", l.name, l.keys[0], err)
 	}
+	if ok == 1 {
+		l.rememberTerm(rec, reply[1])
+	}
 	return ok == 1, Status{Held: true, Record: rec, TTL: pttlDuration(pttl)}, nil
 }
 
@@ -216,7 +230,7 @@ func (l *Lease) Renew(ctx context.Context, term Record, ttl time.Duration) (bool
 	if err != nil {
 		return false, fmt.Errorf("renew lease %q: %w", l.name, err)
 	}
-	n, err := renewScript.Run(ctx, l.client, l.keys[:1], l.renewArgs(term, ms)...).Int64()
+	n, err := renewScript.run(ctx, l.client, l.renewArgs(term, ms)).Int64()
 	if err != nil {
 		return false, fmt.Errorf("renew lease %q: %w", l.name, luaerr.Explain(renewSource, err))
 	}
@@ -226,7 +240,7 @@ func (l *Lease) Renew(ctx context.Context, term Record, ttl time.Duration) (bool
 // Release deletes the lease if it still holds the term's record and announces the release, so
 // that followers take over at once. false means the term had already ended; nothing changed.
 func (l *Lease) Release(ctx context.Context, term Record) (bool, error) {
-	n, err := releaseScript.Run(ctx, l.client, l.keys[:1], l.releaseArgs(term)...).Int64()
+	n, err := releaseScript.run(ctx, l.client, l.releaseArgs(term)).Int64()
 	if err != nil {
 		return false, fmt.Errorf("release lease %q: %w", l.name, luaerr.Explain(releaseSource, err))
 	}

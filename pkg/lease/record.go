@@ -57,7 +57,7 @@ func ParseRecord(s string) (Record, error) {
 		return Record{}, fmt.Errorf("parse record %q: %w: missing token", s, ErrBadRecord)
 	}
 	token, err := strconv.ParseInt(tok, 10, 64)
-	if err != nil || token <= 0 || strconv.FormatInt(token, 10) != tok {
+	if err != nil || token <= 0 || !canonicalDigits(tok) {
 		return Record{}, fmt.Errorf("parse record %q: %w: token %q is not a positive integer", s, ErrBadRecord, tok)
 	}
 	instance, identity, ok := strings.Cut(rest, ":")
@@ -65,6 +65,20 @@ func ParseRecord(s string) (Record, error) {
 		return Record{}, fmt.Errorf("parse record %q: %w: missing instance id", s, ErrBadRecord)
 	}
 	return Record{Token: token, Instance: instance, Identity: identity}, nil
+}
+
+// canonicalDigits reports whether s is written the way String writes a positive token:
+// digits only, no sign, no leading zero. (Cheaper than formatting the token back.)
+func canonicalDigits(s string) bool {
+	if s == "" || s[0] < '1' || s[0] > '9' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // ValidateName checks a lease name (or a key prefix): not empty, at most MaxNameLen bytes, and

@@ -106,7 +106,7 @@ func (l *Lease) AcquireReplicated(ctx context.Context, ttl time.Duration, ack Re
 		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, err)
 	}
 	defer conn.Close()
-	reply, err := acquireScript.Run(ctx, conn, l.keys, l.acquireArgs(ms)...).Slice()
+	reply, err := acquireScript.run(ctx, conn, l.acquireArgs(ms)).Slice()
 	if err != nil {
 		l.noteRedirect(ctx, err)
 		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, luaerr.Explain(acquireSource, err))
@@ -145,7 +145,7 @@ func (l *Lease) RenewReplicated(ctx context.Context, term Record, ttl time.Durat
 		return false, fmt.Errorf("renew lease %q: %w", l.name, err)
 	}
 	defer conn.Close()
-	n, err := renewScript.Run(ctx, conn, l.keys[:1], l.renewArgs(term, ms)...).Int64()
+	n, err := renewScript.run(ctx, conn, l.renewArgs(term, ms)).Int64()
 	if err != nil {
 		l.noteRedirect(ctx, err)
 		return false, fmt.Errorf("renew lease %q: %w", l.name, luaerr.Explain(renewSource, err))
