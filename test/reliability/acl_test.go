@@ -34,6 +34,10 @@ const electorACL = "resetkeys resetchannels ~elector:* &elector:* -@all " +
 // SCRIPT LOAD, with which lease.Batch reloads the scripts after NOSCRIPT.
 const groupACL = electorACL + " &elector:{*}:events +psubscribe +zadd +zrem +zremrangebyscore +zcard +script|load"
 
+// clusterACL is electorACL for Redis Cluster: go-redis's cluster client reads the slot map with
+// CLUSTER SLOTS and the key positions of commands with COMMAND.
+const clusterACL = electorACL + " +cluster|slots +command"
+
 // observerACL is what `elector status`-like observers need: Get, LastToken and events, with
 // read-only access to the keys.
 const observerACL = "resetkeys resetchannels %R~elector:* &elector:* -@all +get +pttl +multi +exec +subscribe +ping"
@@ -405,6 +409,7 @@ func TestACLLineIsDocumented(t *testing.T) {
 	}
 	for _, line := range []string{
 		"ACL SETUSER elector on >PASSWORD " + electorACL,
+		"ACL SETUSER elector on >PASSWORD " + clusterACL,
 		"ACL SETUSER elector-observer on >PASSWORD " + observerACL,
 		"ACL SETUSER elector-group on >PASSWORD " + groupACL,
 	} {
@@ -412,4 +417,64 @@ func TestACLLineIsDocumented(t *testing.T) {
 			t.Errorf("docs/RELIABILITY.md does not contain the tested line\n%s", line)
 		}
 	}
+}
+
+// The elector user in Cluster and Sentinel set-ups, created on every data node (ACL users are not
+// replicated): through a Sentinel failover client electorACL is enough; the cluster client also
+// reads the slot map (clusterACL). Without it the cluster client cannot route anything.
+func TestACLElectorUserOtherModes(t *testing.T) {
+	tm := timing{lease: 2 * time.Second, renew: 1400 * time.Millisecond, retry: 200 * time.Millisecond}
+	run := func(t *testing.T, servers []*redistest.Server, cfg redisclient.Config, rules string) {
+		for _, srv := range servers {
+			setUser(t, srv.Client(t), "elector", strings.Fields(rules)...)
+		}
+		cfg.Username, cfg.Password = "elector", "pw"
+		led := &ledger{}
+		var reps []*replica
+		for i := range 2 {
+			reps = append(reps, startElector(t, newClient(t, cfg, tm), "job", fmt.Sprintf("pod-%d", i), tm, led))
+		}
+		leader := waitLeader(t, reps, time.Time{}, 30*time.Second)
+		leader.stop()
+		for _, r := range reps {
+			if r != leader {
+				waitLeader(t, []*replica{r}, time.Now(), 10*time.Second)
+			}
+		}
+		for _, r := range reps {
+			r.stop()
+		}
+		led.check(t, nil)
+		for _, srv := range servers {
+			if d := denials(t, srv.Client(t), "elector"); len(d) > 0 {
+				t.Errorf("%s refused commands of the elector user: %s", srv.Addr(), describe(d))
+			}
+		}
+	}
+	t.Run("cluster", func(t *testing.T) {
+		cl := redistest.StartCluster(t, 3)
+		admin := cl.Nodes[0].Client(t)
+		setUser(t, admin, "noslots", strings.Fields(electorACL)...)
+		noslots := newClient(t, redisclient.Config{Mode: redisclient.ModeCluster, Addrs: cl.Addrs()[:1], Username: "noslots", Password: "pw"}, tm)
+		if err := acquire(context.Background(), mustLease(t, noslots, "probe"), nil, nil); err == nil {
+			t.Errorf("a cluster client without +cluster|slots acquired a lease")
+		} else {
+			t.Logf("cluster client without +cluster|slots: %v", err)
+		}
+		run(t, cl.Nodes, redisclient.Config{Mode: redisclient.ModeCluster, Addrs: cl.Addrs()}, clusterACL)
+	})
+	t.Run("sentinel", func(t *testing.T) {
+		s := redistest.StartSentinel(t, "elector", 1, 3)
+		run(t, append([]*redistest.Server{s.Master}, s.Replicas...),
+			redisclient.Config{Mode: redisclient.ModeSentinel, Addrs: s.SentinelAddrs(), SentinelMaster: s.MasterName}, electorACL)
+	})
+}
+
+func mustLease(t *testing.T, c redis.UniversalClient, name string) *lease.Lease {
+	t.Helper()
+	l, err := lease.New(c, name, lease.Options{Identity: "pod-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
