@@ -88,6 +88,15 @@ type Config struct {
 	// semantics).
 	Recampaign bool
 
+	// ReplicaAck, when ReplicaAck.Replicas > 0, makes every acquire and renew wait (Redis
+	// WAIT) until that many replicas acknowledged it. An acquisition that is not acknowledged
+	// in ReplicaAck.Timeout does not start a term (the next attempt resumes and waits again);
+	// an unacknowledged renewal counts as failed. It closes the window in which a master cut
+	// off from its replicas keeps a leader working while Sentinel promotes a replica (see
+	// docs/RELIABILITY.md). Ask for fewer replicas than exist, so that one failure does not
+	// stop the election; keep Timeout well below RetryPeriod.
+	ReplicaAck lease.ReplicaAck
+
 	// Name labels metrics and logs; LeaseName when empty.
 	Name string
 	// Metrics, when set, receive this elector's figures (see NewMetrics).
@@ -128,6 +137,16 @@ func (c *Config) validate() error {
 	}
 	if err := ValidateTiming(c.LeaseDuration, c.RenewDeadline, c.RetryPeriod); err != nil {
 		return fmt.Errorf("election config: %w", err)
+	}
+	switch a := c.ReplicaAck; {
+	case a.Replicas < 0:
+		return fmt.Errorf("election config: ReplicaAck.Replicas must be 0 or more, got %d", a.Replicas)
+	case a.Replicas > 0 && (a.Timeout < time.Millisecond || a.Timeout%time.Millisecond != 0):
+		return fmt.Errorf("election config: ReplicaAck.Timeout must be a whole number of milliseconds, at least 1ms, got %v", a.Timeout)
+	}
+	if c.ReplicaAck.Replicas > 0 && c.ReplicaAck.Timeout >= c.RetryPeriod {
+		return fmt.Errorf("election config: ReplicaAck.Timeout (%v) must be shorter than RetryPeriod (%v), which bounds each call",
+			c.ReplicaAck.Timeout, c.RetryPeriod)
 	}
 	if c.Callbacks.OnStartedLeading == nil {
 		return errors.New("election config: Callbacks.OnStartedLeading must be set")

@@ -144,7 +144,7 @@ func (e *Elector) campaign(ctx context.Context, w *watch) (term lease.Record, se
 		w.ensure(ctx)
 		sent = time.Now()
 		actx, cancel := context.WithTimeout(ctx, e.cfg.RetryPeriod)
-		won, st, err := e.lease.Acquire(actx, e.cfg.LeaseDuration)
+		won, st, err := e.lease.AcquireReplicated(actx, e.cfg.LeaseDuration, e.cfg.ReplicaAck)
 		cancel()
 		if ctx.Err() != nil {
 			return lease.Record{}, time.Time{}, false
@@ -292,7 +292,7 @@ func (e *Elector) lead(ctx context.Context, term lease.Record, sent time.Time) s
 			cctx, cancel := context.WithDeadline(base, minTime(now.Add(e.cfg.RetryPeriod), lastOK.Add(e.cfg.RenewDeadline)))
 			cancelCall = cancel
 			go func() {
-				ok, err := e.lease.Renew(cctx, term, e.cfg.LeaseDuration)
+				ok, err := e.lease.RenewReplicated(cctx, term, e.cfg.LeaseDuration, e.cfg.ReplicaAck)
 				results <- renewal{sent: now, took: time.Since(now), ok: ok, err: err}
 			}()
 		case r := <-results:
