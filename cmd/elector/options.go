@@ -121,6 +121,36 @@ func callTimeout(renewDeadline time.Duration) time.Duration {
 type commonOptions struct {
 	lease leaseOptions
 	redis redisclient.Config
+	ack   lease.ReplicaAck // run and sidecar only (addElectionFlags)
+}
+
+// Flag names of the replica acknowledgement (run and sidecar).
+const (
+	flagReplicaAcks       = "redis-replica-acks"
+	flagReplicaAckTimeout = "redis-replica-ack-timeout"
+)
+
+// addElectionFlags registers the flags that only campaigning commands have.
+func (o *commonOptions) addElectionFlags(fs *flagSet) {
+	g := fs.group("Redis flags")
+	g.IntVar(&o.ack.Replicas, flagReplicaAcks, 0, "`replicas` that must acknowledge (WAIT) each acquire and renew before it counts; 0: none. Ask for fewer than exist")
+	g.DurationVar(&o.ack.Timeout, flagReplicaAckTimeout, 250*time.Millisecond, "how long each acquire or renew waits for --"+flagReplicaAcks+"; below --"+flagRetryPeriod)
+}
+
+// validateAck checks the replica acknowledgement flags.
+func (o *commonOptions) validateAck() error {
+	a := o.ack
+	switch {
+	case a.Replicas < 0:
+		return fmt.Errorf("--%s: must be 0 or more, got %d", flagReplicaAcks, a.Replicas)
+	case a.Replicas == 0:
+		return nil
+	case a.Timeout < time.Millisecond || a.Timeout%time.Millisecond != 0:
+		return fmt.Errorf("--%s: must be a whole number of milliseconds, at least 1ms, got %v", flagReplicaAckTimeout, a.Timeout)
+	case a.Timeout >= o.lease.retryPeriod:
+		return fmt.Errorf("--%s: must be shorter than --%s (%v), got %v", flagReplicaAckTimeout, flagRetryPeriod, o.lease.retryPeriod, a.Timeout)
+	}
+	return nil
 }
 
 // addFlags registers the lease and Redis flags, each in its group.
@@ -139,6 +169,9 @@ func (o *commonOptions) complete(c *cli) error {
 		return err
 	}
 	if err := o.redis.LoadPassword(c.getenv); err != nil {
+		return err
+	}
+	if err := o.validateAck(); err != nil {
 		return err
 	}
 	t := callTimeout(o.lease.renewDeadline)

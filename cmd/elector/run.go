@@ -177,6 +177,7 @@ func (c *cli) parseRun(args []string) (rc *runConfig, code int, ok bool) {
 	rc.run.addFlags(fs.group("Run flags"))
 	rc.serve.addFlags(fs.group("Endpoint flags"), "")
 	rc.common.addFlags(fs)
+	rc.common.addElectionFlags(fs)
 	fs.addKlogFlags()
 	if code, done := c.parseArgs(fs, args); done {
 		return nil, code, false

@@ -289,6 +289,7 @@ func startLeadership(co *commonOptions, so *serveOptions, cb election.Callbacks,
 		ReleaseOnCancel: true,
 		Recampaign:      !exitOnLost,
 		Metrics:         metrics,
+		ReplicaAck:      co.ack,
 	})
 	if err != nil {
 		l.close()

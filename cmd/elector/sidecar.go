@@ -21,6 +21,7 @@ func (c *cli) sidecarCmd(ctx context.Context, args []string) int {
 	so.addFlags(fs.group("Sidecar flags"), ":8080")
 	var co commonOptions
 	co.addFlags(fs)
+	co.addElectionFlags(fs)
 	fs.addKlogFlags()
 	if code, done := c.parseArgs(fs, args); done {
 		return code

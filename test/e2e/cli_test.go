@@ -42,6 +42,8 @@ func TestBadInput(t *testing.T) {
 		{"run without -- and CMD", append([]string{"run"}, redis...), nil, "--: missing"},
 		{"run argument before --", append(append([]string{"run"}, redis...), "x", "--", "true"), nil, `--: unexpected argument "x"`},
 		{"command not found", append(append([]string{"run"}, redis...), "--", "no-such-command-anywhere"), nil, `"no-such-command-anywhere"`},
+		{"negative replica acks", run("--redis-replica-acks", "-1"), nil, "--redis-replica-acks: must be 0 or more"},
+		{"replica ack timeout too long", run("--redis-replica-acks", "1", "--redis-replica-ack-timeout", "5s"), nil, "--redis-replica-ack-timeout: must be shorter than --retry-period"},
 		{"command not executable", append(append([]string{"run"}, redis...), "--", notPEM), nil, "permission denied"},
 		{"missing lease name", []string{"run", "--", "true"}, nil, "--lease-name is required"},
 		{"missing lease name in sidecar", []string{"sidecar"}, nil, "--lease-name is required"},
