@@ -126,8 +126,8 @@ type replica struct {
 }
 
 // startElector creates an elector for identity on lease through client, records its work in led
-// and runs it until stop or the end of the test.
-func startElector(t testing.TB, client redis.UniversalClient, leaseName, identity string, tm timing, led *ledger) *replica {
+// and runs it until stop or the end of the test. opts change the Config before New.
+func startElector(t testing.TB, client redis.UniversalClient, leaseName, identity string, tm timing, led *ledger, opts ...func(*election.Config)) *replica {
 	t.Helper()
 	r := &replica{name: identity}
 	cfg := election.Config{
@@ -147,6 +147,9 @@ func startElector(t testing.TB, client redis.UniversalClient, leaseName, identit
 			},
 			OnStoppedLeading: func() {},
 		},
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	e, err := election.New(cfg)
 	if err != nil {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,94 +15,9 @@ import (
 	"github.com/elector/elector/pkg/lease"
 )
 
-// holder keeps one lease the way package election does, with or without replica
-// acknowledgement: it tries to acquire every RetryPeriod; once it holds the lease it counts its
-// term from the send time of the winning acquire, renews every RetryPeriod, and stops trusting the
-// term when a renew says the term is over or RenewDeadline has passed since the send time of the
-// last successful renew. With replica acknowledgement, an acquire or renew that the replicas did
-// not acknowledge counts as failed, which is what the patch proposed for package election does
-// (see docs/RELIABILITY.md). The believed terms are recorded in a ledger.
-type holder struct {
-	who string
-	l   *lease.Lease
-	ack lease.ReplicaAck
-	tm  timing
-	led *ledger
-
-	mu       sync.Mutex
-	acquires []time.Duration // latency of successful acquisitions
-	renews   []time.Duration // latency of successful renewals
-}
-
-// run holds the lease until ctx is cancelled.
-func (h *holder) run(ctx context.Context) {
-	for ctx.Err() == nil {
-		sent := time.Now()
-		cctx, cancel := context.WithTimeout(ctx, h.tm.retry)
-		ok, st, err := h.l.AcquireReplicated(cctx, h.tm.lease, h.ack)
-		cancel()
-		if err != nil || !ok {
-			sleepUntil(ctx, sent.Add(h.tm.retry))
-			continue
-		}
-		h.note(&h.acquires, time.Since(sent))
-		end := h.led.begin(h.l.Name(), h.who, st.Record.Token, time.Now())
-		end(h.lead(ctx, st.Record, sent))
-	}
-}
-
-// lead renews term until it must stop trusting it, and returns when it stopped.
-func (h *holder) lead(ctx context.Context, term lease.Record, lastOK time.Time) time.Time {
-	sent := lastOK
-	for {
-		deadline := lastOK.Add(h.tm.renew)
-		sleepUntil(ctx, minTime(sent.Add(h.tm.retry), deadline))
-		now := time.Now()
-		switch {
-		case ctx.Err() != nil:
-			return now
-		case !now.Before(deadline):
-			return deadline
-		}
-		sent = now
-		cctx, cancel := context.WithDeadline(ctx, minTime(sent.Add(h.tm.retry), deadline))
-		ok, err := h.l.RenewReplicated(cctx, term, h.tm.lease, h.ack)
-		cancel()
-		switch {
-		case err == nil && !ok:
-			return minTime(time.Now(), deadline)
-		case err == nil:
-			h.note(&h.renews, time.Since(sent))
-			lastOK = sent
-		}
-	}
-}
-
-func (h *holder) note(to *[]time.Duration, d time.Duration) {
-	h.mu.Lock()
-	*to = append(*to, d)
-	h.mu.Unlock()
-}
-
-func sleepUntil(ctx context.Context, t time.Time) {
-	timer := time.NewTimer(time.Until(t))
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-	case <-timer.C:
-	}
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}
-
-// partitionUser is the ACL user of the holders. The partition switches the default user off on
+// partitionUser is the ACL user of the electors. The partition switches the default user off on
 // the master and drops its connections: the sentinels and the replicas, which use the default
-// user, lose the master, while a holder authenticated as partitionUser keeps it, like a client on
+// user, lose the master, while an elector authenticated as partitionUser keeps it, like a client on
 // the master's side of a network partition.
 const partitionUser, partitionPassword = "elector", "elector-pw"
 
@@ -160,27 +73,25 @@ func heal(t testing.TB, admin redis.UniversalClient, master string) {
 // partitionRound is what one round of TestPartitionedMaster observed.
 type partitionRound struct {
 	failover     time.Duration // partition until the sentinels named a new master
-	renewOverlap time.Duration // both holders trusted the lease that was held before the partition
-	acqOverlap   time.Duration // both trusted the lease acquired on the cut-off master
-	majorityRenewLease,
-	majorityAcqLease time.Duration // partition until the majority side held each lease
+	heldOverlap  time.Duration // both sides led the lease that A led before the partition
+	freshOverlap time.Duration // both led the lease that A campaigned for after the partition
+	heldTaken    time.Duration // partition until B led each lease
+	freshTaken   time.Duration
 }
 
-// What replica acknowledgement changes when the master is cut off from the sentinels and its
-// replicas but not from the current holder, the classic way asynchronous replication loses
-// writes. In each round holder A, on the master's side, holds lease "held" from before the cut
-// and acquires lease "fresh" just after it; once Sentinel has promoted a replica, holder B, on the
-// majority side, campaigns for both. Without acknowledgement A keeps renewing on the cut-off master
-// and both trust "held" once it expires on the promoted replica, and A's acquisition of "fresh" is
-// simply lost; the tokens still order the terms, so a fenced resource rejects A once B has written.
-// With acknowledgement (1 of 2 replicas) A's renewals fail from the cut on, so A stops trusting
-// "held" RenewDeadline after its last acknowledged renewal, before the promoted copy expires, and
-// A never starts "fresh". The figures are logged; ELECTOR_LONG=1 runs 20 rounds per mode.
+// What replica acknowledgement (election.Config.ReplicaAck) changes when the master is cut off
+// from the sentinels and its replicas but not from the leader, the classic way asynchronous
+// replication loses writes. In each round elector A, on the master's side, leads lease "held"
+// from before the cut and campaigns for lease "fresh" from just after it; once Sentinel has
+// promoted a replica, elector B, on the majority side, campaigns for both. Without
+// acknowledgement A keeps renewing on the cut-off master, so both lead "held" once it expires on
+// the promoted replica, and A's acquisition of "fresh" is simply lost; the tokens still order the
+// terms, so a fenced resource refuses A once B has written. With acknowledgement (1 of 2
+// replicas) A's renewals fail from the cut on, so A steps down RenewDeadline after its last
+// acknowledged renewal, before the promoted copy expires, and A never starts "fresh". The figures
+// are logged; ELECTOR_LONG=1 runs 20 rounds per mode.
 func TestPartitionedMaster(t *testing.T) {
 	tm := timing{lease: 3 * time.Second, renew: 2 * time.Second, retry: 500 * time.Millisecond}
-	if err := election.ValidateTiming(tm.lease, tm.renew, tm.retry); err != nil {
-		t.Fatal(err)
-	}
 	for _, mode := range []struct {
 		name string
 		ack  lease.ReplicaAck
@@ -194,122 +105,105 @@ func TestPartitionedMaster(t *testing.T) {
 				prepare(t, srv)
 			}
 			var results []partitionRound
-			var latA, latR []time.Duration
 			for round := range rounds(1, 20) {
-				r, acq, ren := partitionOnce(t, s, tm, mode.ack, round)
+				r := partitionOnce(t, s, tm, mode.ack, round)
 				results = append(results, r)
-				latA, latR = append(latA, acq...), append(latR, ren...)
-				if mode.ack.Replicas > 0 && (r.renewOverlap > 0 || r.acqOverlap > 0) {
-					t.Errorf("round %d: with replica acknowledgement two holders trusted a lease at once: %+v", round+1, r)
+				if mode.ack.Replicas > 0 && (r.heldOverlap > 0 || r.freshOverlap > 0) {
+					t.Errorf("round %d: with replica acknowledgement both sides led at once: %+v", round+1, r)
 				}
 			}
-			summarize(t, mode.name, results, latA, latR)
+			summarize(t, mode.name, results)
 		})
 	}
 }
 
-// partitionOnce runs one round on the current master and returns what it observed, with the
-// latencies of A's successful acquisitions and renewals.
-func partitionOnce(t *testing.T, s *redistest.Sentinel, tm timing, ack lease.ReplicaAck, round int) (partitionRound, []time.Duration, []time.Duration) {
+// partitionOnce runs one round on the current master and returns what it observed.
+func partitionOnce(t *testing.T, s *redistest.Sentinel, tm timing, ack lease.ReplicaAck, round int) partitionRound {
 	t.Helper()
 	master := waitHealthyReplicas(t, s, 2, 60*time.Second)
 	led := &ledger{}
-	aClient := asUser(t, master, tm)
-	newHolder := func(c redis.UniversalClient, who, name string) *holder {
-		l, err := lease.New(c, fmt.Sprintf("%s-%d", name, round), lease.Options{Identity: who, AnnounceRenewals: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &holder{who: who, l: l, ack: ack, tm: tm, led: led}
-	}
-	var wg sync.WaitGroup
-	ctx, cancel := context.WithCancel(context.Background())
-	defer func() { cancel(); wg.Wait() }()
-	run := func(h *holder) {
-		wg.Add(1)
-		go func() { defer wg.Done(); h.run(ctx) }()
-	}
+	withAck := func(c *election.Config) { c.ReplicaAck = ack }
+	held, fresh := fmt.Sprintf("held-%d", round), fmt.Sprintf("fresh-%d", round)
 
-	aHeld := newHolder(aClient, "A", "held")
-	run(aHeld)
-	deadline := time.Now().Add(10 * time.Second)
-	for len(led.snapshot()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("A did not acquire the lease within 10s")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(2 * tm.retry) // a few acknowledged renewals before the cut
+	aClient := asUser(t, master, tm)
+	aHeld := startElector(t, aClient, held, "A", tm, led, withAck)
+	waitLeader(t, []*replica{aHeld}, time.Time{}, 10*time.Second)
+	time.Sleep(2 * tm.retry) // a few renewals before the cut
 
 	partition(t, aClient)
 	cut := time.Now()
-	aFresh := newHolder(aClient, "A", "fresh")
-	run(aFresh)
+	aFresh := startElector(t, aClient, fresh, "A", tm, led, withAck)
 	promoted, at := waitNewMaster(t, s, master, 60*time.Second)
 	bClient := newClient(t, redisclient.Config{
 		Mode: redisclient.ModeSentinel, Addrs: s.SentinelAddrs(), SentinelMaster: s.MasterName,
 		Username: partitionUser, Password: partitionPassword,
 	}, tm)
-	bHeld, bFresh := newHolder(bClient, "B", "held"), newHolder(bClient, "B", "fresh")
-	run(bHeld)
-	run(bFresh)
-	sleepUntil(ctx, cut.Add(2*tm.lease+time.Second))
-	cancel()
-	wg.Wait()
+	bHeld := startElector(t, bClient, held, "B", tm, led, withAck)
+	bFresh := startElector(t, bClient, fresh, "B", tm, led, withAck)
+	time.Sleep(time.Until(cut.Add(2*tm.lease + time.Second)))
+	for _, r := range []*replica{aHeld, aFresh, bHeld, bFresh} {
+		r.stop()
+	}
 
 	r := partitionRound{failover: at.Sub(cut)}
 	for _, w := range led.snapshot() {
-		if w.who == "B" {
-			d := w.start.Sub(cut)
-			if strings.HasPrefix(w.lease, "held") && r.majorityRenewLease == 0 {
-				r.majorityRenewLease = d
-			}
-			if strings.HasPrefix(w.lease, "fresh") && r.majorityAcqLease == 0 {
-				r.majorityAcqLease = d
-			}
+		if w.who != "B" {
+			continue
+		}
+		if w.lease == held && r.heldTaken == 0 {
+			r.heldTaken = w.start.Sub(cut)
+		}
+		if w.lease == fresh && r.freshTaken == 0 {
+			r.freshTaken = w.start.Sub(cut)
 		}
 	}
-	terms, _ := led.check(t, func(a, b work) string {
+	led.check(t, func(a, b work) string {
 		if a.who != "A" || b.who != "B" || !b.start.After(at) {
 			return ""
 		}
 		overlap := minTime(a.end, b.end).Sub(b.start)
-		if strings.HasPrefix(a.lease, "held") {
-			r.renewOverlap += overlap
+		if a.lease == held {
+			r.heldOverlap += overlap
 		} else {
-			r.acqOverlap += overlap
+			r.freshOverlap += overlap
 		}
 		return "A on the cut-off master"
 	})
-	if terms == 0 || r.majorityRenewLease == 0 || r.majorityAcqLease == 0 {
-		t.Errorf("round %d: the majority side did not take both leases within the round; terms:\n%s", round+1, led)
+	if r.heldTaken == 0 || r.freshTaken == 0 {
+		t.Errorf("round %d: the majority side did not lead both leases within the round; terms:\n%s", round+1, led)
 	}
-	t.Logf("round %d: failover after %v; B held the leases after %v (held before the cut) and %v (acquired after the cut); both trusted them for %v and %v",
-		round+1, r.failover.Round(time.Millisecond), r.majorityRenewLease.Round(time.Millisecond), r.majorityAcqLease.Round(time.Millisecond),
-		r.renewOverlap.Round(time.Millisecond), r.acqOverlap.Round(time.Millisecond))
+	t.Logf("round %d: failover after %v; B led the leases after %v (led by A before the cut) and %v (campaigned for after it); both led them for %v and %v",
+		round+1, r.failover.Round(time.Millisecond), r.heldTaken.Round(time.Millisecond), r.freshTaken.Round(time.Millisecond),
+		r.heldOverlap.Round(time.Millisecond), r.freshOverlap.Round(time.Millisecond))
 
 	heal(t, aClient, promoted)
-	return r, append(aHeld.acquires, aHeld.renews...), append(bHeld.acquires, bFresh.acquires...)
+	return r
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // summarize logs the figures of one mode.
-func summarize(t *testing.T, mode string, rs []partitionRound, lat, latB []time.Duration) {
-	var renewHit, acqHit int
-	var failovers, renewTake, acqTake []time.Duration
+func summarize(t *testing.T, mode string, rs []partitionRound) {
+	var heldHit, freshHit int
+	var failovers, heldTaken, freshTaken []time.Duration
 	for _, r := range rs {
-		if r.renewOverlap > 0 {
-			renewHit++
+		if r.heldOverlap > 0 {
+			heldHit++
 		}
-		if r.acqOverlap > 0 {
-			acqHit++
+		if r.freshOverlap > 0 {
+			freshHit++
 		}
 		failovers = append(failovers, r.failover)
-		renewTake = append(renewTake, r.majorityRenewLease)
-		acqTake = append(acqTake, r.majorityAcqLease)
+		heldTaken = append(heldTaken, r.heldTaken)
+		freshTaken = append(freshTaken, r.freshTaken)
 	}
-	t.Logf("%s: %d rounds; two holders at once: %d/%d for the lease held before the cut, %d/%d for the lease acquired after it; "+
-		"failover p50 %v; majority side leads after p50 %v / %v; holder call latency p50 %v p99 %v; B's acquisitions p50 %v",
-		mode, len(rs), renewHit, len(rs), acqHit, len(rs), percentile(failovers, 0.5).Round(time.Millisecond),
-		percentile(renewTake, 0.5).Round(time.Millisecond), percentile(acqTake, 0.5).Round(time.Millisecond),
-		percentile(lat, 0.5).Round(time.Microsecond), percentile(lat, 0.99).Round(time.Microsecond), percentile(latB, 0.5).Round(time.Microsecond))
+	t.Logf("%s: %d rounds; both sides led at once: %d/%d for the lease led before the cut, %d/%d for the lease campaigned for after it; "+
+		"failover p50 %v; the majority side leads after p50 %v / %v",
+		mode, len(rs), heldHit, len(rs), freshHit, len(rs), percentile(failovers, 0.5).Round(time.Millisecond),
+		percentile(heldTaken, 0.5).Round(time.Millisecond), percentile(freshTaken, 0.5).Round(time.Millisecond))
 }
