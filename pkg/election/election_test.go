@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/elector/elector/internal/faultproxy"
 	"github.com/elector/elector/internal/redistest"
 	"github.com/elector/elector/pkg/election"
 )
@@ -363,5 +364,53 @@ func TestRunTwiceIsRefused(t *testing.T) {
 	c.leader(10 * testLease)
 	if err := r.e.Run(context.Background()); err == nil {
 		t.Fatal("second concurrent Run succeeded")
+	}
+}
+
+// A round trip slower than RetryPeriod does not cost the leader its term: calls are bounded by
+// max(RetryPeriod, RenewDeadline/2), not by RetryPeriod. (The client's own socket timeouts are
+// generous here, so that only the elector's bound is tested.)
+func TestLeaderKeepsTermWhenRoundTripExceedsRetryPeriod(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := faultproxy.Start(t, srv.Addr())
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true, ReadTimeout: time.Second, DialTimeout: time.Second})
+	defer client.Close()
+	stopped := make(chan struct{}, 1)
+	e, err := election.New(election.Config{
+		Client: client, LeaseName: "slow", Identity: "pod-a",
+		LeaseDuration: testLease, RenewDeadline: testRenew, RetryPeriod: testRetry,
+		Callbacks: election.Callbacks{
+			OnStartedLeading: func(ctx context.Context) { <-ctx.Done() },
+			OnStoppedLeading: func() { stopped <- struct{}{} },
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !e.IsLeader() {
+		if time.Now().After(deadline) {
+			t.Fatal("no leader")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	token := e.Token()
+	// One renew first: the renew script's first call is EVALSHA, NOSCRIPT, EVAL (two round trips).
+	first := *e.Status().LastRenew
+	for e.Status().LastRenew != nil && e.Status().LastRenew.Equal(first) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	proxy.SetLatency(60 * time.Millisecond) // a 120ms round trip > RetryPeriod (100ms) < RenewDeadline/2 (175ms)
+	select {
+	case <-stopped:
+		t.Fatalf("stepped down with a 120ms round trip (token %d)", token)
+	case <-time.After(5 * testLease):
+	}
+	if !e.IsLeader() || e.Token() != token {
+		t.Fatalf("leader %v token %d, want the term %d kept", e.IsLeader(), e.Token(), token)
 	}
 }

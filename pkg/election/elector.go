@@ -143,7 +143,7 @@ func (e *Elector) campaign(ctx context.Context, w *watch) (term lease.Record, se
 	for {
 		w.ensure(ctx)
 		sent = time.Now()
-		actx, cancel := context.WithTimeout(ctx, e.cfg.RetryPeriod)
+		actx, cancel := context.WithTimeout(ctx, e.callTimeout())
 		won, st, err := e.lease.AcquireReplicated(actx, e.cfg.LeaseDuration, e.cfg.ReplicaAck)
 		cancel()
 		if ctx.Err() != nil {
@@ -289,7 +289,7 @@ func (e *Elector) lead(ctx context.Context, term lease.Record, sent time.Time) s
 			}
 			inflight = true
 			now := time.Now()
-			cctx, cancel := context.WithDeadline(base, minTime(now.Add(e.cfg.RetryPeriod), lastOK.Add(e.cfg.RenewDeadline)))
+			cctx, cancel := context.WithDeadline(base, minTime(now.Add(e.callTimeout()), lastOK.Add(e.cfg.RenewDeadline)))
 			cancelCall = cancel
 			go func() {
 				ok, err := e.lease.RenewReplicated(cctx, term, e.cfg.LeaseDuration, e.cfg.ReplicaAck)
@@ -330,7 +330,7 @@ func TokenFrom(ctx context.Context) int64 {
 
 // release gives the term up so that a follower takes over in about one round trip.
 func (e *Elector) release(ctx context.Context, logger klog.Logger, term lease.Record) {
-	rctx, cancel := context.WithTimeout(ctx, e.cfg.RetryPeriod)
+	rctx, cancel := context.WithTimeout(ctx, e.callTimeout())
 	defer cancel()
 	released, err := e.lease.Release(rctx, term)
 	switch {
@@ -342,6 +342,13 @@ func (e *Elector) release(ctx context.Context, logger klog.Logger, term lease.Re
 	default:
 		logger.V(2).Info("Released the lease", "token", term.Token)
 	}
+}
+
+// callTimeout bounds one Redis call: max(RetryPeriod, RenewDeadline/2), so that a round trip
+// slower than RetryPeriod still succeeds while a leader keeps at least two renew attempts
+// before its deadline (a renew is also never allowed past the deadline).
+func (e *Elector) callTimeout() time.Duration {
+	return max(e.cfg.RetryPeriod, e.cfg.RenewDeadline/2)
 }
 
 func minTime(a, b time.Time) time.Time {

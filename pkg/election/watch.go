@@ -25,7 +25,7 @@ func (w *watch) ensure(ctx context.Context) {
 		return
 	}
 	w.lastTry = time.Now()
-	sctx, cancel := context.WithTimeout(ctx, w.e.cfg.RetryPeriod)
+	sctx, cancel := context.WithTimeout(ctx, w.e.callTimeout())
 	defer cancel()
 	sub, err := w.e.lease.Subscribe(sctx)
 	logger := logr.FromContextOrDiscard(ctx)
