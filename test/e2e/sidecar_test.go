@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -249,6 +251,27 @@ func TestSidecarPassword(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := startSidecar(t, srv.Addr(), "pw-"+tc.name, "a", dir, tc.env, append(tc.flags, "-v=9")...)
 			waitFor(t, 10*time.Second, "the sidecar to lead", s.ready)
+			// Everything the process shows: its argv, every endpoint, the status file.
+			seen := map[string]string{}
+			if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", s.proc.cmd.Process.Pid)); err == nil {
+				seen["argv"] = string(cmdline)
+			} else {
+				t.Errorf("read argv: %v", err)
+			}
+			for _, path := range []string{"/leader", "/healthz", "/readyz", "/metrics"} {
+				_, seen[path] = httpGet(s.base + path)
+			}
+			if status, err := os.ReadFile(s.status); err == nil {
+				seen["status file"] = string(status)
+			}
+			for where, text := range seen {
+				if strings.Contains(text, password) {
+					t.Errorf("the password appears in %s", where)
+				}
+			}
+			if !strings.Contains(seen["/metrics"], "leader_election_master_status") {
+				t.Errorf("/metrics was not read: %.200q", seen["/metrics"])
+			}
 			s.signal(syscall.SIGTERM)
 			if code := s.wait(5 * time.Second); code != 0 {
 				t.Errorf("exit code %d", code)
@@ -340,5 +363,65 @@ func TestMinimalACL(t *testing.T) {
 		if strings.Contains(p.stderr.String(), "NOPERM") {
 			t.Errorf("%s was refused a command:\n%s", p.id, p.stderr.String())
 		}
+	}
+}
+
+// TestSidecarSlowClients opens many connections that send half a request line and then
+// stall, and a client that sends endless headers: the sidecar keeps answering others at once,
+// drops the stalled ones after its read-header timeout (5s) and refuses headers over 16 KiB.
+func TestSidecarSlowClients(t *testing.T) {
+	srv := redistest.Start(t)
+	s := startSidecar(t, srv.Addr(), "slow", "a", t.TempDir(), nil)
+	waitFor(t, 10*time.Second, "the sidecar to lead", s.ready)
+	host := strings.TrimPrefix(s.base, "http://")
+	const stalled = 200
+	conns := make([]net.Conn, 0, stalled)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := 0; i < stalled; i++ {
+		c, err := net.Dial("tcp", host)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		if _, err := c.Write([]byte("GET /leader HTTP/1.1\r\nHost: x\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	start := time.Now()
+	if code, _ := httpGet(s.base + "/healthz"); code != 200 {
+		t.Fatalf("/healthz = %d with %d stalled clients", code, stalled)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("/healthz took %v with %d stalled clients", d, stalled)
+	}
+	// The stalled connections are closed by the server after the read-header timeout.
+	buf := make([]byte, 1)
+	_ = conns[0].SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := conns[0].Read(buf); err == nil {
+		t.Fatalf("a stalled connection got an answer instead of being closed")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("a stalled connection was still open after 20s")
+	}
+	// Headers over the limit are refused.
+	big := "GET /leader HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 64<<10) + "\r\n\r\n"
+	c, err := net.Dial("tcp", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, _ = c.Write([]byte(big))
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	reply := make([]byte, 64)
+	n, _ := c.Read(reply)
+	if !strings.Contains(string(reply[:n]), "431") {
+		t.Fatalf("oversized headers answered %q, want 431", reply[:n])
+	}
+	s.signal(syscall.SIGTERM)
+	if code := s.wait(5 * time.Second); code != 0 {
+		t.Errorf("exit code %d", code)
 	}
 }
