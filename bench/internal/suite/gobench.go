@@ -47,7 +47,8 @@ func runGoBench(ctx context.Context, cfg Config, logf func(string, ...any)) GoBe
 		{"-col", "/impl", "-filter", ".name:(AcquireRelease OR Renew)"},
 		{"-filter", ".name:/^Election/"},
 	} {
-		bs := exec.CommandContext(ctx, "go", append(append([]string{"tool", "benchstat"}, args...), file)...)
+		// "label=file" names the column after the label instead of the temporary file.
+		bs := exec.CommandContext(ctx, "go", append(append([]string{"tool", "benchstat"}, args...), "pkg/election="+file)...)
 		bs.Dir = dir
 		table, err := bs.CombinedOutput()
 		if err != nil {
