@@ -140,7 +140,14 @@ func partitionOnce(t *testing.T, s *redistest.Sentinel, tm timing, ack lease.Rep
 	}, tm)
 	bHeld := startElector(t, bClient, held, "B", tm, led, withAck)
 	bFresh := startElector(t, bClient, fresh, "B", tm, led, withAck)
-	time.Sleep(time.Until(cut.Add(2*tm.lease + time.Second)))
+	// B takes "held" when it expires on the promoted replica, at most LeaseDuration after the
+	// cut or right after the failover. A failover can take 10s longer than usual: when the
+	// sentinels split their votes they retry after twice failover-timeout.
+	end := cut.Add(2*tm.lease + time.Second)
+	if later := at.Add(tm.lease + time.Second); later.After(end) {
+		end = later
+	}
+	time.Sleep(time.Until(end))
 	for _, r := range []*replica{aHeld, aFresh, bHeld, bFresh} {
 		r.stop()
 	}
