@@ -220,8 +220,6 @@ type renewal struct {
 func (e *Elector) lead(ctx context.Context, term lease.Record, sent time.Time) string {
 	logger := klog.FromContext(ctx)
 	e.setLeading(term, sent)
-	logger.Info("Became leader", "token", term.Token)
-
 	leaderCtx, cancelLeader := context.WithCancel(context.WithValue(ctx, tokenKey{}, term.Token))
 	defer cancelLeader()
 	done := make(chan struct{})
@@ -229,6 +227,8 @@ func (e *Elector) lead(ctx context.Context, term lease.Record, sent time.Time) s
 		defer close(done)
 		e.cfg.Callbacks.OnStartedLeading(leaderCtx)
 	}()
+	// Logged after the work started: a log line is a synchronous write, not worth delaying it.
+	logger.Info("Became leader", "token", term.Token)
 
 	// Renewals outlive ctx: while OnStartedLeading winds down after a cancel, the term is
 	// kept alive so that nobody else starts the work before this replica stopped it.
