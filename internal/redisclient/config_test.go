@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/spf13/pflag"
+
+	"github.com/elector/elector/internal/testcert"
 )
 
 // parse registers the flags on a fresh FlagSet, parses args and returns the Config.
@@ -67,9 +69,9 @@ func TestValidate(t *testing.T) {
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "missing.pem")
 	notPEM := writeFile(t, "not.pem", "hello\n")
-	ca := newTestCA(t)
-	caFile := ca.writeCert(t)
-	certFile, keyFile := ca.issue(t, "client", false)
+	ca := testcert.NewCA(t, "elector test CA")
+	caFile := ca.CertFile
+	certFile, keyFile := ca.Issue(t, "client", false)
 
 	tests := []struct {
 		name     string

@@ -1,125 +1,28 @@
 package redisclient
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/elector/elector/internal/testcert"
 )
-
-// testCA is a certificate authority generated for one test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	der  []byte
-	dir  string
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "elector test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key, der: der, dir: t.TempDir()}
-}
-
-// writeCert writes the CA certificate as PEM and returns its path.
-func (ca *testCA) writeCert(t *testing.T) string {
-	t.Helper()
-	p := filepath.Join(ca.dir, "ca.pem")
-	writePEM(t, p, "CERTIFICATE", ca.der)
-	return p
-}
-
-// issue creates a certificate for localhost, redis.test and 127.0.0.1 (a
-// server certificate when server is true, else a client certificate) and
-// returns the paths of its certificate and key PEM files.
-func (ca *testCA) issue(t *testing.T, cn string, server bool) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	usage := x509.ExtKeyUsageClientAuth
-	if server {
-		usage = x509.ExtKeyUsageServerAuth
-	}
-	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-		DNSNames:     []string{"localhost", "redis.test"},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile = filepath.Join(ca.dir, cn+".pem")
-	keyFile = filepath.Join(ca.dir, cn+"-key.pem")
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "PRIVATE KEY", keyDER)
-	return certFile, keyFile
-}
-
-func writePEM(t *testing.T, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // tlsServer accepts TLS connections that must present a client certificate
 // signed by ca, completes the handshake and reports the client's common name.
-func tlsServer(t *testing.T, ca *testCA) (addr string, clientCN <-chan string) {
+func tlsServer(t *testing.T, ca *testcert.CA) (addr string, clientCN <-chan string) {
 	t.Helper()
-	certFile, keyFile := ca.issue(t, "server", true)
+	certFile, keyFile := ca.Issue(t, "server", true)
 	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
+	pool.AddCert(ca.Cert)
 	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
 		Certificates: []tls.Certificate{pair},
 		ClientAuth:   tls.RequireAndVerifyClientCert,
@@ -183,9 +86,9 @@ func TestTLSConfigDisabled(t *testing.T) {
 }
 
 func TestTLSConfigMutualHandshake(t *testing.T) {
-	ca := newTestCA(t)
-	caFile := ca.writeCert(t)
-	certFile, keyFile := ca.issue(t, "elector-client", false)
+	ca := testcert.NewCA(t, "elector test CA")
+	caFile := ca.CertFile
+	certFile, keyFile := ca.Issue(t, "elector-client", false)
 	addr, cns := tlsServer(t, ca)
 	_, port, _ := net.SplitHostPort(addr)
 

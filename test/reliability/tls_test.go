@@ -2,17 +2,9 @@ package reliability
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,101 +12,16 @@ import (
 
 	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testcert"
 	"github.com/elector/elector/pkg/lease"
 )
-
-// certAuthority is a CA generated for one test, writing PEM files into its directory.
-type certAuthority struct {
-	cert   *x509.Certificate
-	key    *ecdsa.PrivateKey
-	dir    string
-	name   string
-	caFile string
-}
-
-func newCA(t *testing.T, name string) *certAuthority {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := &certAuthority{cert: cert, key: key, dir: t.TempDir(), name: name}
-	ca.caFile = filepath.Join(ca.dir, "ca.pem")
-	writePEM(t, ca.caFile, "CERTIFICATE", der)
-	return ca
-}
-
-// issue returns the PEM files of a certificate for localhost, redis.test and 127.0.0.1, for a
-// server or a client.
-func (ca *certAuthority) issue(t *testing.T, cn string, server bool) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	usage := x509.ExtKeyUsageClientAuth
-	if server {
-		usage = x509.ExtKeyUsageServerAuth
-	}
-	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-		DNSNames:     []string{"localhost", "redis.test"},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(ca.dir, cn+".pem"), filepath.Join(ca.dir, cn+"-key.pem")
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "PRIVATE KEY", keyDER)
-	return certFile, keyFile
-}
-
-func writePEM(t *testing.T, path, typ string, der []byte) {
-	t.Helper()
-	// redis-server reads the key as another process of the same user: 0600 is enough.
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // startTLS starts a redis-server with a TLS port besides its plain port (redistest probes the
 // plain one) and returns the server and "127.0.0.1:TLSPORT". With authClients, clients must
 // present a certificate signed by ca.
-func startTLS(t *testing.T, ca *certAuthority, authClients bool) (*redistest.Server, string) {
+func startTLS(t *testing.T, ca *testcert.CA, authClients bool) (*redistest.Server, string) {
 	t.Helper()
-	certFile, keyFile := ca.issue(t, "redis-server", true)
+	certFile, keyFile := ca.Issue(t, "redis-server", true)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +36,7 @@ func startTLS(t *testing.T, ca *certAuthority, authClients bool) (*redistest.Ser
 		"--tls-port", strconv.Itoa(port),
 		"--tls-cert-file", certFile,
 		"--tls-key-file", keyFile,
-		"--tls-ca-cert-file", ca.caFile,
+		"--tls-ca-cert-file", ca.CertFile,
 		"--tls-auth-clients", auth)
 	return srv, net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
@@ -163,9 +70,9 @@ func tryAcquire(t *testing.T, cfg redisclient.Config) (lease.Record, error) {
 // TLS port; a wrong CA, a wrong server name or a plain client is refused with an error that says
 // why.
 func TestTLS(t *testing.T) {
-	ca := newCA(t, "elector test CA")
+	ca := testcert.NewCA(t, "elector test CA")
 	srv, addr := startTLS(t, ca, false)
-	good := redisclient.Config{Mode: redisclient.ModeStandalone, Addrs: []string{addr}, TLS: true, TLSCAFile: ca.caFile}
+	good := redisclient.Config{Mode: redisclient.ModeStandalone, Addrs: []string{addr}, TLS: true, TLSCAFile: ca.CertFile}
 
 	tm := timing{lease: 2 * time.Second, renew: 1400 * time.Millisecond, retry: 200 * time.Millisecond}
 	led := &ledger{}
@@ -195,7 +102,7 @@ func TestTLS(t *testing.T) {
 	}
 
 	wrongCA := good
-	wrongCA.TLSCAFile = newCA(t, "other CA").caFile
+	wrongCA.TLSCAFile = testcert.NewCA(t, "other CA").CertFile
 	_, err := tryAcquire(t, wrongCA)
 	var unknown x509.UnknownAuthorityError
 	if err == nil || !errors.As(err, &unknown) || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
@@ -227,11 +134,11 @@ func TestTLS(t *testing.T) {
 // With tls-auth-clients yes, a client certificate signed by the CA is required: redisclient's
 // --redis-tls-cert-file and --redis-tls-key-file provide it; without them the server refuses.
 func TestTLSClientCertificates(t *testing.T) {
-	ca := newCA(t, "elector test CA")
+	ca := testcert.NewCA(t, "elector test CA")
 	_, addr := startTLS(t, ca, true)
-	certFile, keyFile := ca.issue(t, "elector-client", false)
+	certFile, keyFile := ca.Issue(t, "elector-client", false)
 	mutual := redisclient.Config{Mode: redisclient.ModeStandalone, Addrs: []string{addr}, TLS: true,
-		TLSCAFile: ca.caFile, TLSCertFile: certFile, TLSKeyFile: keyFile}
+		TLSCAFile: ca.CertFile, TLSCertFile: certFile, TLSKeyFile: keyFile}
 
 	tm := timing{lease: 2 * time.Second, renew: 1400 * time.Millisecond, retry: 200 * time.Millisecond}
 	led := &ledger{}
@@ -244,8 +151,8 @@ func TestTLSClientCertificates(t *testing.T) {
 		t.Errorf("TLS without a client certificate: err = %v, want the server to refuse (certificate required)", err)
 	}
 
-	stranger := newCA(t, "stranger CA")
-	sc, sk := stranger.issue(t, "stranger", false)
+	stranger := testcert.NewCA(t, "stranger CA")
+	sc, sk := stranger.Issue(t, "stranger", false)
 	foreign := mutual
 	foreign.TLSCertFile, foreign.TLSKeyFile = sc, sk
 	if _, err := tryAcquire(t, foreign); err == nil {
