@@ -88,48 +88,24 @@ func New(c Config) (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	switch c.Mode {
-	case ModeSentinel:
-		return redis.NewFailoverClient(&redis.FailoverOptions{
-			MasterName:            c.SentinelMaster,
-			SentinelAddrs:         c.Addrs,
-			ClientName:            c.ClientName,
-			Username:              c.Username,
-			Password:              c.Password,
-			DB:                    c.DB,
-			MaxRetries:            c.MaxRetries,
-			DialTimeout:           c.DialTimeout,
-			ReadTimeout:           c.ReadTimeout,
-			WriteTimeout:          c.WriteTimeout,
-			ContextTimeoutEnabled: true,
-			TLSConfig:             tlsConfig,
-		}), nil
-	case ModeCluster:
-		return redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs:                 c.Addrs,
-			ClientName:            c.ClientName,
-			Username:              c.Username,
-			Password:              c.Password,
-			MaxRetries:            c.MaxRetries,
-			DialTimeout:           c.DialTimeout,
-			ReadTimeout:           c.ReadTimeout,
-			WriteTimeout:          c.WriteTimeout,
-			ContextTimeoutEnabled: true,
-			TLSConfig:             tlsConfig,
-		}), nil
-	default:
-		return redis.NewClient(&redis.Options{
-			Addr:                  c.Addrs[0],
-			ClientName:            c.ClientName,
-			Username:              c.Username,
-			Password:              c.Password,
-			DB:                    c.DB,
-			MaxRetries:            c.MaxRetries,
-			DialTimeout:           c.DialTimeout,
-			ReadTimeout:           c.ReadTimeout,
-			WriteTimeout:          c.WriteTimeout,
-			ContextTimeoutEnabled: true,
-			TLSConfig:             tlsConfig,
-		}), nil
+	// One set of options; go-redis makes a failover client when MasterName is set, a cluster
+	// client in cluster mode (also with a single seed address), else a single-node client.
+	opts := &redis.UniversalOptions{
+		Addrs:                 c.Addrs,
+		ClientName:            c.ClientName,
+		Username:              c.Username,
+		Password:              c.Password,
+		DB:                    c.DB,
+		MaxRetries:            c.MaxRetries,
+		DialTimeout:           c.DialTimeout,
+		ReadTimeout:           c.ReadTimeout,
+		WriteTimeout:          c.WriteTimeout,
+		ContextTimeoutEnabled: true,
+		TLSConfig:             tlsConfig,
+		IsClusterMode:         c.Mode == ModeCluster,
 	}
+	if c.Mode == ModeSentinel {
+		opts.MasterName = c.SentinelMaster
+	}
+	return redis.NewUniversalClient(opts), nil
 }
