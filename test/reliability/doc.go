@@ -5,7 +5,7 @@
 // (internal/redistest); they skip without redis-server, or fail when CI or
 // ELECTOR_REQUIRE_REDIS is set.
 //
-// The default run takes about a minute. ELECTOR_LONG=1 runs the long variants: more
+// The default run takes about 90 seconds. ELECTOR_LONG=1 runs the long variants: more
 // failovers, and the 20-round measurement of what replica acknowledgement changes whose
 // figures are in docs/RELIABILITY.md.
 package reliability
