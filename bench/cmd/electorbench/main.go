@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -27,14 +28,15 @@ func main() {
 	root := flag.String("root", "", "repository root (default: the parent of the bench module, found from the working directory)")
 	doc := flag.String("doc", "", "Markdown file whose generated section is rewritten (default ROOT/docs/PERFORMANCE.md; \"-\" writes none)")
 	plots := flag.String("plots", "", "directory for the SVG plots and results.json (default ROOT/docs/perf; \"-\" writes none)")
+	rerender := flag.String("render", "", "measure nothing: redraw the plots and the doc from this results.json of an earlier run")
 	flag.Parse()
-	if err := run(*quick, *root, *doc, *plots); err != nil {
+	if err := run(*quick, *root, *doc, *plots, *rerender); err != nil {
 		fmt.Fprintln(os.Stderr, "electorbench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(quick bool, root, doc, plots string) error {
+func run(quick bool, root, doc, plots, rerender string) error {
 	if root == "" {
 		var err error
 		if root, err = findRoot(); err != nil {
@@ -59,11 +61,30 @@ func run(quick bool, root, doc, plots string) error {
 	case "-":
 		plots = ""
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	r, err := suite.Run(ctx, suite.Config{Params: params, Root: root, Doc: doc, PlotDir: plots, Command: command, Log: os.Stderr})
-	if err != nil {
-		return err
+	cfg := suite.Config{Params: params, Root: root, Doc: doc, PlotDir: plots, Command: command, Log: os.Stderr}
+	var r *suite.Results
+	if rerender != "" {
+		b, err := os.ReadFile(rerender)
+		if err != nil {
+			return err
+		}
+		r = new(suite.Results)
+		if err := json.Unmarshal(b, r); err != nil {
+			return fmt.Errorf("read %s: %w", rerender, err)
+		}
+		if r.Params.Mode == "quick" {
+			cfg.Command = "cd bench && go run ./cmd/electorbench -quick"
+		}
+		if err := suite.Render(cfg, r); err != nil {
+			return err
+		}
+	} else {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		var err error
+		if r, err = suite.Run(ctx, cfg); err != nil {
+			return err
+		}
 	}
 	for _, c := range suite.Checks(r) {
 		verdict := "met"

@@ -31,6 +31,11 @@ type Check struct {
 	NotMeasured bool
 }
 
+// Render writes the outputs of cfg (plots, results.json, the doc's generated section) from
+// results measured before, e.g. read back from results.json: a change of presentation needs
+// no new measurement.
+func Render(cfg Config, r *Results) error { return write(cfg, r) }
+
 // write puts the plots, results.json and the generated section of the doc in place.
 func write(cfg Config, r *Results) error {
 	if cfg.PlotDir != "" {
@@ -407,12 +412,12 @@ func Plots(r *Results) (map[string][]byte, error) {
 		x, y := plot.ECDF(r.Sidecar.RunHandoverMs)
 		extra = append(extra, plot.Series{Name: fmt.Sprintf("elector run, child to child (median %s)", fmtMs(stats.Median(r.Sidecar.RunHandoverMs))), X: x, Y: y, Step: true})
 	}
-	svg, err := ecdf(fmt.Sprintf("Graceful handover: release → follower's OnStartedLeading (RetryPeriod %v)", rp), r.Handover, extra)
+	svg, err := ecdf(fmt.Sprintf("Graceful handover: release → new OnStartedLeading (RetryPeriod %v)", rp), r.Handover, extra)
 	if err != nil {
 		return nil, fmt.Errorf("handover plot: %w", err)
 	}
 	out["handover.svg"] = svg
-	if svg, err = ecdf(fmt.Sprintf("Crash failover: lease expiry → new leader's OnStartedLeading (RetryPeriod %v)", rp), r.Crash, nil); err != nil {
+	if svg, err = ecdf(fmt.Sprintf("Crash failover: lease expiry → new OnStartedLeading (RetryPeriod %v)", rp), r.Crash, nil); err != nil {
 		return nil, fmt.Errorf("crash plot: %w", err)
 	}
 	out["crash.svg"] = svg
