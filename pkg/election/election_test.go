@@ -373,12 +373,14 @@ func TestRunTwiceIsRefused(t *testing.T) {
 func TestLeaderKeepsTermWhenRoundTripExceedsRetryPeriod(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := faultproxy.Start(t, srv.Addr())
-	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true, ReadTimeout: time.Second, DialTimeout: time.Second})
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true, ReadTimeout: 5 * time.Second, DialTimeout: 5 * time.Second})
 	defer client.Close()
 	stopped := make(chan struct{}, 1)
 	e, err := election.New(election.Config{
 		Client: client, LeaseName: "slow", Identity: "pod-a",
-		LeaseDuration: testLease, RenewDeadline: testRenew, RetryPeriod: testRetry,
+		// Calls are bounded by max(200ms, 2s/2) = 1s: a 300ms round trip leaves 700ms of
+		// slack for a loaded machine, and is still longer than RetryPeriod.
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
 		Callbacks: election.Callbacks{
 			OnStartedLeading: func(ctx context.Context) { <-ctx.Done() },
 			OnStoppedLeading: func() { stopped <- struct{}{} },
@@ -404,11 +406,11 @@ func TestLeaderKeepsTermWhenRoundTripExceedsRetryPeriod(t *testing.T) {
 	for e.Status().LastRenew != nil && e.Status().LastRenew.Equal(first) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	proxy.SetLatency(60 * time.Millisecond) // a 120ms round trip > RetryPeriod (100ms) < RenewDeadline/2 (175ms)
+	proxy.SetLatency(150 * time.Millisecond) // a 300ms round trip > RetryPeriod (200ms)
 	select {
 	case <-stopped:
-		t.Fatalf("stepped down with a 120ms round trip (token %d)", token)
-	case <-time.After(5 * testLease):
+		t.Fatalf("stepped down with a 300ms round trip (token %d)", token)
+	case <-time.After(3 * 2 * time.Second): // three renew deadlines
 	}
 	if !e.IsLeader() || e.Token() != token {
 		t.Fatalf("leader %v token %d, want the term %d kept", e.IsLeader(), e.Token(), token)
