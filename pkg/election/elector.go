@@ -186,7 +186,8 @@ func (e *Elector) campaign(ctx context.Context, w *watch) (term lease.Record, se
 					break waiting
 				case lease.Acquired, lease.Renewed:
 					if e.observe(ev.Record, false) {
-						timer.Reset(ev.TTL + jitter())
+						// Capped: a forged message must not put followers to sleep for long.
+						timer.Reset(min(ev.TTL, e.cfg.LeaseDuration) + jitter())
 					}
 				}
 			}
@@ -201,7 +202,7 @@ func (e *Elector) followerWait(ttl time.Duration, subscribed bool) time.Duration
 	if ttl == lease.NoExpiry || (!subscribed && ttl > e.cfg.RetryPeriod) {
 		return e.cfg.RetryPeriod
 	}
-	return ttl
+	return min(ttl, e.cfg.LeaseDuration) // a holder with a longer lease is checked on again
 }
 
 func jitter() time.Duration { return rand.N(maxJitter) }
