@@ -39,7 +39,9 @@ var (
 // args returns the whole EVALSHA command of s: rest is the key count, the keys and the
 // arguments.
 func (s script) args(rest ...any) []any {
-	return append([]any{wordEvalSha, s.sha}, rest...)
+	args := make([]any, 0, 2+len(rest)) // one allocation, not two
+	args = append(args, wordEvalSha, s.sha)
+	return append(args, rest...)
 }
 
 // run sends args (made by args) and, if Redis does not know the script, sends it again as
