@@ -28,6 +28,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/elector/elector/internal/testbin"
 )
 
 // Fast election timing for the tests; bounds in assertions are many times these.
@@ -56,34 +58,15 @@ func runTests(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	bins.elector = filepath.Join(dir, "elector")
 	bins.worker = filepath.Join(dir, "worker")
-	if err := build(bins.elector, "../../cmd/elector", raceEnabled); err != nil {
+	if err := testbin.Build(bins.elector, "../../cmd/elector", raceEnabled); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	if err := build(bins.worker, "./testdata/worker", false); err != nil {
+	if err := testbin.Build(bins.worker, "./testdata/worker", false); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
 	return m.Run()
-}
-
-// build compiles the package at pkg (relative to this directory) into out.
-func build(out, pkg string, race bool) error {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-	}
-	args := []string{"build", "-o", out}
-	if race {
-		args = append(args, "-race")
-	}
-	cmd := exec.Command(goBin, append(args, pkg)...)
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stderr, &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go %s: %v\n%s", strings.Join(cmd.Args[1:], " "), err, stderr.String())
-	}
-	return nil
 }
 
 // syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
