@@ -404,9 +404,9 @@ func (h *harness) leader(timeout time.Duration) (*replica, int64) {
 }
 
 // observe records the "acquired" announcements of the lease, read straight from Redis (not
-// through the proxy), until ctx ends: the beginning of each term in Redis's order. Announcements
-// made while the subscription reconnects after a restart of Redis are missed; the electors'
-// logs cover those.
+// through the proxy), until ctx ends: the beginning of each term in Redis's order. A
+// subscription ends when Redis restarts; it is made again at once, and announcements made
+// while there was none are missed: the electors' logs cover those.
 func (h *harness) observe(ctx context.Context, done chan<- struct{}) error {
 	sub, err := h.lease.Subscribe(ctx)
 	if err != nil {
@@ -414,24 +414,38 @@ func (h *harness) observe(ctx context.Context, done chan<- struct{}) error {
 	}
 	go func() {
 		defer close(done)
-		defer sub.Close()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case ev, ok := <-sub.Events():
-				if !ok {
-					return
-				}
-				if ev.Kind == lease.Acquired {
-					h.mu.Lock()
-					h.acquired = append(h.acquired, Acquisition{Time: time.Now(), Token: ev.Record.Token, Identity: ev.Record.Identity})
-					h.mu.Unlock()
+		for sub != nil {
+			h.record(ctx, sub)
+			_ = sub.Close()
+			sub = nil
+			for sub == nil && ctx.Err() == nil {
+				if sub, err = h.lease.Subscribe(ctx); err != nil {
+					sub = nil
+					time.Sleep(20 * time.Millisecond)
 				}
 			}
 		}
 	}()
 	return nil
+}
+
+// record appends the "acquired" announcements of sub until ctx ends or sub does.
+func (h *harness) record(ctx context.Context, sub *lease.Subscription) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-sub.Events():
+			if !ok {
+				return
+			}
+			if ev.Kind == lease.Acquired {
+				h.mu.Lock()
+				h.acquired = append(h.acquired, Acquisition{Time: time.Now(), Token: ev.Record.Token, Identity: ev.Record.Identity})
+				h.mu.Unlock()
+			}
+		}
+	}
 }
 
 // stallTick and minStall define a stall of the test process: a 10ms sleep that took 100ms

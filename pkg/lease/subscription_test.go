@@ -1,0 +1,86 @@
+package lease_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/elector/elector/internal/faultproxy"
+	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/pkg/lease"
+)
+
+// expectClosed waits up to within for the Events channel of sub to be closed, skipping
+// events.
+func expectClosed(t *testing.T, sub *lease.Subscription, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	timeout := time.After(within)
+	for {
+		select {
+		case _, open := <-sub.Events():
+			if !open {
+				return time.Since(start)
+			}
+		case <-timeout:
+			t.Fatalf("Events still open %v after the connection failed", within)
+		}
+	}
+}
+
+// A subscription whose connection breaks ends, so that its owner knows it hears nothing and
+// polls (package election does, then subscribes again).
+func TestSubscriptionEndsWhenItsConnectionBreaks(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	l := newLease(t, c, "job", "pod-a")
+	sub, err := l.Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if n, err := c.ClientKillByFilter(ctx, "TYPE", "pubsub").Result(); err != nil || n != 1 {
+		t.Fatalf("CLIENT KILL TYPE pubsub = %d, %v; want the subscription's connection killed", n, err)
+	}
+	expectClosed(t, sub, 5*time.Second)
+	if err := sub.Close(); err != nil {
+		t.Fatalf("Close after the connection broke: %v", err)
+	}
+}
+
+// An idle subscription is kept alive by pings (their answers are not events) and still
+// delivers events after several health intervals; when the connection goes silent (a
+// black-holed network, no error ever reported), the unanswered ping ends it within two
+// intervals.
+func TestSubscriptionPingsWhenIdleAndEndsWhenUnanswered(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for several health intervals")
+	}
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	proxy := faultproxy.Start(t, srv.Addr())
+	viaProxy := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { _ = viaProxy.Close() })
+	observer := newLease(t, viaProxy, "job", "observer")
+	holder := newLease(t, srv.Client(t), "job", "holder")
+
+	sub, err := observer.Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	select {
+	case ev, open := <-sub.Events():
+		t.Fatalf("idle subscription delivered %v (open %v) before anything was published", ev, open)
+	case <-time.After(2*lease.HealthInterval + lease.HealthInterval/2):
+	}
+	term := mustAcquire(t, holder, time.Minute)
+	expectEvent(t, sub, lease.Acquired, term)
+
+	proxy.Blackhole(true)
+	took := expectClosed(t, sub, 4*lease.HealthInterval)
+	t.Logf("silent connection detected after %v (health interval %v)", took, lease.HealthInterval)
+}
