@@ -112,7 +112,7 @@ func (e *Elector) Run(ctx context.Context) error {
 	e.notify = startNotifier(e.cfg.Callbacks.OnNewLeader)
 	defer e.notify.stop()
 	w := &watch{e: e}
-	defer w.close()
+	defer w.wait()
 
 	for {
 		term, sent, ok := e.campaign(ctx, w)

@@ -2,6 +2,7 @@ package election
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -17,6 +18,7 @@ type watch struct {
 	sub     *lease.Subscription
 	lastTry time.Time
 	failing bool
+	closing sync.WaitGroup // subscriptions being closed in the background
 }
 
 // ensure subscribes if there is no subscription and the last failed try is RetryPeriod old.
@@ -64,11 +66,18 @@ func (w *watch) lost(logger logr.Logger) {
 	w.lastTry = time.Time{}
 }
 
-// close ends the subscription, if any.
+// close ends the subscription, if any, without waiting: it is called by a follower that has
+// just won the lease, between the acquire and OnStartedLeading. wait waits for it.
 func (w *watch) close() {
-	if w.sub != nil {
-		_ = w.sub.Close()
+	if sub := w.sub; sub != nil {
+		w.closing.Go(func() { _ = sub.Close() })
 		w.sub = nil
 	}
 	w.lastTry = time.Time{}
+}
+
+// wait closes the subscription and waits until every closed subscription has ended.
+func (w *watch) wait() {
+	w.close()
+	w.closing.Wait()
 }
