@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -29,14 +30,15 @@ func main() {
 	doc := flag.String("doc", "", "Markdown file whose generated section is rewritten (default ROOT/docs/PERFORMANCE.md; \"-\" writes none)")
 	plots := flag.String("plots", "", "directory for the SVG plots and results.json (default ROOT/docs/perf; \"-\" writes none)")
 	rerender := flag.String("render", "", "measure nothing: redraw the plots and the doc from this results.json of an earlier run")
+	only := flag.String("only", "", "comma-separated steps to run (1-6, go); the doc and plots are then not written unless -doc/-plots name them")
 	flag.Parse()
-	if err := run(*quick, *root, *doc, *plots, *rerender); err != nil {
+	if err := run(*quick, *root, *doc, *plots, *rerender, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "electorbench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(quick bool, root, doc, plots, rerender string) error {
+func run(quick bool, root, doc, plots, rerender, only string) error {
 	if root == "" {
 		var err error
 		if root, err = findRoot(); err != nil {
@@ -48,6 +50,22 @@ func run(quick bool, root, doc, plots, rerender string) error {
 	if quick {
 		params = suite.QuickParams()
 		command += " -quick"
+	}
+	var steps []string
+	if only != "" {
+		steps = strings.Split(only, ",")
+		for _, s := range steps {
+			if !slices.Contains([]string{"1", "2", "3", "4", "5", "6", "go"}, s) {
+				return fmt.Errorf("-only: unknown step %q; steps are 1, 2, 3, 4, 5, 6 and go", s)
+			}
+		}
+		// A partial run must not replace the full report.
+		if doc == "" {
+			doc = "-"
+		}
+		if plots == "" {
+			plots = "-"
+		}
 	}
 	switch doc {
 	case "":
@@ -61,7 +79,7 @@ func run(quick bool, root, doc, plots, rerender string) error {
 	case "-":
 		plots = ""
 	}
-	cfg := suite.Config{Params: params, Root: root, Doc: doc, PlotDir: plots, Command: command, Log: os.Stderr}
+	cfg := suite.Config{Params: params, Root: root, Doc: doc, PlotDir: plots, Command: command, Log: os.Stderr, Only: steps}
 	var r *suite.Results
 	if rerender != "" {
 		b, err := os.ReadFile(rerender)

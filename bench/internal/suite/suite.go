@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -115,6 +117,10 @@ type Config struct {
 	Command string
 	// Log receives progress lines.
 	Log io.Writer
+	// Only, when not empty, lists the steps to run by their number ("1" … "6", "go" for
+	// go test -bench); the others are skipped. For working on one figure: such a run is
+	// not a full report.
+	Only []string
 }
 
 // Results are everything a run measured.
@@ -192,6 +198,9 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	// A failed step is reported, and the others still run: a long run keeps what it measured.
 	var failed []error
 	for _, s := range steps {
+		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, strings.TrimSuffix(strings.Fields(s.name)[0], ".")) {
+			continue
+		}
 		t0 := time.Now()
 		logf2("%s ...", s.name)
 		if err := s.run(); err != nil {
