@@ -205,7 +205,11 @@ func (p *pair) crash() (time.Duration, error) {
 }
 
 func runHandover(ctx context.Context, cfg Config, srv *redisproc.Server, logf func(string, ...any)) ([]LatencyResult, error) {
-	kinds := systems.Kinds()
+	// The raw pub/sub floor shows what this machine allows any pub/sub design.
+	kinds := append(systems.Kinds(), systems.PubSubFloorKind)
+	woken := func(k systems.Kind) bool {
+		return k.Name == systems.ElectorKind.Name || k.Name == systems.PubSubFloorKind.Name
+	}
 	pairs := make([]*pair, len(kinds))
 	defer func() {
 		for _, p := range pairs {
@@ -230,15 +234,15 @@ func runHandover(ctx context.Context, cfg Config, srv *redisproc.Server, logf fu
 		for j := range kinds {
 			i := (j + round) % len(kinds)
 			trials := 1
-			if kinds[i].Name == systems.ElectorKind.Name {
+			if woken(kinds[i]) {
 				trials = cfg.ElectorTrials
 			}
 			for range trials {
 				// Let the new follower settle at a random phase: pollers poll at random times
-				// relative to the release. elector's followers wait for an event, so any
-				// phase after their first attempt is the same for them.
+				// relative to the release. Followers woken by an event (elector, the floor)
+				// wait for it, so any phase after their first attempt is the same for them.
 				settle := time.Duration((1 + 2*rand.Float64()) * float64(rp))
-				if kinds[i].Name == systems.ElectorKind.Name {
+				if woken(kinds[i]) {
 					settle = time.Duration((0.1 + 0.4*rand.Float64()) * float64(rp))
 				}
 				if err := sleepCtx(ctx, settle); err != nil {
