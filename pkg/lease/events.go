@@ -136,9 +136,14 @@ func (s *Subscription) receive() {
 	for {
 		msg, err := s.ps.ReceiveTimeout(ctx, HealthInterval)
 		var netErr net.Error
+		var redisErr redis.Error
 		switch {
 		case err == nil:
 			pinged = false
+		case errors.As(err, &redisErr):
+			// An error reply, e.g. a PING that the user's ACL refuses: the connection works.
+			pinged = false
+			continue
 		case !pinged && errors.As(err, &netErr) && netErr.Timeout():
 			pctx, cancel := context.WithTimeout(ctx, HealthInterval)
 			err = s.ps.Ping(pctx)

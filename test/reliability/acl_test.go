@@ -391,6 +391,22 @@ func TestACLEachPermissionIsNeeded(t *testing.T) {
 	if d := denials(t, admin, "noping"); !slices.ContainsFunc(d, func(e *redis.ACLLogEntry) bool { return e.Object == "ping" }) {
 		t.Errorf("without +ping an idle subscription was not refused its PING; ACL LOG: %s", describe(d))
 	}
+	// The refusal is an answer: the connection works, and the subscription goes on.
+	holder, err := lease.New(userClient(t, srv, "full", tm), "idle", lease.Options{Identity: "pod-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := holder.Acquire(ctx, time.Minute); err != nil || !ok {
+		t.Fatalf("Acquire of the idle lease = %v, %v", ok, err)
+	}
+	select {
+	case ev, open := <-sub.Events():
+		if !open || ev.Kind != lease.Acquired {
+			t.Errorf("without +ping, after a refused PING the subscription gave %v (open %v); want the acquired event", ev, open)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("without +ping, after a refused PING the subscription delivered nothing")
+	}
 }
 
 // without returns the rules of acl without rule.
