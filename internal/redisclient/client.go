@@ -106,6 +106,7 @@ func New(c Config) (redis.UniversalClient, error) {
 	}
 	if c.Mode == ModeSentinel {
 		opts.MasterName = c.SentinelMaster
+		opts.SentinelUsername, opts.SentinelPassword = c.SentinelUsername, c.SentinelPassword
 	}
 	return redis.NewUniversalClient(opts), nil
 }

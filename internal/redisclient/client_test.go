@@ -24,13 +24,14 @@ func testCtx(t *testing.T) context.Context {
 // REDIS_PASSWORD value env, the way the elector command does.
 func newClient(t *testing.T, env string, args ...string) (redis.UniversalClient, error) {
 	t.Helper()
+	return newClientEnv(t, map[string]string{PasswordEnv: env}, args...)
+}
+
+// newClientEnv is newClient with any environment variables.
+func newClientEnv(t *testing.T, env map[string]string, args ...string) (redis.UniversalClient, error) {
+	t.Helper()
 	c := parse(t, args...)
-	if err := c.LoadPassword(func(k string) string {
-		if k == PasswordEnv {
-			return env
-		}
-		return ""
-	}); err != nil {
+	if err := c.LoadPassword(func(k string) string { return env[k] }); err != nil {
 		return nil, err
 	}
 	c.DialTimeout, c.ReadTimeout, c.WriteTimeout = 5*time.Second, 5*time.Second, 5*time.Second
@@ -208,6 +209,38 @@ func TestSentinel(t *testing.T) {
 	defer direct.Close()
 	if got, err := direct.Get(ctx, "written-through-sentinel").Result(); err != nil || got != "v" {
 		t.Errorf("key on master %s database 1 = %q, %v", master, got, err)
+	}
+}
+
+// Sentinels with a password of their own (the data nodes have none here): the client finds
+// the master with the password from REDIS_SENTINEL_PASSWORD or --sentinel-password-file, and
+// without it fails with Redis's NOAUTH.
+func TestSentinelPassword(t *testing.T) {
+	const pw = "sentinel-pa55"
+	sentinel := redistest.StartSentinel(t, "mymaster", 0, 1, redistest.WithSentinelPassword(pw))
+	ctx := testCtx(t)
+	args := []string{"--redis-mode=sentinel", "--sentinel-master=mymaster", "--redis-addr=" + strings.Join(sentinel.SentinelAddrs(), ",")}
+
+	fromEnv, err := newClientEnv(t, map[string]string{SentinelPasswordEnv: pw}, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fromEnv.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET through sentinels with the password from %s: %v", SentinelPasswordEnv, err)
+	}
+	fromFile, err := newClientEnv(t, nil, append(args, "--sentinel-password-file="+writeFile(t, "spw", pw+"\n"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := fromFile.Get(ctx, "k").Result(); err != nil || got != "v" {
+		t.Fatalf("GET through sentinels with --sentinel-password-file = %q, %v", got, err)
+	}
+	none, err := newClientEnv(t, nil, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := none.Ping(ctx).Err(); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+		t.Fatalf("PING without the sentinels' password = %v, want NOAUTH", err)
 	}
 }
 

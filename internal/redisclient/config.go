@@ -13,9 +13,10 @@
 //
 // The password never comes from a flag value, where it would show in ps(1)
 // and in the pod spec: it is read from the REDIS_PASSWORD environment
-// variable or from the file named by --redis-password-file. It never appears
-// in an error message, and a Config prints and logs with the password
-// redacted.
+// variable or from the file named by --redis-password-file (the Sentinels'
+// own password likewise from REDIS_SENTINEL_PASSWORD or
+// --sentinel-password-file). It never appears in an error message, and a
+// Config prints and logs with the passwords redacted.
 package redisclient
 
 import (
@@ -48,26 +49,32 @@ const DefaultAddr = "127.0.0.1:6379"
 // PasswordEnv is the environment variable LoadPassword reads the password from.
 const PasswordEnv = "REDIS_PASSWORD"
 
+// SentinelPasswordEnv is the environment variable LoadPassword reads the Sentinels' password
+// from (sentinel mode only).
+const SentinelPasswordEnv = "REDIS_SENTINEL_PASSWORD"
+
 // Flag names, as they appear in usage errors (without the leading dashes).
 const (
-	FlagAddr           = "redis-addr"
-	FlagMode           = "redis-mode"
-	FlagSentinelMaster = "sentinel-master"
-	FlagUsername       = "redis-username"
-	FlagPasswordFile   = "redis-password-file"
-	FlagDB             = "redis-db"
-	FlagTLS            = "redis-tls"
-	FlagTLSCAFile      = "redis-tls-ca-file"
-	FlagTLSCertFile    = "redis-tls-cert-file"
-	FlagTLSKeyFile     = "redis-tls-key-file"
-	FlagTLSServerName  = "redis-tls-server-name"
+	FlagAddr                 = "redis-addr"
+	FlagMode                 = "redis-mode"
+	FlagSentinelMaster       = "sentinel-master"
+	FlagSentinelUsername     = "sentinel-username"
+	FlagSentinelPasswordFile = "sentinel-password-file"
+	FlagUsername             = "redis-username"
+	FlagPasswordFile         = "redis-password-file"
+	FlagDB                   = "redis-db"
+	FlagTLS                  = "redis-tls"
+	FlagTLSCAFile            = "redis-tls-ca-file"
+	FlagTLSCertFile          = "redis-tls-cert-file"
+	FlagTLSKeyFile           = "redis-tls-key-file"
+	FlagTLSServerName        = "redis-tls-server-name"
 )
 
 // Config describes how to reach Redis. The zero value is not usable; start
 // from AddFlags (which sets the defaults) or fill in at least Addrs and Mode.
 //
-// Config redacts Password whenever it is formatted (any fmt verb), logged
-// through logr/klog, or marshalled to JSON.
+// Config redacts Password and SentinelPassword whenever it is formatted (any
+// fmt verb), logged through logr/klog, or marshalled to JSON.
 type Config struct {
 	// Addrs are host:port pairs: the server (standalone, exactly one), the
 	// Sentinels (sentinel) or the seed nodes (cluster).
@@ -76,6 +83,14 @@ type Config struct {
 	Mode string
 	// SentinelMaster is the master name the Sentinels monitor (sentinel mode only).
 	SentinelMaster string
+	// SentinelUsername and SentinelPassword authenticate to the Sentinels
+	// themselves (their requirepass or ACL), which is separate from the data
+	// nodes' Username and Password. Sentinel mode only; SentinelPassword is set
+	// by LoadPassword, never a flag.
+	SentinelUsername string
+	SentinelPassword string `json:"-"`
+	// SentinelPasswordFile is the file LoadPassword reads SentinelPassword from.
+	SentinelPasswordFile string
 	// Username is the ACL user (Redis 6+); empty means the default user.
 	Username string
 	// Password authenticates Username. Set by LoadPassword; never a flag.
@@ -111,8 +126,8 @@ type Config struct {
 	ClientName string
 }
 
-// AddFlags registers the --redis-* and --sentinel-master flags on fs, bound
-// to c, and sets c's fields to the flag defaults.
+// AddFlags registers the --redis-* and --sentinel-* flags on fs, bound to c,
+// and sets c's fields to the flag defaults.
 func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	c.Addrs = []string{DefaultAddr}
 	fs.Var(&addrList{addrs: &c.Addrs}, FlagAddr,
@@ -121,6 +136,10 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 		"how to reach Redis: standalone, sentinel (addresses are Sentinels) or cluster (addresses are seed nodes)")
 	fs.StringVar(&c.SentinelMaster, FlagSentinelMaster, "",
 		"`name` of the master the Sentinels monitor (required with --redis-mode=sentinel)")
+	fs.StringVar(&c.SentinelUsername, FlagSentinelUsername, "",
+		"ACL user `name` to authenticate to the Sentinels as (sentinel mode); its password comes from the "+SentinelPasswordEnv+" environment variable or --"+FlagSentinelPasswordFile)
+	fs.StringVar(&c.SentinelPasswordFile, FlagSentinelPasswordFile, "",
+		"`file` holding the Sentinels' password (sentinel mode; one trailing newline is ignored); the alternative to the "+SentinelPasswordEnv+" environment variable")
 	fs.StringVar(&c.Username, FlagUsername, "",
 		"Redis ACL user `name` (Redis 6+); the password comes from the "+PasswordEnv+" environment variable or --"+FlagPasswordFile)
 	fs.StringVar(&c.PasswordFile, FlagPasswordFile, "",
@@ -171,8 +190,12 @@ func (c *Config) Validate() error {
 	}
 	switch c.Mode {
 	case ModeStandalone, ModeCluster:
-		if c.SentinelMaster != "" {
-			return usageErr(FlagSentinelMaster, "only allowed with --%s=%s (mode is %q)", FlagMode, ModeSentinel, c.Mode)
+		for _, f := range []struct{ flag, value string }{
+			{FlagSentinelMaster, c.SentinelMaster}, {FlagSentinelUsername, c.SentinelUsername}, {FlagSentinelPasswordFile, c.SentinelPasswordFile},
+		} {
+			if f.value != "" {
+				return usageErr(f.flag, "only allowed with --%s=%s (mode is %q)", FlagMode, ModeSentinel, c.Mode)
+			}
 		}
 	case ModeSentinel:
 		if c.SentinelMaster == "" {
@@ -244,28 +267,43 @@ func checkHostPort(addr string) error {
 // as unset. Giving both is a *UsageError, so that it is never unclear which
 // secret is in use; so is a password file that cannot be read or is empty.
 // With neither, c.Password is left as it is (normally empty: no AUTH).
+//
+// In sentinel mode it sets c.SentinelPassword the same way from
+// REDIS_SENTINEL_PASSWORD or c.SentinelPasswordFile; in the other modes that
+// variable is ignored.
 func (c *Config) LoadPassword(getenv func(string) string) error {
-	env := getenv(PasswordEnv)
-	if c.PasswordFile == "" {
+	if err := loadSecret(&c.Password, getenv(PasswordEnv), PasswordEnv, c.PasswordFile, FlagPasswordFile); err != nil {
+		return err
+	}
+	if c.Mode != ModeSentinel {
+		return nil
+	}
+	return loadSecret(&c.SentinelPassword, getenv(SentinelPasswordEnv), SentinelPasswordEnv, c.SentinelPasswordFile, FlagSentinelPasswordFile)
+}
+
+// loadSecret sets *dst from env (the value of the variable envName) or from file (the value
+// of --flag), refusing both at once.
+func loadSecret(dst *string, env, envName, file, flag string) error {
+	if file == "" {
 		if env != "" {
-			c.Password = env
+			*dst = env
 		}
 		return nil
 	}
 	if env != "" {
-		return usageErr(FlagPasswordFile, "conflicts with the %s environment variable; set only one of them", PasswordEnv)
+		return usageErr(flag, "conflicts with the %s environment variable; set only one of them", envName)
 	}
-	b, err := os.ReadFile(c.PasswordFile)
+	b, err := os.ReadFile(file)
 	if err != nil {
-		return &UsageError{Source: "--" + FlagPasswordFile, Msg: fmt.Sprintf("cannot read the password file: %v", err), Err: err}
+		return &UsageError{Source: "--" + flag, Msg: fmt.Sprintf("cannot read the password file: %v", err), Err: err}
 	}
 	pw := string(b)
 	pw = strings.TrimSuffix(pw, "\n")
 	pw = strings.TrimSuffix(pw, "\r")
 	if pw == "" {
-		return usageErr(FlagPasswordFile, "password file %q is empty", c.PasswordFile)
+		return usageErr(flag, "password file %q is empty", file)
 	}
-	c.Password = pw
+	*dst = pw
 	return nil
 }
 
@@ -280,6 +318,9 @@ func (c Config) safe() safeConfig {
 	s := safeConfig(c)
 	if s.Password != "" {
 		s.Password = redacted
+	}
+	if s.SentinelPassword != "" {
+		s.SentinelPassword = redacted
 	}
 	return s
 }
@@ -313,7 +354,7 @@ func (c Config) MarshalLog() any {
 // MarshalJSON encodes c without the password.
 func (c Config) MarshalJSON() ([]byte, error) {
 	s := c.safe()
-	s.Password = ""
+	s.Password, s.SentinelPassword = "", ""
 	return json.Marshal(s)
 }
 

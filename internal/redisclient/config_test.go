@@ -96,6 +96,9 @@ func TestValidate(t *testing.T) {
 		{"sentinel without master", []string{"--redis-mode=sentinel", "--redis-addr=a:26379,b:26379"}, "--sentinel-master", "required"},
 		{"sentinel", []string{"--redis-mode=sentinel", "--redis-addr=a:26379,b:26379", "--sentinel-master=mymaster", "--redis-db=2"}, "", ""},
 		{"master without sentinel", []string{"--sentinel-master=mymaster"}, "--sentinel-master", "only allowed"},
+		{"sentinel user without sentinel", []string{"--sentinel-username=watcher"}, "--sentinel-username", "only allowed"},
+		{"sentinel password file in cluster mode", []string{"--redis-mode=cluster", "--sentinel-password-file=/run/pw"}, "--sentinel-password-file", "only allowed"},
+		{"sentinel with its own user", []string{"--redis-mode=sentinel", "--redis-addr=a:26379", "--sentinel-master=m", "--sentinel-username=watcher", "--sentinel-password-file=/run/pw"}, "", ""},
 		{"cluster", []string{"--redis-mode=cluster", "--redis-addr=a:1,b:2,c:3"}, "", ""},
 		{"negative db", []string{"--redis-db=-1"}, "--redis-db", "0 or more"},
 		{"cluster db", []string{"--redis-mode=cluster", "--redis-db=1"}, "--redis-db", "must be 0"},
@@ -201,6 +204,43 @@ func TestLoadPassword(t *testing.T) {
 				t.Errorf("error %v does not wrap fs.ErrNotExist", err)
 			}
 		})
+	}
+}
+
+// The Sentinels' password is loaded like the data nodes', from its own variable or file, and
+// only in sentinel mode.
+func TestLoadSentinelPassword(t *testing.T) {
+	env := map[string]string{PasswordEnv: "data-pw", SentinelPasswordEnv: "sentinel-pw"}
+	c := parse(t, "--redis-mode=sentinel", "--sentinel-master=m")
+	if err := c.LoadPassword(func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	if c.Password != "data-pw" || c.SentinelPassword != "sentinel-pw" {
+		t.Errorf("from the environment: password %q, sentinel password %q", c.Password, c.SentinelPassword)
+	}
+
+	file := writeFile(t, "sentinel-pw", "from-file\n")
+	c = parse(t, "--redis-mode=sentinel", "--sentinel-master=m", "--sentinel-password-file="+file)
+	if err := c.LoadPassword(func(string) string { return "" }); err != nil || c.SentinelPassword != "from-file" || c.Password != "" {
+		t.Errorf("from --sentinel-password-file: %v, sentinel password %q, password %q", err, c.SentinelPassword, c.Password)
+	}
+	err := c.LoadPassword(func(k string) string { return env[k] })
+	var ue *UsageError
+	if !errors.As(err, &ue) || ue.Source != "--sentinel-password-file" || !strings.Contains(err.Error(), SentinelPasswordEnv) {
+		t.Errorf("file and variable both set: %v; want a usage error about --sentinel-password-file and %s", err, SentinelPasswordEnv)
+	}
+
+	c = parse(t)
+	if err := c.LoadPassword(func(k string) string { return env[k] }); err != nil || c.SentinelPassword != "" {
+		t.Errorf("standalone mode: %v, sentinel password %q; want the variable ignored", err, c.SentinelPassword)
+	}
+	c = parse(t, "--redis-mode=sentinel", "--sentinel-master=m")
+	c.SentinelPassword = "sentinel-secret"
+	if out := fmt.Sprintf("%v %+v %#v", c, c, c); strings.Contains(out, "sentinel-secret") {
+		t.Errorf("the sentinel password is printed: %s", out)
+	}
+	if b, _ := json.Marshal(c); strings.Contains(string(b), "sentinel-secret") {
+		t.Errorf("the sentinel password is in JSON: %s", b)
 	}
 }
 

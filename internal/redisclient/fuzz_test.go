@@ -89,7 +89,8 @@ type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
-// FuzzPasswordNeverPrinted formats a Config holding an arbitrary password in every way a
+// FuzzPasswordNeverPrinted formats a Config holding an arbitrary password (as the data nodes'
+// and the Sentinels' password) in every way a
 // program might print or log it. The password must not show, unless it is text that the
 // output contains anyway (a password "e" is in every output).
 func FuzzPasswordNeverPrinted(f *testing.F) {
@@ -110,7 +111,7 @@ func FuzzPasswordNeverPrinted(f *testing.F) {
 			return
 		}
 		c := base
-		c.Password = pw
+		c.Password, c.SentinelPassword = pw, pw
 		out := show(c)
 		if !strings.Contains(out, pw) {
 			return
@@ -118,7 +119,7 @@ func FuzzPasswordNeverPrinted(f *testing.F) {
 		// The password text may occur in what is printed anyway: the other fields, the
 		// placeholder, the syntax of each format. Only an occurrence beyond those is a leak.
 		without := base
-		without.Password = redacted
+		without.Password, without.SentinelPassword = redacted, redacted
 		if strings.Count(out, pw) > strings.Count(show(without), pw) {
 			t.Fatalf("password %q shows in:\n%s", pw, out)
 		}

@@ -32,6 +32,8 @@ type Sentinel struct {
 	Sentinels []*Server
 	// MasterName is the name the sentinels monitor the master under.
 	MasterName string
+	// SentinelPassword is the sentinels' requirepass (WithSentinelPassword); empty: none.
+	SentinelPassword string
 }
 
 // SentinelOption changes the monitoring settings of StartSentinel.
@@ -41,6 +43,7 @@ type sentinelConfig struct {
 	quorum          int
 	downAfter       time.Duration
 	failoverTimeout time.Duration
+	password        string
 }
 
 // WithQuorum sets how many sentinels must agree that the master is down (default 2, or 1 with a
@@ -53,6 +56,12 @@ func WithQuorum(n int) SentinelOption {
 // before a sentinel considers it down.
 func WithDownAfter(d time.Duration) SentinelOption {
 	return func(c *sentinelConfig) { c.downAfter = d }
+}
+
+// WithSentinelPassword makes the sentinels require password (requirepass, and sentinel-pass
+// for their connections to each other). The data nodes stay without one.
+func WithSentinelPassword(password string) SentinelOption {
+	return func(c *sentinelConfig) { c.password = password }
 }
 
 // WithFailoverTimeout sets failover-timeout (default 5s).
@@ -83,7 +92,7 @@ func StartSentinel(t testing.TB, masterName string, replicas, sentinels int, opt
 		sentinelBin, sentinelArgs = p, nil
 	}
 
-	s := &Sentinel{Master: Start(t), MasterName: masterName}
+	s := &Sentinel{Master: Start(t), MasterName: masterName, SentinelPassword: cfg.password}
 	masterPort := strconv.Itoa(s.Master.Port())
 	for range replicas {
 		s.Replicas = append(s.Replicas, newRedisServer(t, bin, []string{"--replicaof", "127.0.0.1", masterPort}, false))
@@ -101,8 +110,13 @@ func StartSentinel(t testing.TB, masterName string, replicas, sentinels int, opt
 		"sentinel failover-timeout %[1]s %[5]d\n"+
 		"sentinel parallel-syncs %[1]s 1\n",
 		masterName, masterPort, cfg.quorum, cfg.downAfter.Milliseconds(), cfg.failoverTimeout.Milliseconds())
+	if cfg.password != "" {
+		monitor += fmt.Sprintf("requirepass %[1]q\nsentinel sentinel-pass %[1]q\n", cfg.password)
+	}
 	for range sentinels {
-		s.Sentinels = append(s.Sentinels, newSentinelServer(t, sentinelBin, sentinelArgs, monitor))
+		sn := newSentinelServer(t, sentinelBin, sentinelArgs, monitor)
+		sn.password = cfg.password // for Options: the clients of this package authenticate
+		s.Sentinels = append(s.Sentinels, sn)
 	}
 	startAll(t, s.Sentinels)
 
@@ -242,6 +256,7 @@ func (s *Sentinel) Client(t testing.TB) *redis.Client {
 	client := redis.NewFailoverClient(&redis.FailoverOptions{
 		MasterName:            s.MasterName,
 		SentinelAddrs:         s.SentinelAddrs(),
+		SentinelPassword:      s.SentinelPassword,
 		ContextTimeoutEnabled: true,
 	})
 	t.Cleanup(func() { _ = client.Close() })
