@@ -373,6 +373,7 @@ func podFiles(t *testing.T) (files map[string]string, statusFile string) {
 		files[redisDir+"/"+name] = p
 	}
 	write("password", redisPassword)
+	write("sentinel-password", "sentinel-"+redisPassword)
 	caPEM, certPEM, keyPEM := testCertificates(t)
 	write("ca.crt", caPEM)
 	write("tls.crt", certPEM)

@@ -3,6 +3,7 @@ package helm
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -29,7 +30,7 @@ func TestDefaultValues(t *testing.T) {
 			t.Errorf("--%s=%s, want %s", flag, got, want)
 		}
 	}
-	for _, absent := range []string{"redis-tls", "sentinel-master", "redis-username", "redis-db", "redis-password-file"} {
+	for _, absent := range []string{"redis-tls", "sentinel-master", "sentinel-username", "sentinel-password-file", "redis-username", "redis-db", "redis-password-file"} {
 		if _, ok := flagValue(c, absent); ok || hasFlag(c, "--"+absent) {
 			t.Errorf("default values set --%s", absent)
 		}
@@ -300,14 +301,23 @@ func TestSentinel(t *testing.T) {
 	_, spec := podSpec(t, objs)
 	c := theElector(t, spec)
 	for flag, want := range map[string]string{
-		"redis-mode":      "sentinel",
-		"sentinel-master": "mymaster",
-		"redis-addr":      "sentinel-0.sentinel:26379,sentinel-1.sentinel:26379,sentinel-2.sentinel:26379",
-		"redis-db":        "2",
+		"redis-mode":             "sentinel",
+		"sentinel-master":        "mymaster",
+		"redis-addr":             "sentinel-0.sentinel:26379,sentinel-1.sentinel:26379,sentinel-2.sentinel:26379",
+		"redis-db":               "2",
+		"sentinel-username":      "sentinel-watcher",
+		"sentinel-password-file": redisDir + "/sentinel-password",
 	} {
 		if got := mustFlag(t, c, flag); got != want {
 			t.Errorf("--%s=%s, want %s", flag, got, want)
 		}
+	}
+	creds := volume(spec, "redis-credentials")
+	if creds == nil || creds.Projected == nil || !slices.ContainsFunc(creds.Projected.Sources, func(p corev1.VolumeProjection) bool {
+		return p.Secret != nil && p.Secret.Name == "sentinel-auth" && len(p.Secret.Items) == 1 &&
+			p.Secret.Items[0].Key == "password" && p.Secret.Items[0].Path == "sentinel-password"
+	}) {
+		t.Errorf("redis-credentials volume %+v: want the sentinel-auth Secret's password as sentinel-password", creds)
 	}
 	wrapped, _ := wrappedCommand(c)
 	if len(wrapped) != 3 || wrapped[0] != "sh" || wrapped[1] != "-c" || !strings.Contains(wrapped[2], "$ELECTOR_FENCING_TOKEN") {

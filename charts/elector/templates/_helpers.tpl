@@ -81,11 +81,11 @@ Paths shared by the templates.
 {{- define "elector.redisDir" -}}/etc/elector/redis{{- end }}
 
 {{/*
-Whether the pod mounts the Redis credentials volume (password and/or TLS files).
+Whether the pod mounts the Redis credentials volume (passwords and/or TLS files).
 */}}
 {{- define "elector.hasRedisCredentials" -}}
 {{- with .Values.redis }}
-{{- if or .existingSecret .tls.caSecret .tls.clientCertSecret }}true{{ end }}
+{{- if or .existingSecret .tls.caSecret .tls.clientCertSecret (and (eq .mode "sentinel") .sentinelExistingSecret) }}true{{ end }}
 {{- end }}
 {{- end }}
 
@@ -115,6 +115,12 @@ list.
 - --redis-mode={{ .Values.redis.mode }}
 {{- if eq .Values.redis.mode "sentinel" }}
 - --sentinel-master={{ .Values.redis.sentinelMaster }}
+{{- with .Values.redis.sentinelUsername }}
+- --sentinel-username={{ . }}
+{{- end }}
+{{- if .Values.redis.sentinelExistingSecret }}
+- --sentinel-password-file={{ include "elector.redisDir" . }}/sentinel-password
+{{- end }}
 {{- end }}
 {{- with .Values.redis.username }}
 - --redis-username={{ . }}
