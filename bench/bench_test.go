@@ -8,14 +8,12 @@ package bench
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/bench/internal/proposal"
 	"github.com/elector/elector/bench/internal/systems"
 	"github.com/elector/elector/internal/redistest"
 	"github.com/elector/elector/pkg/election"
@@ -27,17 +25,12 @@ func primitives(tb testing.TB) []struct {
 	p    systems.Primitive
 } {
 	tb.Helper()
-	scripts, err := proposal.LoadScripts(filepath.Join(".."))
-	if err != nil {
-		tb.Fatal(err)
-	}
 	return []struct {
 		impl string
 		p    systems.Primitive
 	}{
 		{"raw", systems.Raw},
 		{"elector", systems.Elector},
-		{"elector-proposed", systems.ElectorProposed(scripts)},
 		{"redislock", systems.Redislock},
 		{"redsync", systems.Redsync},
 	}

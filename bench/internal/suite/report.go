@@ -238,11 +238,8 @@ func Markdown(r *Results, command, plotDir string) string {
 	p("| operation | goroutines | system | ops/s | ÷ raw floor | allocs/op | client CPU µs/op | Redis CPU µs/op |\n|---|---:|---|---:|---:|---:|---:|---:|\n")
 	for _, t := range r.Throughput {
 		name := t.System
-		switch {
-		case t.Note != "":
+		if t.Note != "" {
 			name += " ¹"
-		case strings.Contains(name, "proposed"):
-			name += " ²"
 		}
 		ops := stats.Summarize(t.OpsPerSec)
 		ratio := stats.Summarize(t.Ratio)
@@ -250,7 +247,7 @@ func Markdown(r *Results, command, plotDir string) string {
 			thousands(ops.Median), thousandsRange(ops), ratio.Median, rangeOf(ratio, "%.2f"),
 			stats.Median(t.Allocs), stats.Median(t.ClientCPU), stats.Median(t.RedisCPU))
 	}
-	p("\n¹ %s.  \n² not elector today: package bench/internal/proposal, the pkg/lease hot path as recommended below, on pkg/lease's own scripts.\n", batchSpec.note)
+	p("\n¹ %s.\n", batchSpec.note)
 
 	rp := r.Params.Timing.RetryPeriod
 	p("\n### 2. Graceful handover\n\n")

@@ -11,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/bench/internal/proposal"
 	"github.com/elector/elector/bench/internal/redisproc"
 	"github.com/elector/elector/bench/internal/systems"
 )
@@ -79,14 +78,9 @@ var batchSpec = throughputSpec{
 }
 
 func runThroughput(ctx context.Context, cfg Config, srv *redisproc.Server, logf func(string, ...any)) ([]ThroughputResult, error) {
-	scripts, err := proposal.LoadScripts(cfg.Root)
-	if err != nil {
-		return nil, err
-	}
 	specs := []throughputSpec{
 		primitiveSpec(systems.Raw, "raw"),
 		primitiveSpec(systems.Elector, "el"),
-		primitiveSpec(systems.ElectorProposed(scripts), "prop"),
 		primitiveSpec(systems.Redislock, "rl"),
 		primitiveSpec(systems.Redsync, "rs"),
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/bench/internal/proposal"
 	"github.com/elector/elector/pkg/lease"
 )
 
@@ -261,46 +260,4 @@ func ElectorBatchRenew(ctx context.Context, c redis.UniversalClient, keys []stri
 		}
 		return nil
 	}, len(keys), nil
-}
-
-// ElectorProposed is elector with the hot-path changes that docs/PERFORMANCE.md recommends
-// for pkg/lease, prototyped in package proposal on pkg/lease's own scripts.
-func ElectorProposed(s proposal.Scripts) Primitive {
-	return Primitive{
-		Name: "elector, proposed hot path",
-		Cycle: func(c redis.UniversalClient, key string) (Op, error) {
-			l, err := proposal.New(c, key, Identity, s)
-			if err != nil {
-				return nil, err
-			}
-			return func(ctx context.Context) error {
-				ok, st, err := l.Acquire(ctx, PrimitiveTTL)
-				if err != nil || !ok {
-					return fmt.Errorf("proposed acquire %s: %v, %w", key, ok, orNotDone(err))
-				}
-				ok, err = l.Release(ctx, st.Record)
-				if err != nil || !ok {
-					return fmt.Errorf("proposed release %s: %v, %w", key, ok, orNotDone(err))
-				}
-				return nil
-			}, nil
-		},
-		Renew: func(ctx context.Context, c redis.UniversalClient, key string) (Op, error) {
-			l, err := proposal.New(c, key, Identity, s)
-			if err != nil {
-				return nil, err
-			}
-			ok, st, err := l.Acquire(ctx, PrimitiveTTL)
-			if err != nil || !ok {
-				return nil, fmt.Errorf("proposed acquire %s: %v, %w", key, ok, orNotDone(err))
-			}
-			return func(ctx context.Context) error {
-				ok, err := l.Renew(ctx, st.Record, PrimitiveTTL)
-				if err != nil || !ok {
-					return fmt.Errorf("proposed renew %s: %v, %w", key, ok, orNotDone(err))
-				}
-				return nil
-			}, nil
-		},
-	}
 }
