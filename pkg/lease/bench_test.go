@@ -71,7 +71,7 @@ func BenchmarkServerTime(b *testing.B) {
 	for _, bc := range []struct {
 		name  string
 		stat  string // the commandstats entry that op adds to
-		setup func() // untimed, before every op; its commands are not counted when stat differs
+		setup func() // before every op, untimed and uncounted (the stats are read after it)
 		op    func() error
 	}{
 		{"op=empty-script", "evalsha", nil, func() error { return empty.Run(ctx, c, nil).Err() }},

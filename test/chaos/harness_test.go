@@ -419,10 +419,12 @@ func (h *harness) observe(ctx context.Context, done chan<- struct{}) error {
 			_ = sub.Close()
 			sub = nil
 			for sub == nil && ctx.Err() == nil {
-				if sub, err = h.lease.Subscribe(ctx); err != nil {
-					sub = nil
+				next, err := h.lease.Subscribe(ctx)
+				if err != nil {
 					time.Sleep(20 * time.Millisecond)
+					continue
 				}
+				sub = next
 			}
 		}
 	}()
