@@ -251,34 +251,7 @@ func TestSidecarPassword(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := startSidecar(t, srv.Addr(), "pw-"+tc.name, "a", dir, tc.env, append(tc.flags, "-v=9")...)
 			waitFor(t, 10*time.Second, "the sidecar to lead", s.ready)
-			// Everything the process shows: its argv, every endpoint, the status file.
-			seen := map[string]string{}
-			if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", s.proc.cmd.Process.Pid)); err == nil {
-				seen["argv"] = string(cmdline)
-			} else {
-				t.Errorf("read argv: %v", err)
-			}
-			for _, path := range []string{"/leader", "/healthz", "/readyz", "/metrics"} {
-				_, seen[path] = httpGet(s.base + path)
-			}
-			if status, err := os.ReadFile(s.status); err == nil {
-				seen["status file"] = string(status)
-			}
-			for where, text := range seen {
-				if strings.Contains(text, password) {
-					t.Errorf("the password appears in %s", where)
-				}
-			}
-			if !strings.Contains(seen["/metrics"], "leader_election_master_status") {
-				t.Errorf("/metrics was not read: %.200q", seen["/metrics"])
-			}
-			s.signal(syscall.SIGTERM)
-			if code := s.wait(5 * time.Second); code != 0 {
-				t.Errorf("exit code %d", code)
-			}
-			if strings.Contains(s.stderr.String()+s.stdout.String(), password) {
-				t.Errorf("the password appears in the output")
-			}
+			stopHidingSecret(t, s, password)
 			assertLeaseGone(t, client, "pw-"+tc.name)
 		})
 	}
@@ -296,6 +269,55 @@ func TestSidecarPassword(t *testing.T) {
 			t.Errorf("the password appears in the output")
 		}
 	})
+}
+
+// TestSidecarSentinelPassword: against Sentinels that require a password of their own, the
+// sidecar finds the master with it from REDIS_SENTINEL_PASSWORD, leads, and never shows it,
+// even at -v=9.
+func TestSidecarSentinelPassword(t *testing.T) {
+	const password = "sentinel-S3cret-pw"
+	sentinel := redistest.StartSentinel(t, "mymaster", 0, 1, redistest.WithSentinelPassword(password))
+	s := startSidecar(t, strings.Join(sentinel.SentinelAddrs(), ","), "sentinel-pw", "a", t.TempDir(),
+		[]string{"REDIS_SENTINEL_PASSWORD=" + password}, "--redis-mode=sentinel", "--sentinel-master=mymaster", "-v=9")
+	waitFor(t, 10*time.Second, "the sidecar to lead through the Sentinels", s.ready)
+	stopHidingSecret(t, s, password)
+	assertLeaseGone(t, sentinel.Client(t), "sentinel-pw")
+}
+
+// stopHidingSecret checks that secret shows nowhere the running sidecar s shows anything —
+// its argv, every endpoint, the status file — then stops it with SIGTERM and checks its
+// output too.
+func stopHidingSecret(t *testing.T, s *sidecar, secret string) {
+	t.Helper()
+	seen := map[string]string{}
+	if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", s.proc.cmd.Process.Pid)); err == nil {
+		seen["argv"] = string(cmdline)
+	} else {
+		t.Errorf("read argv: %v", err)
+	}
+	for _, path := range []string{"/leader", "/healthz", "/readyz", "/metrics"} {
+		_, seen[path] = httpGet(s.base + path)
+	}
+	if status, err := os.ReadFile(s.status); err == nil {
+		seen["status file"] = string(status)
+	}
+	for where, text := range seen {
+		if strings.Contains(text, secret) {
+			t.Errorf("the password appears in %s", where)
+		}
+	}
+	if !strings.Contains(seen["/metrics"], "leader_election_master_status") {
+		t.Errorf("/metrics was not read: %.200q", seen["/metrics"])
+	}
+	s.signal(syscall.SIGTERM)
+	if code := s.wait(5 * time.Second); code != 0 {
+		t.Errorf("exit code %d", code)
+	}
+	if out := s.stderr.String() + s.stdout.String(); strings.Contains(out, secret) {
+		t.Errorf("the password appears in the output")
+	} else if !strings.Contains(out, "Became leader") {
+		t.Errorf("the output was not read (no \"Became leader\"): %.300q", out)
+	}
 }
 
 // TestMinimalACL runs two sidecars and status with exactly the Redis users that README.md
