@@ -175,8 +175,11 @@ func (e *Elector) campaign(ctx context.Context, w *watch) (term lease.Record, se
 				break waiting
 			case ev, open := <-w.events():
 				if !open {
+					// The subscription ended: its connection failed. Keep sleeping until the
+					// expiry already known: after a restart that lost the lease, trying now
+					// would begin a term while the old leader, which finds out at its next
+					// renew, still works. The next attempt subscribes again.
 					w.lost(logger)
-					timer.Reset(0)
 					continue
 				}
 				logger.V(4).Info("Lease event", "event", ev.Kind, "holder", ev.Record.Identity, "token", ev.Record.Token)
