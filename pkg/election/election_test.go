@@ -104,6 +104,28 @@ func TestGracefulHandoverLatency(t *testing.T) {
 	}
 }
 
+// 2b. Followers whose subscriptions broke subscribe again on their own, without trying to
+// acquire, so that a release soon after is still a handover of milliseconds, not a wait for
+// the lease to expire.
+func TestHandoverAfterSubscriptionsBroke(t *testing.T) {
+	long := func(cfg *election.Config) {
+		cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 10*time.Second, 6*time.Second, 2*time.Second
+	}
+	c := newCluster(t, 3, long)
+	l := c.leader(15 * time.Second)
+	admin := c.srv.Client(t)
+	if n, err := admin.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Result(); err != nil || n != 2 {
+		t.Fatalf("CLIENT KILL TYPE pubsub = %d, %v; want the two followers' subscriptions killed", n, err)
+	}
+	time.Sleep(time.Second) // they subscribe again after 50ms
+	from := len(c.tl.snapshot())
+	l.stop()
+	end, i := c.tl.waitFor(t, from, 5*time.Second, "end of the old term", func(ev event) bool { return ev.kind == "end" && ev.who == l.name })
+	start, _ := c.tl.waitFor(t, i, 5*time.Second, "new term (a follower that waited for the expiry takes ~9s)", func(ev event) bool { return ev.kind == "start" })
+	t.Logf("handover after the followers' subscriptions broke: %v", start.at.Sub(end.at))
+	c.tl.checkNoOverlap(t)
+}
+
 // 3 and 4. Crash (the leader is cut off from Redis and stops renewing): it steps down within
 // RenewDeadline + RetryPeriod of its last successful renew and before the lease expires;
 // a follower leads right after expiry.

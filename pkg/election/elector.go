@@ -140,6 +140,7 @@ func (e *Elector) campaign(ctx context.Context, w *watch) (term lease.Record, se
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	<-timer.C
+	var resubscribe <-chan time.Time // set while the subscription is down between attempts
 	for {
 		w.ensure(ctx)
 		sent = time.Now()
@@ -173,13 +174,19 @@ func (e *Elector) campaign(ctx context.Context, w *watch) (term lease.Record, se
 				return lease.Record{}, time.Time{}, false
 			case <-timer.C:
 				break waiting
+			case <-resubscribe:
+				resubscribe = nil
+				if w.ensure(ctx); !w.subscribed() {
+					resubscribe = time.After(e.cfg.RetryPeriod)
+				}
 			case ev, open := <-w.events():
 				if !open {
 					// The subscription ended: its connection failed. Keep sleeping until the
 					// expiry already known: after a restart that lost the lease, trying now
 					// would begin a term while the old leader, which finds out at its next
-					// renew, still works. The next attempt subscribes again.
+					// renew, still works. Only subscribe again, to hear the next release.
 					w.lost(logger)
+					resubscribe = time.After(resubscribeDelay)
 					continue
 				}
 				logger.V(4).Info("Lease event", "event", ev.Kind, "holder", ev.Record.Identity, "token", ev.Record.Token)
@@ -209,6 +216,10 @@ func (e *Elector) followerWait(ttl time.Duration, subscribed bool) time.Duration
 }
 
 func jitter() time.Duration { return rand.N(maxJitter) }
+
+// resubscribeDelay is how long a follower whose subscription ended waits before subscribing
+// again: long enough not to spin while Redis restarts, short enough to hear most releases.
+const resubscribeDelay = 50 * time.Millisecond
 
 // renewal is the outcome of one renew attempt.
 type renewal struct {
