@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -114,6 +115,17 @@ func TestHandoverAfterSubscriptionsBroke(t *testing.T) {
 	c := newCluster(t, 3, long)
 	l := c.leader(15 * time.Second)
 	admin := c.srv.Client(t)
+	// The followers subscribe before their first attempt, which may come just after the
+	// leader's: wait until both listen.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		list, err := admin.Do(context.Background(), "CLIENT", "LIST", "TYPE", "pubsub").Text()
+		if err == nil && strings.Count(list, "\n") == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the two followers do not both listen after 10s: %q, %v", list, err)
+		}
+	}
 	if n, err := admin.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Result(); err != nil || n != 2 {
 		t.Fatalf("CLIENT KILL TYPE pubsub = %d, %v; want the two followers' subscriptions killed", n, err)
 	}
@@ -187,7 +199,9 @@ func TestCrashTakeoverAndStepDownBeforeExpiry(t *testing.T) {
 // at most the renew deadline, and the larger token lets a fenced resource refuse the old
 // leader; docs/DESIGN.md, "Data loss".)
 func TestRedisDataLossEndsTheTerm(t *testing.T) {
-	c := newCluster(t, 2)
+	// A lease much longer than the renew deadline, so that "no overlap" has a margin of
+	// 1.65s, not 250ms, on a loaded machine.
+	c := newCluster(t, 2, func(cfg *election.Config) { cfg.LeaseDuration = 2 * time.Second })
 	l := c.leader(10 * testLease)
 	old := l.e.Token()
 	from := len(c.tl.snapshot())
@@ -203,7 +217,7 @@ func TestRedisDataLossEndsTheTerm(t *testing.T) {
 		t.Fatalf("stepped down %v after the restart, want within a renew period or two", d)
 	}
 	// The old leader stops at the latest at its renew deadline (350ms after its last renew);
-	// the follower waits until that renew's expiry (600ms): a 250ms margin.
+	// the follower waits until that renew's expiry (2s).
 	overlap := end.at.Sub(start.at)
 	if overlap > 0 {
 		t.Fatalf("old work ran %v into the new term (began %v after the restart), want none: a follower must not try before the expiry it knows",
