@@ -3,7 +3,8 @@ GO      ?= go
 GOFLAGS ?=
 export GOFLAGS
 
-.PHONY: test test-deps lint build check-static helm-test bench-quick adapters-test fuzz-smoke demo ci
+.PHONY: test test-deps lint build check-static helm-test bench-quick adapters-test fuzz-smoke demo ci \
+	test-under-load model compat k8s-e2e
 
 ## test: install redis-server/sentinel/cli if missing (as root, with apt-get), then run every
 ## test of the main module with the race detector against real Redis processes.
@@ -52,6 +53,26 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./internal/redisclient
 	$(GO) test -run '^$$' -fuzz '^FuzzPasswordNeverPrinted$$' -fuzztime $(FUZZTIME) ./internal/redisclient
 	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./internal/envflag
+
+## test-under-load: the timing-sensitive packages (election and Group, lease, the e2e tests)
+## under the race detector while two busy loops load both cores (hack/under-load.sh).
+LOAD_PKGS ?= ./pkg/election/... ./pkg/lease/... ./test/e2e/...
+test-under-load: test-deps
+	hack/under-load.sh $(GO) test -race -count=1 -timeout 20m $(LOAD_PKGS)
+
+## model: the Promela models of the protocol checked by spin, and every mutant refuted.
+model:
+	hack/model.sh
+
+## compat: the real-server suites against Redis 7.0 (Debian), Redis 7.2 and Valkey 8
+## (built from ../shared/servers, cached outside the repo).
+compat: test-deps
+	hack/compat.sh
+
+## k8s-e2e: a real one-node Kubernetes built from source (cached outside the repo), the chart
+## installed with helm, failed over and rolled (own Go module, test/k8s).
+k8s-e2e:
+	hack/k8s-e2e.sh
 
 ## demo: the README's first command.
 demo:
