@@ -41,7 +41,8 @@ func (l *errorLog) succeeded(logger logr.Logger) {
 // Reason classifies an error of a Redis call for metrics and logs: "timeout", "connection",
 // "closed" (the client was closed), "noperm" (refused by an ACL), "wrongtype", "bad_record"
 // (a value at the lease key that is not an elector record), "not_replicated" (fewer replicas
-// than Config.ReplicaAck acknowledged a write), "server" (another Redis error) or "other".
+// than Config.ReplicaAck acknowledged a write), "token_range" (the fencing token counter is
+// beyond 2^53-1, lease.ErrTokenRange), "server" (another Redis error) or "other".
 func Reason(err error) string {
 	var netErr net.Error
 	var redisErr redis.Error
@@ -56,6 +57,8 @@ func Reason(err error) string {
 		return "bad_record"
 	case errors.Is(err, lease.ErrNotReplicated):
 		return "not_replicated"
+	case errors.Is(err, lease.ErrTokenRange):
+		return "token_range"
 	case errors.As(err, &redisErr):
 		msg := redisErr.Error()
 		switch {

@@ -83,3 +83,42 @@ func TestFenceBadInput(t *testing.T) {
 		t.Errorf("a failed write moved the fence to %d, want 5", seen)
 	}
 }
+
+// Tokens are compared exactly, also past 2^53 where two tokens can be the same double: a
+// token one below the largest seen is stale.
+func TestFenceComparesLargeTokensExactly(t *testing.T) {
+	ctx := context.Background()
+	c := redistest.Start(t).Client(t)
+	f, err := fence.New(c, "{big}:fence")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const big = int64(1)<<53 + 1 // 9007199254740993: as a double, 2^53
+	if err := f.Set(ctx, big, "{big}:state", "new"); err != nil {
+		t.Fatalf("write with %d: %v", big, err)
+	}
+	for _, stale := range []int64{big - 1, big - 2, 1<<53 - 1} {
+		err := f.Set(ctx, stale, "{big}:state", "stale")
+		var se *fence.StaleTokenError
+		if !errors.As(err, &se) || se.Seen != big {
+			t.Fatalf("write with %d after %d: err = %v, want StaleTokenError", stale, big, err)
+		}
+	}
+	if got := c.Get(ctx, "{big}:state").Val(); got != "new" {
+		t.Fatalf("state = %q, want new", got)
+	}
+	// Larger tokens, of any length up to int64, pass.
+	for _, newer := range []int64{big, big + 1, 1 << 62, 1<<63 - 1} {
+		if err := f.Set(ctx, newer, "{big}:state", "newer"); err != nil {
+			t.Fatalf("write with %d: %v", newer, err)
+		}
+	}
+	if seen, _ := f.Seen(ctx); seen != 1<<63-1 {
+		t.Fatalf("Seen = %d", seen)
+	}
+	// A token with fewer digits is smaller whatever its leading digit.
+	c.Set(ctx, "{big}:fence", "10", 0)
+	if err := f.Set(ctx, 9, "{big}:state", "x"); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("9 after 10: err = %v, want stale", err)
+	}
+}

@@ -149,7 +149,7 @@ func (op *batchOp) finish() error {
 	if op.kind == opAcquire {
 		reply, err := op.cmd.Slice()
 		if err != nil {
-			op.acquire.Err = fmt.Errorf("acquire lease %q: %w", name, luaerr.Explain(acquireSource, err))
+			op.acquire.Err = acquireError(name, err)
 		} else {
 			op.acquire.Acquired, op.acquire.Status, op.acquire.Err = op.lease.parseAcquire(reply)
 		}

@@ -32,6 +32,12 @@ import (
 // DefaultPrefix is the key prefix used when Options.Prefix is empty.
 const DefaultPrefix = "elector"
 
+// ErrTokenRange is wrapped by the error of an acquisition refused because the next fencing
+// token would exceed 2^53-1, the largest integer a Redis script counts exactly (its numbers are
+// doubles). Handing out a larger one could repeat a token. Microseconds since 1970 reach the
+// limit in the year 2255; before that only a token key set by hand gets there.
+var ErrTokenRange = errors.New("fencing token counter beyond 2^53-1")
+
 // NoExpiry is the TTL reported for a lease key that exists without an expiry (set by hand).
 const NoExpiry = time.Duration(-1)
 
@@ -182,9 +188,18 @@ func (l *Lease) Acquire(ctx context.Context, ttl time.Duration) (acquired bool, 
 	}
 	reply, err := acquireScript.run(ctx, l.client, l.acquireArgs(ms)).Slice()
 	if err != nil {
-		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, luaerr.Explain(acquireSource, err))
+		return false, Status{}, acquireError(l.name, err)
 	}
 	return l.parseAcquire(reply)
+}
+
+// acquireError wraps an error of the acquire script with the lease name, and with
+// ErrTokenRange when the script refused a token beyond 2^53-1.
+func acquireError(name string, err error) error {
+	if redis.HasErrorPrefix(err, "fencing token range exhausted") {
+		return fmt.Errorf("acquire lease %q: %w: %w", name, ErrTokenRange, err)
+	}
+	return fmt.Errorf("acquire lease %q: %w", name, luaerr.Explain(acquireSource, err))
 }
 
 // acquireArgs, renewArgs and releaseArgs build the script calls, for one call or a Batch.

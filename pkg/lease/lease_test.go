@@ -582,3 +582,40 @@ func TestRenewAnnouncesOnlyWhenAsked(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 }
+
+// Lua numbers are doubles: past 2^53 - 1 the next token may round to the same or a smaller
+// number (with the counter at 2^53 + 1 two acquisitions both got 2^53). Acquire refuses
+// instead, with an error that says why, and writes nothing.
+func TestTokenBeyondExactRangeIsRefused(t *testing.T) {
+	ctx := context.Background()
+	c := redistest.Start(t).Client(t)
+	l := newLease(t, c, "range", "pod-a")
+	const maxExact = int64(1)<<53 - 1
+	for _, counter := range []int64{maxExact, maxExact + 1, maxExact + 2, 1 << 60} {
+		c.Set(ctx, l.TokenKey(), counter, 0)
+		ok, st, err := l.Acquire(ctx, time.Second)
+		if !errors.Is(err, lease.ErrTokenRange) || !strings.Contains(err.Error(), "2^53-1") || !strings.Contains(err.Error(), `"range"`) {
+			t.Fatalf("counter %d: Acquire = %v, %+v, %v; want ErrTokenRange naming the lease and the limit", counter, ok, st, err)
+		}
+		if n := c.Exists(ctx, l.Key()).Val(); n != 0 {
+			t.Fatalf("counter %d: a refused Acquire left the lease key behind", counter)
+		}
+		if got := c.Get(ctx, l.TokenKey()).Val(); got != fmt.Sprint(counter) {
+			t.Fatalf("counter %d: token key changed to %q", counter, got)
+		}
+	}
+	// The last exact integer is still handed out, exactly.
+	c.Set(ctx, l.TokenKey(), maxExact-1, 0)
+	if term := mustAcquire(t, l, time.Second); term.Token != maxExact {
+		t.Fatalf("token = %d, want %d", term.Token, maxExact)
+	}
+	// Batches refuse the same way.
+	l2 := newLease(t, c, "range2", "pod-a")
+	c.Set(ctx, l2.TokenKey(), maxExact+2, 0)
+	b := lease.NewBatch(c)
+	r := b.Acquire(l2, time.Second)
+	_ = b.Exec(ctx)
+	if !errors.Is(r.Err, lease.ErrTokenRange) {
+		t.Fatalf("batched Acquire: err = %v, want ErrTokenRange", r.Err)
+	}
+}

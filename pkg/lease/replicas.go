@@ -109,7 +109,7 @@ func (l *Lease) AcquireReplicated(ctx context.Context, ttl time.Duration, ack Re
 	reply, err := acquireScript.run(ctx, conn, l.acquireArgs(ms)).Slice()
 	if err != nil {
 		l.noteRedirect(ctx, err)
-		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, luaerr.Explain(acquireSource, err))
+		return false, Status{}, acquireError(l.name, err)
 	}
 	acquired, st, err = l.parseAcquire(reply)
 	if err != nil || !acquired {

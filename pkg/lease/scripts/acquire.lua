@@ -9,7 +9,8 @@
 -- Reply: {1, record, ttl}  the lease is ours (newly taken, or already held by this owner: then it is
 --                          renewed to ttl and the record, with its token, is the one already held);
 --        {0, record, pttl} someone else holds it; pttl is its remaining time (-1: no expiry).
--- Errors: a key of the wrong type, or a token key that does not hold an integer.
+-- Errors: a key of the wrong type, a token key that does not hold an integer, or one whose next
+--         token would exceed 2^53-1 ("ERR fencing token range exhausted"). Nothing is written.
 
 -- Scripts that read TIME must be replicated by effects (the only mode from Redis 7 on).
 if redis.replicate_commands then redis.replicate_commands() end
@@ -24,6 +25,10 @@ if current then
   return {0, current, redis.call('PTTL', KEYS[1])}
 end
 
+-- Lua numbers are doubles: integers are exact up to 2^53 - 1 (MAX below). Past it, previous + 1
+-- may round to previous or below, and two terms would share a token; refuse instead. The
+-- server time in microseconds reaches MAX in the year 2255.
+local MAX = 9007199254740991
 local last = redis.call('GET', KEYS[2])
 local previous = 0
 if last then
@@ -31,13 +36,19 @@ if last then
   if not previous then
     return redis.error_reply('ERR fencing token key ' .. KEYS[2] .. ' does not hold an integer')
   end
+  if previous >= MAX then
+    return redis.error_reply('ERR fencing token range exhausted: token key ' .. KEYS[2] .. ' holds ' .. last ..
+      ', the next token would exceed 2^53-1 (9007199254740991), the largest integer a Redis script counts exactly')
+  end
 end
 -- The token is max(previous + 1, server time in microseconds): it keeps growing even when the
--- counter is lost (restart without persistence, failover to a lagging replica). Doubles hold
--- integers exactly up to 2^53, which microseconds since 1970 reach in the year 2255.
+-- counter is lost (restart without persistence, failover to a lagging replica).
 local now = redis.call('TIME')
 local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
 if previous + 1 > token then token = previous + 1 end
+if token > MAX then
+  return redis.error_reply('ERR fencing token range exhausted: the server time in microseconds exceeds 2^53-1 (9007199254740991)')
+end
 token = string.format('%.0f', token)
 
 local record = 'v1:' .. token .. ':' .. ARGV[1]
