@@ -59,7 +59,9 @@ type Callbacks struct {
 type Config struct {
 	// Client is the Redis client (standalone, Sentinel failover or Cluster). Required. Its
 	// per-call timeouts should be well below RenewDeadline (the elector also bounds each call
-	// with a context, which go-redis honours on the socket when ContextTimeoutEnabled is set).
+	// with a context, which go-redis honours on the socket only when ContextTimeoutEnabled is
+	// set: New logs a warning when it is off). Safety does not depend on it: a term never
+	// starts from an acquire reply that came at or after its send time + RenewDeadline.
 	Client redis.UniversalClient
 	// LeaseName names the lease that the replicas compete for. Required.
 	LeaseName string
@@ -82,6 +84,14 @@ type Config struct {
 	Callbacks Callbacks
 	// ReleaseOnCancel releases the lease when Run's ctx is cancelled, after OnStartedLeading
 	// returned, so that a follower takes over in about one round trip instead of at expiry.
+	//
+	// The rule: a term whose work ran is released on cancel only with ReleaseOnCancel (without
+	// it the lease is left to expire, as in client-go, for work that may outlive its ctx). A
+	// term won that never started its work is always released, with or without it: one won
+	// by an acquire in flight when Run's ctx was cancelled, and one whose acquire reply came
+	// at or after send time + RenewDeadline (too late to trust, so not started). No work can
+	// overlap then, and followers need not wait LeaseDuration. A term that ended by itself (a
+	// renew said it is over, or the renew deadline passed) is not released.
 	ReleaseOnCancel bool
 	// Recampaign keeps Run campaigning after leadership was lost, so that the replica can
 	// lead again without a restart. By default Run returns ErrLeadershipLost (client-go's

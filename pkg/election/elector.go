@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/elector/elector/pkg/lease"
 )
@@ -51,6 +52,8 @@ const maxJitter = 2 * time.Millisecond
 type Elector struct {
 	cfg   Config
 	lease *lease.Lease
+	store store       // the lease, as campaign, lead and watch use it
+	clock clock.Clock // every time and timer of the algorithm
 
 	running atomic.Bool
 
@@ -79,7 +82,8 @@ func New(cfg Config) (*Elector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("election config: %w", err)
 	}
-	e := &Elector{cfg: cfg, lease: l}
+	warnContextTimeout(&cfg)
+	e := &Elector{cfg: cfg, lease: l, store: redisStore{l}, clock: clock.RealClock{}}
 	if cfg.Metrics != nil {
 		cfg.Metrics.add(e)
 	}
@@ -101,6 +105,10 @@ func RunOrDie(ctx context.Context, cfg Config) {
 // ReleaseOnCancel, the lease was released), or an error wrapping ErrLeadershipLost when
 // leadership was lost and Config.Recampaign is off. When Run returns, every goroutine it
 // started has ended. An Elector runs once at a time.
+//
+// A cancel while an acquire is in flight waits for its reply (at most max(RetryPeriod,
+// RenewDeadline/2)): a term won in that moment is released, without starting
+// OnStartedLeading.
 func (e *Elector) Run(ctx context.Context) error {
 	if !e.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("run elector %q: already running", e.cfg.Name)
@@ -131,207 +139,7 @@ func (e *Elector) Run(ctx context.Context) error {
 	}
 }
 
-// campaign tries to acquire the lease until it succeeds (ok) or ctx is cancelled. sent is
-// the local time at which the winning acquire was sent: the lease is ours for LeaseDuration
-// from a moment after it.
-func (e *Elector) campaign(ctx context.Context, w *watch) (term lease.Record, sent time.Time, ok bool) {
-	logger := klog.FromContext(ctx)
-	retry := backoff{min: 50 * time.Millisecond, max: e.cfg.RetryPeriod}
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	<-timer.C
-	var resubscribe <-chan time.Time // set while the subscription is down between attempts
-	for {
-		w.ensure(ctx)
-		sent = time.Now()
-		actx, cancel := context.WithTimeout(ctx, e.callTimeout())
-		won, st, err := e.lease.AcquireReplicated(actx, e.cfg.LeaseDuration, e.cfg.ReplicaAck)
-		cancel()
-		if ctx.Err() != nil {
-			return lease.Record{}, time.Time{}, false
-		}
-		var wait time.Duration
-		switch {
-		case err != nil:
-			e.errs.failed(logger, e.cfg.Metrics, e.cfg.Name, "acquire", err)
-			wait = retry.next()
-		case won:
-			e.errs.succeeded(logger)
-			return st.Record, sent, true
-		default:
-			e.errs.succeeded(logger)
-			retry.reset()
-			e.observe(st.Record, false)
-			logger.V(4).Info("Lease is held", "holder", st.Record.Identity, "token", st.Record.Token, "ttl", st.TTL)
-			wait = e.followerWait(st.TTL, w.subscribed())
-		}
-		timer.Reset(wait + jitter())
-
-	waiting:
-		for {
-			select {
-			case <-ctx.Done():
-				return lease.Record{}, time.Time{}, false
-			case <-timer.C:
-				break waiting
-			case <-resubscribe:
-				resubscribe = nil
-				if w.ensure(ctx); !w.subscribed() {
-					resubscribe = time.After(e.cfg.RetryPeriod)
-				}
-			case ev, open := <-w.events():
-				if !open {
-					// The subscription ended: its connection failed. Keep sleeping until the
-					// expiry already known: after a restart that lost the lease, trying now
-					// would begin a term while the old leader, which finds out at its next
-					// renew, still works. Only subscribe again, to hear the next release.
-					w.lost(logger)
-					resubscribe = time.After(resubscribeDelay)
-					continue
-				}
-				logger.V(4).Info("Lease event", "event", ev.Kind, "holder", ev.Record.Identity, "token", ev.Record.Token)
-				switch ev.Kind {
-				case lease.Released:
-					e.observe(ev.Record, true)
-					break waiting
-				case lease.Acquired, lease.Renewed:
-					if e.observe(ev.Record, false) {
-						// Capped: a forged message must not put followers to sleep for long.
-						timer.Reset(min(ev.TTL, e.cfg.LeaseDuration) + jitter())
-					}
-				}
-			}
-		}
-	}
-}
-
-// followerWait is how long a follower sleeps after finding the lease held for ttl: until it
-// expires when renewals are announced to it, else at most RetryPeriod (a release would go
-// unnoticed until the next attempt).
-func (e *Elector) followerWait(ttl time.Duration, subscribed bool) time.Duration {
-	if ttl == lease.NoExpiry || (!subscribed && ttl > e.cfg.RetryPeriod) {
-		return e.cfg.RetryPeriod
-	}
-	return min(ttl, e.cfg.LeaseDuration) // a holder with a longer lease is checked on again
-}
-
 func jitter() time.Duration { return rand.N(maxJitter) }
-
-// resubscribeDelay is how long a follower whose subscription ended waits before subscribing
-// again: long enough not to spin while Redis restarts, short enough to hear most releases.
-const resubscribeDelay = 50 * time.Millisecond
-
-// renewal is the outcome of one renew attempt.
-type renewal struct {
-	sent time.Time
-	took time.Duration
-	ok   bool
-	err  error
-}
-
-// lead runs one term: it starts OnStartedLeading, renews every RetryPeriod, and steps down
-// when the term is lost, the renew deadline passes or ctx is cancelled. It returns after
-// OnStartedLeading returned, with the reason for stepping down.
-func (e *Elector) lead(ctx context.Context, term lease.Record, sent time.Time) string {
-	logger := klog.FromContext(ctx)
-	e.setLeading(term, sent)
-	leaderCtx, cancelLeader := context.WithCancel(context.WithValue(ctx, tokenKey{}, term.Token))
-	defer cancelLeader()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		e.cfg.Callbacks.OnStartedLeading(leaderCtx)
-	}()
-	// Logged after the work started: a log line is a synchronous write, not worth delaying it.
-	logger.Info("Became leader", "token", term.Token)
-
-	// Renewals outlive ctx: while OnStartedLeading winds down after a cancel, the term is
-	// kept alive so that nobody else starts the work before this replica stopped it.
-	base := context.WithoutCancel(ctx)
-	lastOK := sent
-	deadline := time.NewTimer(time.Until(lastOK.Add(e.cfg.RenewDeadline)))
-	defer deadline.Stop()
-	tick := time.NewTimer(time.Until(sent.Add(e.cfg.RetryPeriod)))
-	defer tick.Stop()
-	results := make(chan renewal, 1)
-	inflight := false
-	cancelCall := func() {}
-	defer func() { cancelCall() }()
-	retry := backoff{min: 50 * time.Millisecond, max: e.cfg.RetryPeriod}
-	ctxDone := ctx.Done()
-	callbackDone := done
-
-	// stepDown ends the term: the work is told to stop and this replica stops calling itself
-	// leader before anything else (in particular before a release lets a follower in).
-	stepDown := func(reason string, release bool) string {
-		cancelLeader()
-		e.setFollowing()
-		if release {
-			e.release(base, logger, term)
-		}
-		logger.Info("Stopped leading", "token", term.Token, "reason", reason)
-		e.cfg.Callbacks.OnStoppedLeading()
-		cancelCall()
-		if inflight {
-			<-results
-		}
-		<-done
-		return reason
-	}
-
-	for {
-		select {
-		case <-ctxDone:
-			ctxDone = nil
-			if callbackDone == nil { // the work had ended already
-				return stepDown(reasonStopped, e.cfg.ReleaseOnCancel)
-			}
-			// Stop the work; keep renewing until OnStartedLeading has returned.
-			logger.V(2).Info("Stopping: waiting for OnStartedLeading to return", "token", term.Token)
-		case <-callbackDone:
-			callbackDone = nil
-			if ctx.Err() == nil {
-				// The work ended by itself: keep the lease, as client-go does, until ctx ends.
-				logger.V(2).Info("OnStartedLeading returned; still leading", "token", term.Token)
-				continue
-			}
-			return stepDown(reasonStopped, e.cfg.ReleaseOnCancel)
-		case <-deadline.C:
-			return stepDown(reasonDeadline, false)
-		case <-tick.C:
-			if inflight {
-				continue
-			}
-			inflight = true
-			now := time.Now()
-			cctx, cancel := context.WithDeadline(base, minTime(now.Add(e.callTimeout()), lastOK.Add(e.cfg.RenewDeadline)))
-			cancelCall = cancel
-			go func() {
-				ok, err := e.lease.RenewReplicated(cctx, term, e.cfg.LeaseDuration, e.cfg.ReplicaAck)
-				results <- renewal{sent: now, took: time.Since(now), ok: ok, err: err}
-			}()
-		case r := <-results:
-			inflight = false
-			cancelCall()
-			switch {
-			case r.err != nil:
-				e.errs.failed(logger, e.cfg.Metrics, e.cfg.Name, "renew", r.err)
-				tick.Reset(retry.next())
-			case !r.ok:
-				return stepDown(reasonLost, false)
-			default:
-				e.errs.succeeded(logger)
-				retry.reset()
-				lastOK = r.sent
-				e.renewed(r.sent)
-				e.cfg.Metrics.renewed(e.cfg.Name, r.took)
-				logger.V(4).Info("Renewed the lease", "token", term.Token, "took", r.took)
-				deadline.Reset(time.Until(lastOK.Add(e.cfg.RenewDeadline)))
-				tick.Reset(time.Until(r.sent.Add(e.cfg.RetryPeriod)))
-			}
-		}
-	}
-}
 
 type tokenKey struct{}
 
@@ -347,7 +155,7 @@ func TokenFrom(ctx context.Context) int64 {
 func (e *Elector) release(ctx context.Context, logger klog.Logger, term lease.Record) {
 	rctx, cancel := context.WithTimeout(ctx, e.callTimeout())
 	defer cancel()
-	released, err := e.lease.Release(rctx, term)
+	released, err := e.store.release(rctx, term)
 	switch {
 	case err != nil:
 		logger.Error(err, "Failed to release the lease; followers take over when it expires", "token", term.Token)
@@ -501,7 +309,7 @@ func (e *Elector) sinceRenew() (time.Duration, bool) {
 	if !e.leading {
 		return 0, false
 	}
-	return time.Since(e.lastRenw), true
+	return e.clock.Since(e.lastRenw), true
 }
 
 // backoff doubles a wait from min to max.

@@ -15,7 +15,7 @@ import (
 // at most every RetryPeriod.
 type watch struct {
 	e       *Elector
-	sub     *lease.Subscription
+	sub     subscription
 	lastTry time.Time
 	failing bool
 	closing sync.WaitGroup // subscriptions being closed in the background
@@ -23,13 +23,13 @@ type watch struct {
 
 // ensure subscribes if there is no subscription and the last failed try is RetryPeriod old.
 func (w *watch) ensure(ctx context.Context) {
-	if w.sub != nil || (!w.lastTry.IsZero() && time.Since(w.lastTry) < w.e.cfg.RetryPeriod) {
+	if w.sub != nil || (!w.lastTry.IsZero() && w.e.clock.Since(w.lastTry) < w.e.cfg.RetryPeriod) {
 		return
 	}
-	w.lastTry = time.Now()
+	w.lastTry = w.e.clock.Now()
 	sctx, cancel := context.WithTimeout(ctx, w.e.callTimeout())
 	defer cancel()
-	sub, err := w.e.lease.Subscribe(sctx)
+	sub, err := w.e.store.subscribe(sctx)
 	logger := logr.FromContextOrDiscard(ctx)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -1,0 +1,177 @@
+package election
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/elector/elector/pkg/lease"
+)
+
+// errLateReply marks a winning acquire whose reply came at or after send time + RenewDeadline:
+// the term may have expired in Redis already, so it is not started. It counts as a timeout.
+var errLateReply = fmt.Errorf("acquire reply came at or after RenewDeadline from its send time: %w", context.DeadlineExceeded)
+
+// follower is the state of one campaign: the wait between attempts and what can end it
+// early (the timer, a release heard on the lease channel, a subscription to renew).
+type follower struct {
+	e           *Elector
+	w           *watch
+	logger      klog.Logger
+	retry       backoff
+	timer       clock.Timer
+	resubscribe <-chan time.Time // set while the subscription is down between attempts
+}
+
+// attempt is the outcome of one acquire.
+type attempt struct {
+	term lease.Record
+	sent time.Time
+	won  bool
+	wait time.Duration // until the next attempt, when not won
+}
+
+// campaign tries to acquire the lease until it succeeds (ok) or ctx is cancelled. sent is
+// the local time at which the winning acquire was sent: the lease is ours for LeaseDuration
+// from a moment after it, and the reply came before sent + RenewDeadline.
+func (e *Elector) campaign(ctx context.Context, w *watch) (term lease.Record, sent time.Time, ok bool) {
+	f := &follower{
+		e: e, w: w, logger: klog.FromContext(ctx),
+		retry: backoff{min: 50 * time.Millisecond, max: e.cfg.RetryPeriod},
+		timer: e.clock.NewTimer(time.Hour),
+	}
+	f.timer.Stop()
+	defer f.timer.Stop()
+	for {
+		a, ok := f.attempt(ctx)
+		if !ok {
+			return lease.Record{}, time.Time{}, false
+		}
+		if a.won {
+			return a.term, a.sent, true
+		}
+		resetTimer(f.timer, a.wait+jitter())
+		if !f.sleep(ctx) {
+			return lease.Record{}, time.Time{}, false
+		}
+	}
+}
+
+// attempt sends one acquire and decides what its reply means. It is false when ctx was
+// cancelled. The call is not cut short by the cancel: a term won meanwhile is released, so
+// that followers need not wait for it to expire.
+func (f *follower) attempt(ctx context.Context) (attempt, bool) {
+	e := f.e
+	f.w.ensure(ctx)
+	a := attempt{sent: e.clock.Now()}
+	base := context.WithoutCancel(ctx)
+	actx, cancel := context.WithTimeout(base, e.callTimeout())
+	won, st, err := e.store.acquire(actx, e.cfg.LeaseDuration, e.cfg.ReplicaAck)
+	cancel()
+	late := !e.clock.Now().Before(a.sent.Add(e.cfg.RenewDeadline))
+	switch {
+	case err == nil && won && (ctx.Err() != nil || late):
+		// A term that never started: release it whatever ReleaseOnCancel says (no work
+		// can overlap), rather than make followers wait for its expiry.
+		if ctx.Err() == nil {
+			e.errs.failed(f.logger, e.cfg.Metrics, e.cfg.Name, "acquire", fmt.Errorf("token %d: %w", st.Record.Token, errLateReply))
+			a.wait = f.retry.next()
+		}
+		e.release(base, f.logger, st.Record)
+	case ctx.Err() != nil:
+	case err != nil:
+		e.errs.failed(f.logger, e.cfg.Metrics, e.cfg.Name, "acquire", err)
+		a.wait = f.retry.next()
+	case won:
+		e.errs.succeeded(f.logger)
+		a.term, a.won = st.Record, true
+	default:
+		e.errs.succeeded(f.logger)
+		f.retry.reset()
+		e.observe(st.Record, false)
+		f.logger.V(4).Info("Lease is held", "holder", st.Record.Identity, "token", st.Record.Token, "ttl", st.TTL)
+		a.wait = e.followerWait(st.TTL, f.w.subscribed())
+	}
+	return a, ctx.Err() == nil
+}
+
+// sleep waits until the timer fires or a release is heard (true), or ctx is cancelled (false).
+func (f *follower) sleep(ctx context.Context) bool {
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-f.timer.C():
+			return true
+		case <-f.resubscribe:
+			f.resubscribe = nil
+			if f.w.ensure(ctx); !f.w.subscribed() {
+				f.resubscribe = f.e.clock.After(f.e.cfg.RetryPeriod)
+			}
+		case ev, open := <-f.w.events():
+			if !open {
+				// The subscription ended: its connection failed. Keep sleeping until the
+				// expiry already known: after a restart that lost the lease, trying now
+				// would begin a term while the old leader, which finds out at its next
+				// renew, still works. Only subscribe again, to hear the next release.
+				f.w.lost(f.logger)
+				f.resubscribe = f.e.clock.After(resubscribeDelay)
+				continue
+			}
+			f.logger.V(4).Info("Lease event", "event", ev.Kind, "holder", ev.Record.Identity, "token", ev.Record.Token)
+			wake, rearm := f.e.onEvent(ev)
+			if wake {
+				return true
+			}
+			if rearm >= 0 {
+				resetTimer(f.timer, rearm+jitter())
+			}
+		}
+	}
+}
+
+// onEvent records what an event says and decides what a sleeping follower does: wake at
+// once (the current term was released), sleep again for rearm (the current term was taken
+// or renewed; rearm >= 0), or nothing (stale news, of an older term than one already heard
+// of: it must neither wake the follower nor move its wake-up).
+func (e *Elector) onEvent(ev lease.Event) (wake bool, rearm time.Duration) {
+	switch ev.Kind {
+	case lease.Released:
+		return e.observe(ev.Record, true), -1
+	case lease.Acquired, lease.Renewed:
+		if e.observe(ev.Record, false) {
+			// Capped: a forged message must not put followers to sleep for long.
+			return false, min(ev.TTL, e.cfg.LeaseDuration)
+		}
+	}
+	return false, -1
+}
+
+// followerWait is how long a follower sleeps after finding the lease held for ttl: until it
+// expires when renewals are announced to it, else at most RetryPeriod (a release would go
+// unnoticed until the next attempt).
+func (e *Elector) followerWait(ttl time.Duration, subscribed bool) time.Duration {
+	if ttl == lease.NoExpiry || (!subscribed && ttl > e.cfg.RetryPeriod) {
+		return e.cfg.RetryPeriod
+	}
+	return min(ttl, e.cfg.LeaseDuration) // a holder with a longer lease is checked on again
+}
+
+// resubscribeDelay is how long a follower whose subscription ended waits before subscribing
+// again: long enough not to spin while Redis restarts, short enough to hear most releases.
+const resubscribeDelay = 50 * time.Millisecond
+
+// resetTimer makes t fire after d, dropping a firing not yet received (real timers do that
+// by themselves since Go 1.23; fake ones do not).
+func resetTimer(t clock.Timer, d time.Duration) {
+	if !t.Stop() {
+		select {
+		case <-t.C():
+		default:
+		}
+	}
+	t.Reset(d)
+}

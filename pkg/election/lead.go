@@ -1,0 +1,176 @@
+package election
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/elector/elector/pkg/lease"
+)
+
+// renewal is the outcome of one renew attempt.
+type renewal struct {
+	sent time.Time
+	took time.Duration
+	ok   bool
+	err  error
+}
+
+// leadership is the state of one term while this replica leads.
+type leadership struct {
+	e      *Elector
+	logger klog.Logger
+	term   lease.Record
+	// base carries the renewals and the release: they outlive Run's ctx, so that while
+	// OnStartedLeading winds down after a cancel nobody else starts the work.
+	base       context.Context
+	cancelWork context.CancelFunc
+	workDone   chan struct{} // closed when OnStartedLeading returned
+
+	lastOK     time.Time   // send time of the last successful acquire or renew
+	deadline   clock.Timer // fires at lastOK + RenewDeadline
+	tick       clock.Timer // fires when the next renew is due
+	results    chan renewal
+	inflight   bool
+	cancelCall context.CancelFunc
+	retry      backoff
+}
+
+// lead runs one term: it starts OnStartedLeading, renews every RetryPeriod, and steps down
+// when the term is lost, the renew deadline passes or ctx is cancelled. It returns after
+// OnStartedLeading returned, with the reason for stepping down.
+func (e *Elector) lead(ctx context.Context, term lease.Record, sent time.Time) string {
+	l := e.startTerm(ctx, term, sent)
+	defer l.deadline.Stop()
+	defer l.tick.Stop()
+	reason, release := l.loop(ctx)
+	return l.stepDown(reason, release)
+}
+
+// startTerm records the term and starts OnStartedLeading. The timers exist before the work
+// starts: the deadline counts from the acquire's send time.
+func (e *Elector) startTerm(ctx context.Context, term lease.Record, sent time.Time) *leadership {
+	l := &leadership{
+		e: e, logger: klog.FromContext(ctx), term: term,
+		base:       context.WithoutCancel(ctx),
+		workDone:   make(chan struct{}),
+		lastOK:     sent,
+		deadline:   e.clock.NewTimer(sent.Add(e.cfg.RenewDeadline).Sub(e.clock.Now())),
+		tick:       e.clock.NewTimer(sent.Add(e.cfg.RetryPeriod).Sub(e.clock.Now())),
+		results:    make(chan renewal, 1),
+		cancelCall: func() {},
+		retry:      backoff{min: 50 * time.Millisecond, max: e.cfg.RetryPeriod},
+	}
+	e.setLeading(term, sent)
+	workCtx, cancel := context.WithCancel(context.WithValue(ctx, tokenKey{}, term.Token))
+	l.cancelWork = cancel
+	go func() {
+		defer close(l.workDone)
+		e.cfg.Callbacks.OnStartedLeading(workCtx)
+	}()
+	// Logged after the work started: a log line is a synchronous write, not worth delaying it.
+	l.logger.Info("Became leader", "token", term.Token)
+	return l
+}
+
+// loop renews the term until it ends, and returns why and whether to release it.
+func (l *leadership) loop(ctx context.Context) (reason string, release bool) {
+	ctxDone, workDone := ctx.Done(), l.workDone
+	for {
+		select {
+		case <-ctxDone:
+			ctxDone = nil
+			if workDone == nil { // the work had ended already
+				return reasonStopped, l.e.cfg.ReleaseOnCancel
+			}
+			// Stop the work; keep renewing until OnStartedLeading has returned.
+			l.cancelWork()
+			l.logger.V(2).Info("Stopping: waiting for OnStartedLeading to return", "token", l.term.Token)
+		case <-workDone:
+			workDone = nil
+			if ctx.Err() == nil {
+				// The work ended by itself: keep the lease, as client-go does, until ctx ends.
+				l.logger.V(2).Info("OnStartedLeading returned; still leading", "token", l.term.Token)
+				continue
+			}
+			return reasonStopped, l.e.cfg.ReleaseOnCancel
+		case <-l.deadline.C():
+			return reasonDeadline, false
+		case <-l.tick.C():
+			l.startRenew()
+		case r := <-l.results:
+			if reason, over := l.renewed(r); over {
+				return reason, false
+			}
+		}
+	}
+}
+
+// startRenew sends a renew unless one is in flight. The call is bounded by callTimeout and
+// never outlives the renew deadline.
+func (l *leadership) startRenew() {
+	if l.inflight {
+		return
+	}
+	e := l.e
+	l.inflight = true
+	now := e.clock.Now()
+	timeout := min(e.callTimeout(), l.lastOK.Add(e.cfg.RenewDeadline).Sub(now))
+	cctx, cancel := context.WithTimeout(l.base, timeout)
+	l.cancelCall = cancel
+	go func() {
+		ok, err := e.store.renew(cctx, l.term, e.cfg.LeaseDuration, e.cfg.ReplicaAck)
+		l.results <- renewal{sent: now, took: e.clock.Since(now), ok: ok, err: err}
+	}()
+}
+
+// renewed handles the outcome of a renew; over means the term has ended. The deadline is
+// checked first: a reply that arrives as the deadline passes ends the term whichever of the
+// two the loop saw first.
+func (l *leadership) renewed(r renewal) (reason string, over bool) {
+	e := l.e
+	l.inflight = false
+	l.cancelCall()
+	if !e.clock.Now().Before(l.lastOK.Add(e.cfg.RenewDeadline)) {
+		return reasonDeadline, true
+	}
+	switch {
+	case r.err != nil:
+		e.errs.failed(l.logger, e.cfg.Metrics, e.cfg.Name, "renew", r.err)
+		resetTimer(l.tick, l.retry.next())
+	case !r.ok:
+		return reasonLost, true
+	default:
+		e.errs.succeeded(l.logger)
+		l.retry.reset()
+		l.lastOK = r.sent
+		e.renewed(r.sent)
+		e.cfg.Metrics.renewed(e.cfg.Name, r.took)
+		l.logger.V(4).Info("Renewed the lease", "token", l.term.Token, "took", r.took)
+		now := e.clock.Now()
+		resetTimer(l.deadline, l.lastOK.Add(e.cfg.RenewDeadline).Sub(now))
+		resetTimer(l.tick, r.sent.Add(e.cfg.RetryPeriod).Sub(now))
+	}
+	return "", false
+}
+
+// stepDown ends the term: the work is told to stop and this replica stops calling itself
+// leader before anything else (in particular before a release lets a follower in). It
+// returns after OnStartedLeading and any renew in flight returned.
+func (l *leadership) stepDown(reason string, release bool) string {
+	l.cancelWork()
+	l.e.setFollowing()
+	if release {
+		l.e.release(l.base, l.logger, l.term)
+	}
+	l.logger.Info("Stopped leading", "token", l.term.Token, "reason", reason)
+	l.e.cfg.Callbacks.OnStoppedLeading()
+	l.cancelCall()
+	if l.inflight {
+		<-l.results
+	}
+	<-l.workDone
+	return reason
+}
