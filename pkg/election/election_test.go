@@ -3,6 +3,7 @@ package election_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"github.com/elector/elector/internal/faultproxy"
 	"github.com/elector/elector/internal/redistest"
 	"github.com/elector/elector/pkg/election"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // 1. Five electors over many terms, with graceful stops and network cuts of the leader:
@@ -456,5 +458,167 @@ func TestLeaderKeepsTermWhenRoundTripExceedsRetryPeriod(t *testing.T) {
 	}
 	if !e.IsLeader() || e.Token() != token {
 		t.Fatalf("leader %v token %d, want the term %d kept", e.IsLeader(), e.Token(), token)
+	}
+}
+
+// #13.1: a late acquire reply never starts a term. A's path to Redis delays every byte by
+// 400ms, and A's client does not bound reads by the context (ContextTimeoutEnabled off,
+// go-redis's default, deliberately here: the elector must be safe whatever the client's
+// options), so A's winning reply arrives 800ms after it was sent: after the lease (300ms
+// from its execution) expired and B began a term. Before the fix A started its work ~100ms
+// into B's term in 5 of 5 rounds. Now A never starts (every reply of A's is later than
+// its renew deadline), the work never overlaps, and B leads every round.
+func TestLateAcquireReplyNeverStartsATerm(t *testing.T) {
+	const (
+		leaseDur = 300 * time.Millisecond
+		deadline = 200 * time.Millisecond
+		retry    = 50 * time.Millisecond
+		delay    = 400 * time.Millisecond // one way, on A's path only
+		rounds   = 5
+	)
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	proxy := faultproxy.Start(t, srv.Addr())
+	slow := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1}) // no ContextTimeoutEnabled: see above
+	t.Cleanup(func() { _ = slow.Close() })
+	warmUp(t, slow, admin)
+	proxy.SetLatency(delay)
+	fast := redis.NewClient(srv.Options())
+	t.Cleanup(func() { _ = fast.Close() })
+	tl := &timeline{}
+	newReplica := func(name string, client *redis.Client) *replica {
+		e, err := election.New(election.Config{
+			Client: client, LeaseName: "late", Identity: name,
+			LeaseDuration: leaseDur, RenewDeadline: deadline, RetryPeriod: retry,
+			ReleaseOnCancel: true, Recampaign: true,
+			Callbacks: election.Callbacks{
+				OnStartedLeading: func(ctx context.Context) {
+					tl.add(event{who: name, kind: "start", token: election.TokenFrom(ctx)})
+					<-ctx.Done()
+					tl.add(event{who: name, kind: "end"})
+				},
+				OnStoppedLeading: func() { tl.add(event{who: name, kind: "stopped"}) },
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &replica{name: name, e: e}
+	}
+	ctx := context.Background()
+	for round := 0; round < rounds; round++ {
+		// New electors each round, so that what A heard in an earlier round is no precondition.
+		a, b := newReplica("pod-a", slow), newReplica("pod-b", fast)
+		key := a.e.Lease().Key()
+		admin.Del(ctx, key)
+		from := len(tl.snapshot())
+		a.start()
+		// A's acquire has run in Redis; its reply is on its way (400ms).
+		waitUntil(t, 10*time.Second, "A's acquire to run in Redis", func() bool {
+			return strings.HasSuffix(admin.Get(ctx, key).Val(), ":pod-a")
+		})
+		b.start()
+		tl.waitFor(t, from, 10*time.Second, "B's term", func(ev event) bool { return ev.kind == "start" && ev.who == "pod-b" })
+		// A hears of B's term only after its own late reply came (same 400ms path): by
+		// then A has decided what that reply meant.
+		waitUntil(t, 10*time.Second, "A to hear of B's term", func() bool { return a.e.Leader() == "pod-b" })
+		b.stop()
+		a.stop()
+	}
+	lateStarts := 0
+	for _, ev := range tl.snapshot() {
+		if ev.kind == "start" && ev.who == "pod-a" {
+			lateStarts++
+		}
+	}
+	if lateStarts > 0 {
+		t.Fatalf("A started %d terms in %d rounds from acquire replies later than its renew deadline; timeline:\n%s", lateStarts, rounds, tl)
+	}
+	terms := tl.checkNoOverlap(t)
+	if terms != rounds {
+		t.Fatalf("%d terms in %d rounds, want B's in each; timeline:\n%s", terms, rounds, tl)
+	}
+}
+
+// #13.2: Run's ctx cancelled while an acquire that wins is in flight: the term is released
+// (also without ReleaseOnCancel: no work ran), so followers need not wait LeaseDuration.
+// Before the fix the cancel cut the call short and the lease stayed held for 3s.
+func TestCancelDuringWinningAcquireReleases(t *testing.T) {
+	for _, releaseOnCancel := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ReleaseOnCancel=%v", releaseOnCancel), func(t *testing.T) {
+			srv := redistest.Start(t)
+			admin := srv.Client(t)
+			proxy := faultproxy.Start(t, srv.Addr())
+			opts := srv.Options()
+			opts.Addr, opts.MaxRetries = proxy.Addr(), -1
+			client := redis.NewClient(opts)
+			t.Cleanup(func() { _ = client.Close() })
+			started := make(chan struct{}, 1)
+			e, err := election.New(election.Config{
+				Client: client, LeaseName: "cancelled", Identity: "pod-a",
+				// Calls are bounded by max(200ms, 2s/2) = 1s, longer than the 400ms round trip.
+				LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
+				ReleaseOnCancel: releaseOnCancel,
+				Callbacks: election.Callbacks{
+					OnStartedLeading: func(ctx context.Context) { started <- struct{}{}; <-ctx.Done() },
+					OnStoppedLeading: func() {},
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			key := e.Lease().Key()
+			warmUp(t, client, admin)
+			proxy.SetLatency(200 * time.Millisecond)
+			runCtx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- e.Run(runCtx) }()
+			waitUntil(t, 10*time.Second, "the acquire to run in Redis", func() bool { return admin.Exists(ctx, key).Val() == 1 })
+			cancel() // the winning reply is still on its way (200ms)
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("Run = %v, want nil", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Run did not return after the cancel")
+			}
+			if n, ttl := admin.Exists(ctx, key).Val(), admin.PTTL(ctx, key).Val(); n != 0 {
+				t.Fatalf("lease still held after Run returned (PTTL %v): followers wait for it to expire", ttl)
+			}
+			select {
+			case <-started:
+				t.Fatal("OnStartedLeading ran after Run's ctx was cancelled")
+			default:
+			}
+		})
+	}
+}
+
+// waitUntil polls cond every millisecond until it holds, failing the test after within.
+func waitUntil(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(within); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within %v", what, within)
+		}
+	}
+}
+
+// warmUp opens a pooled connection of client and loads the lease scripts (through admin), so
+// that a slow path adds no handshake and no NOSCRIPT round trips to the calls under test.
+func warmUp(t testing.TB, client, admin *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
+	if err := client.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	warm, err := lease.New(admin, "warm-up", lease.Options{Identity: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := warm.Acquire(ctx, time.Second); err != nil {
+		t.Fatal(err)
 	}
 }
