@@ -29,7 +29,7 @@ func FuzzValidateTiming(f *testing.F) {
 	} {
 		f.Add(d[0], d[1], d[2])
 	}
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}) // never dialled
 	f.Cleanup(func() { _ = client.Close() })
 	f.Fuzz(func(t *testing.T, l, r, p int64) {
 		lease, renew, retry := time.Duration(l), time.Duration(r), time.Duration(p)

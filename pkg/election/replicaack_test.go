@@ -63,7 +63,7 @@ func TestReplicaAckGatesLeadership(t *testing.T) {
 }
 
 func TestReplicaAckValidation(t *testing.T) {
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
 	defer client.Close()
 	for _, ack := range []lease.ReplicaAck{{Replicas: -1}, {Replicas: 1}, {Replicas: 1, Timeout: 1500 * time.Microsecond}, {Replicas: 1, Timeout: 3 * time.Second}} {
 		_, err := election.New(election.Config{

@@ -95,7 +95,7 @@ func FuzzNewLease(f *testing.F) {
 	} {
 		f.Add(s[0], s[1], s[2])
 	}
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}) // never dialled
 	f.Cleanup(func() { _ = client.Close() })
 	f.Fuzz(func(t *testing.T, name, prefix, identity string) {
 		l, err := New(client, name, Options{Prefix: prefix, Identity: identity})

@@ -472,7 +472,7 @@ func TestBadInputAndBadState(t *testing.T) {
 	if err := c.Do(ctx, "ACL", "SETUSER", "noscript", "on", ">pw", "~*", "+@all", "-evalsha").Err(); err != nil {
 		t.Fatal(err)
 	}
-	limited := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "noscript", Password: "pw"})
+	limited := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "noscript", Password: "pw", ContextTimeoutEnabled: true})
 	defer limited.Close()
 	ll := newLease(t, limited, "job", "pod-a")
 	if _, _, err := ll.Acquire(ctx, time.Second); err == nil || !strings.Contains(strings.ToLower(err.Error()), "evalsha") {
@@ -480,7 +480,7 @@ func TestBadInputAndBadState(t *testing.T) {
 	}
 
 	// A closed client.
-	closed := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	closed := redis.NewClient(srv.Options())
 	closed.Close()
 	cl := newLease(t, closed, "job", "pod-a")
 	if _, _, err := cl.Acquire(ctx, time.Second); !errors.Is(err, redis.ErrClosed) {

@@ -201,7 +201,7 @@ func TestReplicaAckValidation(t *testing.T) {
 	}
 
 	// A Ring shards by key and has no single master to WAIT on.
-	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, ContextTimeoutEnabled: true})
 	defer ring.Close()
 	rl := newLease(t, ring, "job", "pod-a")
 	if _, _, err := rl.AcquireReplicated(ctx, time.Second, ack); err == nil || !strings.Contains(err.Error(), "*redis.Ring") {

@@ -62,7 +62,7 @@ func TestSubscriptionPingsWhenIdleAndEndsWhenUnanswered(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	proxy := faultproxy.Start(t, srv.Addr())
-	viaProxy := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	viaProxy := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = viaProxy.Close() })
 	observer := newLease(t, viaProxy, "job", "observer")
 	holder := newLease(t, srv.Client(t), "job", "holder")
