@@ -570,8 +570,9 @@ func TestLateAcquireReplyNeverStartsATerm(t *testing.T) {
 	if lateStarts > 0 {
 		t.Fatalf("A started %d terms in %d rounds from acquire replies later than its renew deadline; timeline:\n%s", lateStarts, rounds, tl)
 	}
+	// B may resume a term after a missed deadline (same token): count at least one a round.
 	terms := tl.checkNoOverlap(t)
-	if terms != rounds {
+	if terms < rounds {
 		t.Fatalf("%d terms in %d rounds, want B's in each; timeline:\n%s", terms, rounds, tl)
 	}
 }
