@@ -228,6 +228,7 @@ func (c *cli) supervise(ctx context.Context, rc *runConfig) int {
 			Stderr:     c.stderr,
 			StopSignal: rc.run.signal,
 			KillGrace:  rc.run.killGrace,
+			Shim:       true,
 		},
 		baseEnv:   c.environ(),
 		identity:  lo.identity,

@@ -34,6 +34,7 @@
 package child
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -76,6 +77,12 @@ type Spec struct {
 	// set whenever a Reaper runs, so that the Reaper leaves this child to
 	// its Process.
 	Reaper *Reaper
+	// Shim runs the command under the shim on Linux (see the package
+	// comment): this program re-executed with ShimArg, whose main must then
+	// call RunShim. Every descendant of the command, including those that
+	// left its process group or session, then dies with the command, with
+	// the elector, and at SIGKILL after KillGrace. Ignored elsewhere.
+	Shim bool
 }
 
 // ExitStatus is how the child ended.
@@ -157,16 +164,20 @@ func LookPath(name string) (string, error) {
 
 // Process is a started child. Its methods are safe for concurrent use.
 type Process struct {
-	spec Spec
-	cmd  *exec.Cmd
-	pid  int
-	done chan struct{}
+	spec   Spec
+	cmd    *exec.Cmd
+	pid    int        // the child: the shim, or the command without one
+	cmdPid int        // the command
+	pipes  *shimPipes // nil without a shim
+	tty    int        // the terminal whose foreground the child's group got, -1: none
+	done   chan struct{}
 
 	mu      sync.Mutex
 	exited  bool // the child has exited: its pid and group may no longer be signalled
 	killed  bool // Stop escalated to SIGKILL while the child was running
 	status  ExitStatus
 	ctxStop func() bool // unregisters the stop-on-ctx-done callback
+	backup  *time.Timer // SIGKILL of the group should the shim not act on a kill request
 
 	stopOnce sync.Once
 }
@@ -187,21 +198,47 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 	if spec.StopSignal == 0 {
 		spec.StopSignal = syscall.SIGTERM
 	}
+	argv := append([]string{spec.Path}, spec.Args...)
 	cmd := &exec.Cmd{
-		Path:        path,
-		Args:        append([]string{spec.Path}, spec.Args...),
-		Env:         spec.Env,
-		Stdin:       spec.Stdin,
-		Stdout:      spec.Stdout,
-		Stderr:      spec.Stderr,
-		SysProcAttr: sysProcAttr(),
-		WaitDelay:   waitDelay,
+		Path:      path,
+		Args:      argv,
+		Env:       spec.Env,
+		Stdin:     spec.Stdin,
+		Stdout:    spec.Stdout,
+		Stderr:    spec.Stderr,
+		WaitDelay: waitDelay,
 	}
-	p := &Process{spec: spec, cmd: cmd, done: make(chan struct{})}
+	p := &Process{spec: spec, cmd: cmd, tty: -1, done: make(chan struct{})}
+	if spec.Shim && shimSupported {
+		if p.pipes, err = newShimPipes(); err != nil {
+			return nil, fmt.Errorf("start %q: %w", spec.Path, err)
+		}
+		cmd.Path, cmd.Args = shimExe, shimArgs(path, argv)
+		cmd.ExtraFiles = []*os.File{p.pipes.shimCtrl, p.pipes.shimReport} // fds 3 and 4
+	}
+	if fd, ok := foregroundTerminal(spec.Stdin); ok {
+		p.tty = fd
+	}
+	cmd.SysProcAttr = sysProcAttr(p.pipes != nil, p.tty)
 	started := make(chan error, 1)
 	go p.run(started)
 	if err := <-started; err != nil {
+		if p.pipes != nil {
+			p.pipes.closeAll()
+		}
 		return nil, fmt.Errorf("start %q: %w", spec.Path, err)
+	}
+	p.cmdPid = p.pid
+	if p.pipes != nil {
+		p.pipes.closeShimEnds()
+		r := bufio.NewReader(p.pipes.report)
+		pid, err := readShimStart(r)
+		if err != nil {
+			p.Wait()
+			return nil, fmt.Errorf("start %q: %w", spec.Path, err)
+		}
+		p.cmdPid = pid
+		go p.logShimReports(r)
 	}
 	stop := context.AfterFunc(ctx, func() { p.Stop(context.Background()) })
 	p.mu.Lock()
@@ -237,10 +274,21 @@ func (p *Process) run(started chan<- error) {
 		// Kill whatever is left of the child's process group.
 		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
 	}
+	if p.tty >= 0 {
+		reclaimTerminal(p.tty)
+	}
 	err := p.cmd.Wait() // reaps, and finishes copying I/O
 	if waitErr != nil {
 		p.markExited()
 	}
+	p.mu.Lock()
+	if p.backup != nil {
+		p.backup.Stop()
+	}
+	if p.pipes != nil {
+		p.pipes.ctrl.Close()
+	}
+	p.mu.Unlock()
 	if r := p.spec.Reaper; r != nil {
 		r.forget(p.pid)
 	}
@@ -296,8 +344,12 @@ func (p *Process) start() error {
 	return nil
 }
 
-// Pid returns the child's process id, which is also its process group id.
+// Pid returns the child's process id, which is also its process group id:
+// the shim's with Spec.Shim (on Linux), else the command's.
 func (p *Process) Pid() int { return p.pid }
+
+// CommandPid returns the process id of the command itself.
+func (p *Process) CommandPid() int { return p.cmdPid }
 
 // Done returns a channel that is closed when the child has exited and its
 // status is known.
@@ -340,11 +392,40 @@ func (p *Process) signalLocked(sig syscall.Signal) error {
 	return nil
 }
 
+// Kill sends SIGKILL at once to the child's process group and, with a shim,
+// to every descendant of the command; Stop and StopWith then return at once
+// as well. It does nothing once the child has exited.
+func (p *Process) Kill() { p.kill() }
+
+// shimKillBackup is how long a shim has to act on a kill request before the
+// whole process group, the shim included, gets SIGKILL directly.
+const shimKillBackup = 2 * time.Second
+
 // kill sends SIGKILL to the group if the child still runs, and records that
-// the stop had to be forced.
+// the stop had to be forced. A shim is asked to do it instead, so that it
+// kills the descendants outside the group too before it exits.
 func (p *Process) kill() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.exited {
+		return
+	}
+	if p.pipes != nil {
+		_, err := p.pipes.ctrl.Write([]byte{shimKill})
+		// A shim stopped by SIGSTOP could not read the request.
+		_ = syscall.Kill(p.pid, syscall.SIGCONT)
+		if err == nil {
+			p.killed = true
+			if p.backup == nil {
+				p.backup = time.AfterFunc(shimKillBackup, func() {
+					p.mu.Lock()
+					defer p.mu.Unlock()
+					_ = p.signalLocked(syscall.SIGKILL)
+				})
+			}
+			return
+		}
+	}
 	if p.signalLocked(syscall.SIGKILL) == nil {
 		p.killed = true
 	}
@@ -371,6 +452,10 @@ func (p *Process) StopWith(ctx context.Context, sig syscall.Signal) ExitStatus {
 				p.kill()
 			}
 			return
+		}
+		if sig != syscall.SIGSTOP && sig != syscall.SIGTSTP {
+			// A stopped process acts on the stop signal only once continued.
+			_ = p.Signal(syscall.SIGCONT)
 		}
 		go func() {
 			timer := time.NewTimer(p.spec.KillGrace)
