@@ -7,6 +7,23 @@
 // group is killed too: a singleton job must not leave a background process
 // running unsupervised, possibly next to the next leader's job.
 //
+// # The shim
+//
+// A process group does not hold everything a command starts: a worker that
+// called setsid(2) or setpgid(2), or a double-forked daemon, is outside it,
+// and the parent-death signal kills only the child itself. With Spec.Shim
+// (Linux) the child is therefore a shim: this program re-executed through
+// /proc/self/exe with ShimArg, which runs RunShim. The shim leads the process
+// group, is a child subreaper (every orphaned descendant becomes its child,
+// whatever its group or session) and runs the command as its own child. It
+// SIGKILLs every descendant, found by walking /proc, when the command exits,
+// when Process.Kill (or the end of KillGrace) asks it to over its control
+// pipe, and when the elector dies (its parent-death signal, or the control
+// pipe's end); it passes every signal it gets (those the elector sends to the
+// group) on to the descendants outside the group; it reports stops of its
+// children on a second pipe, which Process logs; and it exits as the command
+// did, with the same exit code or killed by the same signal.
+//
 // # Pdeathsig and threads
 //
 // Linux sends the parent-death signal when the *thread* that forked the
@@ -17,7 +34,7 @@
 // until the child has exited. The child can never outlive the elector nor be
 // killed early because some other goroutine's thread went away. (The kernel
 // clears the parent-death signal when the child executes a set-user-ID or
-// set-group-ID program.)
+// set-group-ID program.) The shim forks the command from a locked thread too.
 //
 // # Zombies when running as PID 1
 //
@@ -27,10 +44,14 @@
 //
 // # Terminal
 //
-// Because the child runs in a process group of its own, it is a background
-// group of the elector's terminal, if any: a child that reads from an
-// interactive terminal is stopped by SIGTTIN, and Ctrl-C reaches only the
-// elector (which forwards the signal). Containers normally have no terminal.
+// The child runs in a process group of its own. When Stdin is a terminal
+// whose foreground group is the elector's (Linux), the child's group gets the
+// foreground while the child runs, and the elector's group gets it back after
+// the child exited: the child can read from the terminal, and Ctrl-C and
+// Ctrl-Z reach it as they reach a shell's foreground job. Otherwise (the
+// elector in the background) a child that reads from the terminal is stopped
+// by SIGTTIN, which the shim reports and Process logs. Containers normally
+// have no terminal.
 package child
 
 import (
