@@ -437,9 +437,7 @@ func (s *supervisor) observed(identity string) {
 
 // killNow is the second SIGTERM or SIGINT: SIGKILL to the command's tree at once.
 func (s *supervisor) killNow(sig syscall.Signal) {
-	s.mu.Lock()
-	p := s.current
-	s.mu.Unlock()
+	p := s.running()
 	if p == nil {
 		klog.V(2).InfoS("Second signal received while no command runs", "signal", sig)
 		return
@@ -523,6 +521,13 @@ func (s *supervisor) lead(ctx context.Context) {
 	}
 }
 
+// running returns the running command, nil when none runs.
+func (s *supervisor) running() *child.Process {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.current
+}
+
 // setCurrent records the running command, nil when none runs.
 func (s *supervisor) setCurrent(p *child.Process) {
 	s.mu.Lock()
@@ -532,9 +537,7 @@ func (s *supervisor) setCurrent(p *child.Process) {
 
 // forward passes a signal the elector received on to the running command's process group.
 func (s *supervisor) forward(sig syscall.Signal) {
-	s.mu.Lock()
-	p := s.current
-	s.mu.Unlock()
+	p := s.running()
 	if p == nil {
 		klog.V(2).InfoS("Signal received while no command runs", "signal", sig)
 		return

@@ -469,24 +469,9 @@ func TestRunAsPID1ReapsOrphans(t *testing.T) {
 	script := `(sleep 1 &); exec "$@"`
 	args := append([]string{"--pid", "--fork", "--kill-child", bins.elector, "run"}, leaseArgs(srv.Addr(), name, "a")...)
 	args = append(args, "--", "sh", "-c", script, "sh", bins.worker, "-log", string(log), "-lock", filepath.Join(dir, "lock"), "-term-exit", "9")
-	p := &proc{t: t, name: "unshare elector", done: make(chan struct{})}
-	p.cmd = exec.Command(unshare, args...)
-	p.cmd.Env = cleanEnv()
-	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		p.state, p.exited = p.cmd.ProcessState, time.Now()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("stderr:\n%s", p.stderr.String())
-		}
+	p := startCmd(t, "unshare elector", exec.Command(unshare, args...), func(p *proc) {
+		p.cmd.Stdout = &p.stdout
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	})
 
 	log.waitEvent(t, 0, 10*time.Second, "the worker", isStart)
@@ -541,4 +526,30 @@ func hasWarning(stderr, msg string) bool {
 		}
 	}
 	return false
+}
+
+// startCmd starts cmd as a proc with the clean environment and its stderr collected, after
+// setup has set what else it needs (streams, SysProcAttr). The process group of the proc is
+// killed at the end of the test.
+func startCmd(t *testing.T, name string, cmd *exec.Cmd, setup func(p *proc)) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, cmd: cmd, done: make(chan struct{})}
+	p.cmd.Env = cleanEnv()
+	p.cmd.Stderr = &p.stderr
+	setup(p)
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		p.state, p.exited = p.cmd.ProcessState, time.Now()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("%s: stderr:\n%s", name, p.stderr.String())
+		}
+	})
+	return p
 }

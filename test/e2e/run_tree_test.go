@@ -49,7 +49,8 @@ func readPids(path string) []int {
 }
 
 // killPidsAtCleanup SIGKILLs at the end of the test whatever of pids still runs, so that a
-// failing test leaves nothing behind on the machine.
+// failing test leaves nothing behind on the machine. Call it after startElector: cleanups run
+// last first, and the elector's waits until nothing holds its output pipes.
 func killPidsAtCleanup(t *testing.T, path string) {
 	t.Cleanup(func() {
 		for _, pid := range readPids(path) {
@@ -83,10 +84,10 @@ func TestRunKillsDescendantsWithElector(t *testing.T) {
 	for _, job := range treeJobs {
 		t.Run(job.name, func(t *testing.T) {
 			pidFile := filepath.Join(t.TempDir(), "pids")
-			killPidsAtCleanup(t, pidFile)
 			args := append([]string{"run"}, leaseArgs(srv.Addr(), "tree-"+job.name, "a")...)
 			args = append(args, "--", "sh", "-c", job.script, "sh", pidFile)
 			p := startElector(t, "elector", nil, args...)
+			killPidsAtCleanup(t, pidFile) // before the elector's cleanup, which waits for its pipes
 			var pids []int
 			waitFor(t, 10*time.Second, "the job's processes", func() bool {
 				pids = readPids(pidFile)
@@ -123,6 +124,12 @@ func TestRunKillsDescendantsWithElector(t *testing.T) {
 				time.Sleep(time.Millisecond)
 			}
 			took := time.Since(killed)
+			if len(left) > 0 {
+				// They hold the elector's output pipes: the elector's Wait ends only with them.
+				for _, pid := range left {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
 			<-p.done
 			died := p.exited.Sub(killed)
 			t.Logf("%d processes of the job gone %v after the SIGKILL of the elector, which was reaped %v after it",
@@ -144,10 +151,10 @@ func TestRunStopKillsSetsidDescendants(t *testing.T) {
 	const name = "tree-stop"
 	job := treeJobs[2]
 	pidFile := filepath.Join(t.TempDir(), "pids")
-	killPidsAtCleanup(t, pidFile)
 	args := append([]string{"run"}, leaseArgs(srv.Addr(), name, "a")...)
 	args = append(args, "--kill-grace", "300ms", "--", "sh", "-c", job.script, "sh", pidFile)
 	p := startElector(t, "elector", nil, args...)
+	killPidsAtCleanup(t, pidFile)
 	var pids []int
 	waitFor(t, 10*time.Second, "the job's processes", func() bool {
 		pids = readPids(pidFile)

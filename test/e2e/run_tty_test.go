@@ -84,24 +84,15 @@ func TestRunUnderTerminal(t *testing.T) {
 	const name = "tty"
 	args := append([]string{"run"}, leaseArgs(srv.Addr(), name, "a")...)
 	args = append(args, "--on-success", "hold", "--", "sh", "-c", `echo ready; read x; echo "got:$x"`)
-	p := &proc{t: t, name: "elector on a terminal", done: make(chan struct{})}
-	p.cmd = exec.Command(bins.elector, args...)
-	p.cmd.Env = cleanEnv()
-	p.cmd.Stdin, p.cmd.Stdout = slave, slave
-	p.cmd.Stderr = &p.stderr
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		p.state, p.exited = p.cmd.ProcessState, time.Now()
-		close(p.done)
-	}()
+	p := startCmd(t, "elector on a terminal", exec.Command(bins.elector, args...), func(p *proc) {
+		p.cmd.Stdin, p.cmd.Stdout = slave, slave
+		// A session of its own with the terminal as its controlling terminal, in whose
+		// foreground it is: as an interactive shell's foreground job.
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Pdeathsig: syscall.SIGKILL}
+	})
 	t.Cleanup(func() {
-		p.kill()
 		if t.Failed() {
-			t.Logf("stderr:\n%s\nterminal:\n%s", p.stderr.String(), out.String())
+			t.Logf("terminal:\n%s", out.String())
 		}
 	})
 
