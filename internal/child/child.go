@@ -256,6 +256,7 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 		pid, err := readShimStart(r)
 		if err != nil {
 			p.Wait()
+			p.pipes.report.Close()
 			return nil, fmt.Errorf("start %q: %w", spec.Path, err)
 		}
 		p.cmdPid = pid

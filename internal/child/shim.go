@@ -93,6 +93,7 @@ func readShimStart(r *bufio.Reader) (int, error) {
 
 // logShimReports logs what the shim reports after the start until it exits.
 func (p *Process) logShimReports(r *bufio.Reader) {
+	defer p.pipes.report.Close()
 	for {
 		line, err := r.ReadString('\n')
 		if err != nil {

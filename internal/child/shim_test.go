@@ -178,3 +178,36 @@ func helperShimTree() {
 		time.Sleep(time.Hour)
 	}
 }
+
+// openFds counts the open file descriptors of this process.
+func openFds(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries)
+}
+
+// TestShimStartErrorAndNoFdLeak checks that a command the shim cannot execute is a Start
+// error, and that neither that nor a normal run leaves a pipe of the shim open here.
+func TestShimStartErrorAndNoFdLeak(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "not-a-program")
+	if err := os.WriteFile(bad, []byte{0x7f, 'X', 0, 1, 2, 3}, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	before := openFds(t)
+	for range 3 {
+		waitStatus(t, startSh(t, shimSpec(), "exit 0"))
+		if _, err := Start(context.Background(), Spec{Shim: true, Path: bad}); err == nil || !strings.Contains(err.Error(), "exec format error") {
+			t.Errorf("Start of a file that is no program under the shim: %v, want exec format error", err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for openFds(t) > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // the report readers close their pipe at its EOF
+	}
+	if after := openFds(t); after > before {
+		t.Errorf("%d file descriptors open before, %d after", before, after)
+	}
+}
