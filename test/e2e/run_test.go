@@ -553,3 +553,23 @@ func startCmd(t *testing.T, name string, cmd *exec.Cmd, setup func(p *proc)) *pr
 	})
 	return p
 }
+
+// TestRunKillGraceWarningIncludesDrift checks that the --kill-grace warning counts the drift
+// margin: 395ms is within 1s - 600ms but not within 1s - 600ms - 12ms, and 380ms is within
+// both. The warning is at warning level.
+func TestRunKillGraceWarningIncludesDrift(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		grace string
+		warn  bool
+	}{{"395ms", true}, {"380ms", false}} {
+		args := append([]string{"run"}, leaseArgs(srv.Addr(), "drift-"+tc.grace, "a")...)
+		p := startElector(t, "elector", nil, append(args, "--kill-grace", tc.grace, "--", "sleep", "60")...)
+		waitFor(t, 10*time.Second, "the elector to campaign", func() bool { return strings.Contains(p.stderr.String(), `"Campaigning"`) })
+		if got := hasWarning(p.stderr.String(), "--kill-grace ("+tc.grace+") is longer than"); got != tc.warn {
+			t.Errorf("--kill-grace %s: warning %v, want %v; stderr:\n%s", tc.grace, got, tc.warn, p.stderr.String())
+		}
+		p.signal(syscall.SIGTERM)
+		p.wait(10 * time.Second)
+	}
+}
