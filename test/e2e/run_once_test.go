@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/elector/elector/internal/redistest"
 )
 
@@ -63,28 +65,17 @@ func TestRunOnSuccessHold(t *testing.T) {
 func TestRunTimeout(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	ctx := context.Background()
 	dir := t.TempDir()
 	log := workerLog(filepath.Join(dir, "worker.log"))
 	const name = "timeout"
 	const other = "v1:42:0123456789abcdef:other"
-	if err := client.Set(ctx, leaseKey(name), other, time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
+	holdLease(t, client, name, other)
 	const timeout = 500 * time.Millisecond
-	p := runReplica(t, srv.Addr(), name, "a", log, filepath.Join(dir, "lock"), []string{"--timeout", timeout.String()})
 	start := time.Now()
-	if code := p.wait(10 * time.Second); code != 4 {
-		t.Errorf("exit code %d, want 4 (not the leader within --timeout)", code)
-	}
+	p := runReplica(t, srv.Addr(), name, "a", log, filepath.Join(dir, "lock"), []string{"--timeout", timeout.String()})
+	assertGaveUp(t, p, start, 10*time.Second, log, client, name, other)
 	if took := p.exited.Sub(start); took < timeout {
 		t.Errorf("gave up %v after the start, before --timeout %v", took, timeout)
-	}
-	if evs := log.events(t); len(evs) != 0 {
-		t.Errorf("the command ran:\n%s", log.dump(t))
-	}
-	if v := leaseValue(t, client, name); v != other {
-		t.Errorf("lease is %q, want the holder's %q untouched", v, other)
 	}
 	if !strings.Contains(p.stderr.String(), "not the leader within --timeout 500ms") {
 		t.Errorf("no reason for giving up in stderr:\n%s", p.stderr.String())
@@ -104,37 +95,16 @@ func TestRunTimeout(t *testing.T) {
 func TestRunTryOnce(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	ctx := context.Background()
 	dir := t.TempDir()
 	log := workerLog(filepath.Join(dir, "worker.log"))
 	const name = "try-once"
-	const other = "v1:42:0123456789abcdef:other"
-	if err := client.Set(ctx, leaseKey(name), other, time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	p := runReplica(t, srv.Addr(), name, "a", log, filepath.Join(dir, "lock"), []string{"--try-once"})
-	if code := p.wait(20 * time.Second); code != 4 {
-		t.Errorf("exit code %d, want 4 (the lease is held by another replica)", code)
-	}
-	if took := p.exited.Sub(start); took > 10*time.Second {
-		t.Errorf("--try-once took %v to give up; the holder's lease lasts a minute", took)
-	}
-	if evs := log.events(t); len(evs) != 0 {
-		t.Errorf("the command ran:\n%s", log.dump(t))
-	}
-	if v := leaseValue(t, client, name); v != other {
-		t.Errorf("lease is %q, want the holder's %q untouched", v, other)
-	}
-
-	// The same identity as the holder, from an earlier process: still someone else's term.
-	const self = "v1:43:0123456789abcdef:a"
-	if err := client.Set(ctx, leaseKey(name), self, time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
-	q := runReplica(t, srv.Addr(), name, "a", log, filepath.Join(dir, "lock"), []string{"--try-once"})
-	if code := q.wait(20 * time.Second); code != 4 {
-		t.Errorf("exit code %d with the lease held by an earlier process of the same identity, want 4", code)
+	// Another replica, then an earlier process with this replica's identity (another
+	// instance): both are someone else's term. The lease lasts a minute: 20s is well before.
+	for _, holder := range []string{"v1:42:0123456789abcdef:other", "v1:43:0123456789abcdef:a"} {
+		holdLease(t, client, name, holder)
+		start := time.Now()
+		p := runReplica(t, srv.Addr(), name, "a", log, filepath.Join(dir, "lock"), []string{"--try-once"})
+		assertGaveUp(t, p, start, 20*time.Second, log, client, name, holder)
 	}
 
 	free := "try-once-free"
@@ -167,4 +137,28 @@ func TestRunOnceFlagErrors(t *testing.T) {
 		}
 		oneLine(t, stderr)
 	}
+}
+
+// holdLease sets the lease key of name to record for a minute, as another replica's term.
+func holdLease(t *testing.T, client *redis.Client, name, record string) {
+	t.Helper()
+	if err := client.Set(context.Background(), leaseKey(name), record, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// assertGaveUp checks that p exited 4 within limit of start, without running its command
+// or touching the lease held as record.
+func assertGaveUp(t *testing.T, p *proc, start time.Time, limit time.Duration, log workerLog, client *redis.Client, name, record string) {
+	t.Helper()
+	if code := p.wait(limit); code != 4 {
+		t.Errorf("exit code %d, want 4 (gave up without leading)", code)
+	}
+	if evs := log.events(t); len(evs) != 0 {
+		t.Errorf("the command ran:\n%s", log.dump(t))
+	}
+	if v := leaseValue(t, client, name); v != record {
+		t.Errorf("lease is %q, want the holder's %q untouched", v, record)
+	}
+	t.Logf("gave up %v after the start", p.exited.Sub(start))
 }

@@ -339,9 +339,7 @@ func TestRunSIGTERMWhileCampaigning(t *testing.T) {
 	log := workerLog(filepath.Join(dir, "worker.log"))
 	const name = "campaigning"
 	const other = "v1:42:0123456789abcdef:other"
-	if err := client.Set(context.Background(), leaseKey(name), other, time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
+	holdLease(t, client, name, other)
 	p := runReplica(t, srv.Addr(), name, "a", log, filepath.Join(dir, "lock"), nil)
 	waitFor(t, 10*time.Second, "a to see the other leader", func() bool {
 		return strings.Contains(p.stderr.String(), `"New leader observed" leader="other"`)
