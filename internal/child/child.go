@@ -66,6 +66,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"k8s.io/klog/v2"
 )
 
 // waitDelay bounds how long Wait keeps copying the output of a child that has
@@ -230,7 +232,15 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 		WaitDelay: waitDelay,
 	}
 	p := &Process{spec: spec, cmd: cmd, tty: -1, done: make(chan struct{})}
-	if spec.Shim && shimSupported {
+	useShim := spec.Shim && shimSupported
+	if useShim {
+		if _, err := os.Stat(shimExe); err != nil {
+			// Without /proc the shim could neither start nor find descendants.
+			klog.Warningf("Running the command without the shim (%v): descendants that leave its process group are not killed with it", err)
+			useShim = false
+		}
+	}
+	if useShim {
 		if p.pipes, err = newShimPipes(); err != nil {
 			return nil, fmt.Errorf("start %q: %w", spec.Path, err)
 		}
