@@ -12,6 +12,7 @@ const exitCodesHelp = `Exit codes:
   1  runtime error (for example Redis unreachable in status, HTTP address in use)
   2  usage error: unknown flag, bad value, missing argument (one line on stderr names it)
   3  status: the lease has no holder; run: leadership lost with --exit-on-lost
+  4  run: gave up without leading (--timeout passed, or --try-once found the lease held)
   N  run: the exit code of CMD when it exited by itself, or when it was stopped because
      the elector got SIGTERM/SIGINT (128+S when signal S killed it)
 `
@@ -54,16 +55,22 @@ stdin, stdout and stderr passed through and these variables added to its environ
   ELECTOR_IDENTITY       this replica's identity
   ELECTOR_LEASE_NAME     the lease name
 
-CMD runs in its own process group and dies with the elector, even on SIGKILL (Linux). As PID 1
-the elector also reaps orphaned zombies.
+CMD runs under a small shim (this binary) that leads CMD's process group and is a child
+subreaper: on Linux every descendant of CMD, even one that called setsid, is killed when CMD
+exits, at SIGKILL after --kill-grace, and when the elector dies, even by SIGKILL. As PID 1 the
+elector also reaps orphaned zombies. When stdin is a terminal in whose foreground the elector
+runs, CMD's group gets the foreground while it runs (Ctrl-C and Ctrl-Z then reach CMD).
 
   leadership lost    --stop-signal to CMD's group, SIGKILL after --kill-grace; then campaign
                      again and rerun CMD when leading again (with --exit-on-lost: exit 3)
   SIGTERM/SIGINT     forwarded to CMD (also while campaigning), SIGKILL after --kill-grace,
                      lease released; exit with CMD's code (128+S if signal S killed it; 0 if
-                     no CMD was running)
+                     no CMD was running). A second SIGTERM/SIGINT: SIGKILL at once
   SIGHUP/USR1/USR2   forwarded to CMD's group
-  CMD exits          lease released; exit with CMD's exit code
+  CMD exits          lease released; exit with CMD's exit code. With --on-success=hold, an
+                     exit 0 keeps the lease (renewed, CMD not rerun) until SIGTERM/SIGINT
+  --timeout D        exit 4 if not leading D after the start
+  --try-once         exit 4 as soon as another replica is seen holding the lease
 
 With --http-addr the endpoints of 'elector sidecar' are served as well.`
 	case "sidecar":

@@ -20,6 +20,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"k8s.io/klog/v2"
+
+	"github.com/elector/elector/internal/child"
 )
 
 // Exit codes of every command. `elector run` also exits with the code of its child.
@@ -110,6 +112,9 @@ func (c *cli) main(ctx context.Context, args []string) int {
 	case name == "-h" || name == "--help":
 		fmt.Fprint(c.stdout, mainHelp())
 		return exitOK
+	case name == child.ShimArg:
+		// Hidden: elector run re-executes itself as the shim between it and CMD.
+		return child.RunShim(args[1:])
 	case strings.HasPrefix(name, "-"):
 		return c.usageError("elector", fmt.Errorf("unknown flag %s: the command comes first, as in 'elector run --lease-name=NAME -- CMD'", name))
 	default:

@@ -26,7 +26,24 @@ const (
 	flagStopSignal = "stop-signal"
 	flagKillGrace  = "kill-grace"
 	flagExitOnLost = "exit-on-lost"
+	flagOnSuccess  = "on-success"
+	flagTimeout    = "timeout"
+	flagTryOnce    = "try-once"
 )
+
+// Values of --on-success.
+const (
+	onSuccessRelease = "release"
+	onSuccessHold    = "hold"
+)
+
+// defaultKillGrace is the default --kill-grace: within killGraceBound of the default timing
+// (15s - 10s - 152ms = 4.848s), so that a CMD stopped for a lost leadership is dead before
+// another replica can acquire the lease.
+const defaultKillGrace = 4 * time.Second
+
+// exitNotLeader: run gave up without leading, because of --timeout or --try-once.
+const exitNotLeader = 4
 
 // The environment variables elector run adds to the child's environment.
 const (
@@ -40,6 +57,9 @@ type runOptions struct {
 	stopSignal string
 	killGrace  time.Duration
 	exitOnLost bool
+	onSuccess  string
+	timeout    time.Duration
+	tryOnce    bool
 
 	signal syscall.Signal // stopSignal parsed by validate
 }
@@ -47,8 +67,11 @@ type runOptions struct {
 // addFlags registers the flags of run about the command on fs.
 func (o *runOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.stopSignal, flagStopSignal, "SIGTERM", "`signal` sent to the command's process group when leadership is lost: a name (SIGTERM, TERM) or a number")
-	fs.DurationVar(&o.killGrace, flagKillGrace, 5*time.Second, "time between the stop signal and SIGKILL; 0 kills at once")
+	fs.DurationVar(&o.killGrace, flagKillGrace, defaultKillGrace, "time between the stop signal and SIGKILL; 0 kills at once. Keep it below --lease-duration - --renew-deadline - the drift margin")
 	fs.BoolVar(&o.exitOnLost, flagExitOnLost, false, "exit with code 3 when leadership is lost, instead of campaigning again")
+	fs.StringVar(&o.onSuccess, flagOnSuccess, onSuccessRelease, "`what` to do when CMD exits 0: release (release the lease and exit 0) or hold (keep the lease without rerunning CMD until SIGTERM/SIGINT, so that no other replica reruns it)")
+	fs.DurationVar(&o.timeout, flagTimeout, 0, "give up and exit 4 if not leading within this `duration` of the start; 0: campaign for ever")
+	fs.BoolVar(&o.tryOnce, flagTryOnce, false, "exit 4 instead of waiting when another replica holds the lease (Redis errors are still retried; bound them with --timeout)")
 }
 
 // validate parses --stop-signal and checks --kill-grace.
@@ -59,9 +82,23 @@ func (o *runOptions) validate() error {
 	}
 	o.signal = sig
 	if o.killGrace < 0 {
-		return fmt.Errorf("--%s: must be 0 or a positive duration such as 5s, got %v", flagKillGrace, o.killGrace)
+		return fmt.Errorf("--%s: must be 0 or a positive duration such as 4s, got %v", flagKillGrace, o.killGrace)
+	}
+	if o.onSuccess != onSuccessRelease && o.onSuccess != onSuccessHold {
+		return fmt.Errorf("--%s: want %s or %s, got %q", flagOnSuccess, onSuccessRelease, onSuccessHold, o.onSuccess)
+	}
+	if o.timeout < 0 {
+		return fmt.Errorf("--%s: must be 0 (no timeout) or a positive duration such as 30s, got %v", flagTimeout, o.timeout)
 	}
 	return nil
+}
+
+// killGraceBound is the longest --kill-grace with which a CMD stopped because leadership was
+// lost is surely dead before another replica can acquire the lease: after the last successful
+// renew the leader steps down at --renew-deadline at the latest, and the lease expires no
+// earlier than --lease-duration minus the drift margin by this replica's clock.
+func killGraceBound(lo *leaseOptions) time.Duration {
+	return lo.leaseDuration - lo.renewDeadline - election.DriftMargin(lo.leaseDuration)
 }
 
 // signalNames lists the names --stop-signal accepts, in the order of their numbers on Linux.
@@ -209,9 +246,9 @@ func (c *cli) parseRun(args []string) (rc *runConfig, code int, ok bool) {
 func (c *cli) supervise(ctx context.Context, rc *runConfig) int {
 	const who = "elector run"
 	lo := &rc.common.lease
-	if margin := lo.leaseDuration - lo.renewDeadline; rc.run.killGrace > margin {
-		klog.InfoS("Warning: --kill-grace is longer than --lease-duration minus --renew-deadline: after a lost leadership the command may still run when another replica's command starts",
-			"killGrace", rc.run.killGrace, "margin", margin)
+	if bound := killGraceBound(lo); rc.run.killGrace > bound {
+		klog.Warningf("--kill-grace (%v) is longer than --lease-duration minus --renew-deadline minus the drift margin (%v - %v - %v = %v): after a lost leadership the command may still run when another replica's command starts",
+			rc.run.killGrace, lo.leaseDuration, lo.renewDeadline, election.DriftMargin(lo.leaseDuration), bound)
 	}
 
 	// Signals are caught from here on: a SIGTERM while campaigning ends the campaign cleanly.
@@ -228,12 +265,15 @@ func (c *cli) supervise(ctx context.Context, rc *runConfig) int {
 			Stderr:     c.stderr,
 			StopSignal: rc.run.signal,
 			KillGrace:  rc.run.killGrace,
+			Shim:       true,
 		},
 		baseEnv:   c.environ(),
 		identity:  lo.identity,
 		leaseName: lo.name,
+		hold:      rc.run.onSuccess == onSuccessHold,
 		exited:    make(chan child.ExitStatus, 1),
 		failed:    make(chan error, 1),
+		giveUp:    make(chan string, 1),
 	}
 	reaperCtx, stopReaper := context.WithCancel(ctx)
 	defer stopReaper()
@@ -245,7 +285,12 @@ func (c *cli) supervise(ctx context.Context, rc *runConfig) int {
 	l, err := startLeadership(&rc.common, &rc.serve, election.Callbacks{
 		OnStartedLeading: sup.lead,
 		OnStoppedLeading: func() {},
-		OnNewLeader:      logNewLeader,
+		OnNewLeader: func(identity string) {
+			logNewLeader(identity)
+			if rc.run.tryOnce {
+				sup.observed(identity)
+			}
+		},
 	}, rc.run.exitOnLost)
 	if err != nil {
 		return c.runtimeError(who, err)
@@ -261,24 +306,40 @@ func (c *cli) supervise(ctx context.Context, rc *runConfig) int {
 	httpErr := make(chan error, 1)
 	l.serveHTTP(httpErr)
 
+	var timeout <-chan time.Time
+	if d := rc.run.timeout; d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timeout = t.C
+	}
+
 	var (
 		received   syscall.Signal
 		childCode  = -1
 		runErr     error
 		runtimeErr error
+		gaveUp     string
 	)
 	for running := true; running; {
 		select {
 		case s := <-sigs:
 			sig, _ := s.(syscall.Signal)
-			if received == 0 && (sig == syscall.SIGTERM || sig == syscall.SIGINT) {
-				received = sig
-				sup.stopping.Store(int32(sig))
-				klog.InfoS("Received signal: stopping the command and releasing the lease", "signal", sig)
-				cancel()
+			if sig == syscall.SIGTERM || sig == syscall.SIGINT {
+				if received == 0 {
+					received = sig
+					sup.stopping.Store(int32(sig))
+					klog.InfoS("Received signal: stopping the command and releasing the lease", "signal", sig)
+					cancel()
+				} else {
+					sup.killNow(sig)
+				}
 				continue
 			}
 			sup.forward(sig)
+		case <-timeout:
+			sup.tryGiveUp(fmt.Sprintf("not the leader within --%s %v", flagTimeout, rc.run.timeout))
+		case gaveUp = <-sup.giveUp:
+			cancel()
 		case es := <-sup.exited:
 			childCode = es.ExitCode()
 			cancel()
@@ -307,6 +368,9 @@ func (c *cli) supervise(ctx context.Context, rc *runConfig) int {
 	case lost:
 		klog.InfoS("Leadership lost: exiting because of --exit-on-lost", "code", exitNoLeader)
 		return exitNoLeader
+	case gaveUp != "" && runErr == nil:
+		klog.InfoS("Giving up without leading", "reason", gaveUp, "code", exitNotLeader)
+		return exitNotLeader
 	case runErr != nil:
 		return c.runtimeError(who, runErr)
 	case runtimeErr != nil:
@@ -333,16 +397,53 @@ type supervisor struct {
 	baseEnv   []string
 	identity  string
 	leaseName string
+	hold      bool // --on-success=hold
 	elector   *election.Elector
 
 	stopping atomic.Int32          // the signal the elector received (SIGTERM, SIGINT), 0 before
 	exited   chan child.ExitStatus // the command exited by itself
 	failed   chan error            // the command could not be started
+	giveUp   chan string           // why run gives up without leading (--timeout, --try-once)
 
 	mu       sync.Mutex
 	current  *child.Process
 	stopped  *child.ExitStatus // how the command ended when it was stopped for the elector's exit
 	lastTerm lease.Record      // the last term this replica led
+	led      bool              // a term began here: --timeout and --try-once no longer apply
+	gaveUp   bool              // run gives up: no term may start the command any more
+	done     bool              // the command exited 0 with --on-success=hold
+}
+
+// tryGiveUp makes run give up for reason unless a term has begun; a term that begins later
+// does not start the command.
+func (s *supervisor) tryGiveUp(reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.led || s.gaveUp {
+		return
+	}
+	s.gaveUp = true
+	s.giveUp <- reason // buffered, sent once
+}
+
+// observed is OnNewLeader with --try-once: a holder other than this replica's current term
+// (another replica, or an earlier process with this identity) means giving up.
+func (s *supervisor) observed(identity string) {
+	if identity == s.identity && s.elector.IsLeader() {
+		return
+	}
+	s.tryGiveUp(fmt.Sprintf("the lease is held by %q (--%s)", identity, flagTryOnce))
+}
+
+// killNow is the second SIGTERM or SIGINT: SIGKILL to the command's tree at once.
+func (s *supervisor) killNow(sig syscall.Signal) {
+	p := s.running()
+	if p == nil {
+		klog.V(2).InfoS("Second signal received while no command runs", "signal", sig)
+		return
+	}
+	klog.InfoS("Second signal received: killing the command now", "signal", sig, "pid", p.CommandPid())
+	p.Kill()
 }
 
 // lead is OnStartedLeading: it runs the command until the command exits or ctx ends, and
@@ -354,8 +455,19 @@ func (s *supervisor) lead(ctx context.Context) {
 		return
 	}
 	s.mu.Lock()
+	if s.gaveUp {
+		s.mu.Unlock()
+		return
+	}
+	s.led = true
 	s.lastTerm = lease.Record{Token: st.Token, Instance: s.elector.Lease().Instance(), Identity: s.identity}
+	done := s.done
 	s.mu.Unlock()
+	if done {
+		klog.InfoS("Holding the lease without running the command, which succeeded in an earlier term (--on-success=hold)", "token", st.Token)
+		<-ctx.Done()
+		return
+	}
 	spec := s.spec
 	spec.Env = childEnv(s.baseEnv, st.Token, s.identity, s.leaseName)
 	// Stopping is done below with the right signal, so Start gets a context that never ends.
@@ -370,7 +482,7 @@ func (s *supervisor) lead(ctx context.Context) {
 	}
 	s.setCurrent(p)
 	defer s.setCurrent(nil)
-	klog.InfoS("Started the command", "pid", p.Pid(), "token", st.Token, "command", spec.Path)
+	klog.InfoS("Started the command", "pid", p.CommandPid(), "processGroup", p.Pid(), "token", st.Token, "command", spec.Path)
 
 	select {
 	case <-p.Done():
@@ -382,9 +494,9 @@ func (s *supervisor) lead(ctx context.Context) {
 			if n := s.stopping.Load(); n != 0 {
 				sig, reason = syscall.Signal(n), "elector stopping"
 			}
-			klog.InfoS("Stopping the command", "pid", p.Pid(), "signal", sig, "reason", reason, "killGrace", spec.KillGrace)
+			klog.InfoS("Stopping the command", "pid", p.CommandPid(), "signal", sig, "reason", reason, "killGrace", spec.KillGrace)
 			es := p.StopWith(context.Background(), sig)
-			klog.InfoS("The command stopped", "pid", p.Pid(), "status", es.String(), "token", st.Token)
+			klog.InfoS("The command stopped", "pid", p.CommandPid(), "status", es.String(), "token", st.Token)
 			if s.stopping.Load() != 0 {
 				s.mu.Lock()
 				s.stopped = &es
@@ -394,11 +506,26 @@ func (s *supervisor) lead(ctx context.Context) {
 		}
 	}
 	es := p.Wait()
-	klog.InfoS("The command exited; releasing the lease", "pid", p.Pid(), "status", es.String(), "token", st.Token)
+	if s.hold && es.Signal == 0 && es.Code == 0 {
+		s.mu.Lock()
+		s.done, s.current = true, nil
+		s.mu.Unlock()
+		klog.InfoS("The command succeeded; holding the lease until SIGTERM or SIGINT (--on-success=hold)", "pid", p.CommandPid(), "token", st.Token)
+		<-ctx.Done()
+		return
+	}
+	klog.InfoS("The command exited; releasing the lease", "pid", p.CommandPid(), "status", es.String(), "token", st.Token)
 	select {
 	case s.exited <- es:
 	default:
 	}
+}
+
+// running returns the running command, nil when none runs.
+func (s *supervisor) running() *child.Process {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.current
 }
 
 // setCurrent records the running command, nil when none runs.
@@ -410,9 +537,7 @@ func (s *supervisor) setCurrent(p *child.Process) {
 
 // forward passes a signal the elector received on to the running command's process group.
 func (s *supervisor) forward(sig syscall.Signal) {
-	s.mu.Lock()
-	p := s.current
-	s.mu.Unlock()
+	p := s.running()
 	if p == nil {
 		klog.V(2).InfoS("Signal received while no command runs", "signal", sig)
 		return

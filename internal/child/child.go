@@ -7,6 +7,23 @@
 // group is killed too: a singleton job must not leave a background process
 // running unsupervised, possibly next to the next leader's job.
 //
+// # The shim
+//
+// A process group does not hold everything a command starts: a worker that
+// called setsid(2) or setpgid(2), or a double-forked daemon, is outside it,
+// and the parent-death signal kills only the child itself. With Spec.Shim
+// (Linux) the child is therefore a shim: this program re-executed through
+// /proc/self/exe with ShimArg, which runs RunShim. The shim leads the process
+// group, is a child subreaper (every orphaned descendant becomes its child,
+// whatever its group or session) and runs the command as its own child. It
+// SIGKILLs every descendant, found by walking /proc, when the command exits,
+// when Process.Kill (or the end of KillGrace) asks it to over its control
+// pipe, and when the elector dies (its parent-death signal, or the control
+// pipe's end); it passes every signal it gets (those the elector sends to the
+// group) on to the descendants outside the group; it reports stops of its
+// children on a second pipe, which Process logs; and it exits as the command
+// did, with the same exit code or killed by the same signal.
+//
 // # Pdeathsig and threads
 //
 // Linux sends the parent-death signal when the *thread* that forked the
@@ -17,7 +34,7 @@
 // until the child has exited. The child can never outlive the elector nor be
 // killed early because some other goroutine's thread went away. (The kernel
 // clears the parent-death signal when the child executes a set-user-ID or
-// set-group-ID program.)
+// set-group-ID program.) The shim forks the command from a locked thread too.
 //
 // # Zombies when running as PID 1
 //
@@ -27,13 +44,18 @@
 //
 // # Terminal
 //
-// Because the child runs in a process group of its own, it is a background
-// group of the elector's terminal, if any: a child that reads from an
-// interactive terminal is stopped by SIGTTIN, and Ctrl-C reaches only the
-// elector (which forwards the signal). Containers normally have no terminal.
+// The child runs in a process group of its own. When Stdin is a terminal
+// whose foreground group is the elector's (Linux), the child's group gets the
+// foreground while the child runs, and the elector's group gets it back after
+// the child exited: the child can read from the terminal, and Ctrl-C and
+// Ctrl-Z reach it as they reach a shell's foreground job. Otherwise (the
+// elector in the background) a child that reads from the terminal is stopped
+// by SIGTTIN, which the shim reports and Process logs. Containers normally
+// have no terminal.
 package child
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -44,6 +66,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"k8s.io/klog/v2"
 )
 
 // waitDelay bounds how long Wait keeps copying the output of a child that has
@@ -76,6 +100,12 @@ type Spec struct {
 	// set whenever a Reaper runs, so that the Reaper leaves this child to
 	// its Process.
 	Reaper *Reaper
+	// Shim runs the command under the shim on Linux (see the package
+	// comment): this program re-executed with ShimArg, whose main must then
+	// call RunShim. Every descendant of the command, including those that
+	// left its process group or session, then dies with the command, with
+	// the elector, and at SIGKILL after KillGrace. Ignored elsewhere.
+	Shim bool
 }
 
 // ExitStatus is how the child ended.
@@ -157,16 +187,20 @@ func LookPath(name string) (string, error) {
 
 // Process is a started child. Its methods are safe for concurrent use.
 type Process struct {
-	spec Spec
-	cmd  *exec.Cmd
-	pid  int
-	done chan struct{}
+	spec   Spec
+	cmd    *exec.Cmd
+	pid    int        // the child: the shim, or the command without one
+	cmdPid int        // the command
+	pipes  *shimPipes // nil without a shim
+	tty    int        // the terminal whose foreground the child's group got, -1: none
+	done   chan struct{}
 
 	mu      sync.Mutex
 	exited  bool // the child has exited: its pid and group may no longer be signalled
 	killed  bool // Stop escalated to SIGKILL while the child was running
 	status  ExitStatus
 	ctxStop func() bool // unregisters the stop-on-ctx-done callback
+	backup  *time.Timer // SIGKILL of the group should the shim not act on a kill request
 
 	stopOnce sync.Once
 }
@@ -187,21 +221,56 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 	if spec.StopSignal == 0 {
 		spec.StopSignal = syscall.SIGTERM
 	}
+	argv := append([]string{spec.Path}, spec.Args...)
 	cmd := &exec.Cmd{
-		Path:        path,
-		Args:        append([]string{spec.Path}, spec.Args...),
-		Env:         spec.Env,
-		Stdin:       spec.Stdin,
-		Stdout:      spec.Stdout,
-		Stderr:      spec.Stderr,
-		SysProcAttr: sysProcAttr(),
-		WaitDelay:   waitDelay,
+		Path:      path,
+		Args:      argv,
+		Env:       spec.Env,
+		Stdin:     spec.Stdin,
+		Stdout:    spec.Stdout,
+		Stderr:    spec.Stderr,
+		WaitDelay: waitDelay,
 	}
-	p := &Process{spec: spec, cmd: cmd, done: make(chan struct{})}
+	p := &Process{spec: spec, cmd: cmd, tty: -1, done: make(chan struct{})}
+	useShim := spec.Shim && shimSupported
+	if useShim {
+		if _, err := os.Stat(shimExe); err != nil {
+			// Without /proc the shim could neither start nor find descendants.
+			klog.Warningf("Running the command without the shim (%v): descendants that leave its process group are not killed with it", err)
+			useShim = false
+		}
+	}
+	if useShim {
+		if p.pipes, err = newShimPipes(); err != nil {
+			return nil, fmt.Errorf("start %q: %w", spec.Path, err)
+		}
+		cmd.Path, cmd.Args = shimExe, shimArgs(path, argv)
+		cmd.ExtraFiles = []*os.File{p.pipes.shimCtrl, p.pipes.shimReport} // fds 3 and 4
+	}
+	if fd, ok := foregroundTerminal(spec.Stdin); ok {
+		p.tty = fd
+	}
+	cmd.SysProcAttr = sysProcAttr(p.pipes != nil, p.tty)
 	started := make(chan error, 1)
 	go p.run(started)
 	if err := <-started; err != nil {
+		if p.pipes != nil {
+			p.pipes.closeAll()
+		}
 		return nil, fmt.Errorf("start %q: %w", spec.Path, err)
+	}
+	p.cmdPid = p.pid
+	if p.pipes != nil {
+		p.pipes.closeShimEnds()
+		r := bufio.NewReader(p.pipes.report)
+		pid, err := readShimStart(r)
+		if err != nil {
+			p.Wait()
+			p.pipes.report.Close()
+			return nil, fmt.Errorf("start %q: %w", spec.Path, err)
+		}
+		p.cmdPid = pid
+		go p.logShimReports(r)
 	}
 	stop := context.AfterFunc(ctx, func() { p.Stop(context.Background()) })
 	p.mu.Lock()
@@ -237,10 +306,21 @@ func (p *Process) run(started chan<- error) {
 		// Kill whatever is left of the child's process group.
 		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
 	}
+	if p.tty >= 0 {
+		reclaimTerminal(p.tty)
+	}
 	err := p.cmd.Wait() // reaps, and finishes copying I/O
 	if waitErr != nil {
 		p.markExited()
 	}
+	p.mu.Lock()
+	if p.backup != nil {
+		p.backup.Stop()
+	}
+	if p.pipes != nil {
+		p.pipes.ctrl.Close()
+	}
+	p.mu.Unlock()
 	if r := p.spec.Reaper; r != nil {
 		r.forget(p.pid)
 	}
@@ -296,8 +376,12 @@ func (p *Process) start() error {
 	return nil
 }
 
-// Pid returns the child's process id, which is also its process group id.
+// Pid returns the child's process id, which is also its process group id:
+// the shim's with Spec.Shim (on Linux), else the command's.
 func (p *Process) Pid() int { return p.pid }
+
+// CommandPid returns the process id of the command itself.
+func (p *Process) CommandPid() int { return p.cmdPid }
 
 // Done returns a channel that is closed when the child has exited and its
 // status is known.
@@ -340,11 +424,40 @@ func (p *Process) signalLocked(sig syscall.Signal) error {
 	return nil
 }
 
+// Kill sends SIGKILL at once to the child's process group and, with a shim,
+// to every descendant of the command; Stop and StopWith then return at once
+// as well. It does nothing once the child has exited.
+func (p *Process) Kill() { p.kill() }
+
+// shimKillBackup is how long a shim has to act on a kill request before the
+// whole process group, the shim included, gets SIGKILL directly.
+const shimKillBackup = 2 * time.Second
+
 // kill sends SIGKILL to the group if the child still runs, and records that
-// the stop had to be forced.
+// the stop had to be forced. A shim is asked to do it instead, so that it
+// kills the descendants outside the group too before it exits.
 func (p *Process) kill() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.exited {
+		return
+	}
+	if p.pipes != nil {
+		_, err := p.pipes.ctrl.Write([]byte{shimKill})
+		// A shim stopped by SIGSTOP could not read the request.
+		_ = syscall.Kill(p.pid, syscall.SIGCONT)
+		if err == nil {
+			p.killed = true
+			if p.backup == nil {
+				p.backup = time.AfterFunc(shimKillBackup, func() {
+					p.mu.Lock()
+					defer p.mu.Unlock()
+					_ = p.signalLocked(syscall.SIGKILL)
+				})
+			}
+			return
+		}
+	}
 	if p.signalLocked(syscall.SIGKILL) == nil {
 		p.killed = true
 	}
@@ -371,6 +484,10 @@ func (p *Process) StopWith(ctx context.Context, sig syscall.Signal) ExitStatus {
 				p.kill()
 			}
 			return
+		}
+		if sig != syscall.SIGSTOP && sig != syscall.SIGTSTP {
+			// A stopped process acts on the stop signal only once continued.
+			_ = p.Signal(syscall.SIGCONT)
 		}
 		go func() {
 			timer := time.NewTimer(p.spec.KillGrace)

@@ -3,14 +3,57 @@ package child
 import (
 	"encoding/binary"
 	"errors"
+	"os"
+	"os/signal"
 	"syscall"
 	"unsafe"
 )
 
 // sysProcAttr puts the child in a process group of its own and has the
-// kernel SIGKILL it when the forking thread (see the package comment) exits.
-func sysProcAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+// kernel signal it when the forking thread (see the package comment) exits:
+// SIGKILL for the command, shimPdeathsig for a shim, which kills the tree
+// before it exits. With tty ≥ 0 the group gets that terminal's foreground.
+func sysProcAttr(shim bool, tty int) *syscall.SysProcAttr {
+	a := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if shim {
+		a.Pdeathsig = shimPdeathsig
+	}
+	if tty >= 0 {
+		a.Foreground, a.Ctty = true, tty
+	}
+	return a
+}
+
+// shimSupported reports whether Spec.Shim works here.
+const shimSupported = true
+
+// foregroundTerminal returns the file descriptor of stdin if it is a
+// terminal whose foreground process group is this process's: the child's
+// group is then given the foreground, so that it can read from the terminal
+// (a background group reading it is stopped by SIGTTIN) and gets Ctrl-C and
+// Ctrl-Z as a shell's foreground job does. A process in the background
+// (started with &) does not take the terminal from its shell.
+func foregroundTerminal(stdin any) (int, bool) {
+	f, ok := stdin.(*os.File)
+	if !ok || f == nil {
+		return -1, false
+	}
+	fd := int(f.Fd())
+	var pgrp int32
+	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.TIOCGPGRP, uintptr(unsafe.Pointer(&pgrp))); errno != 0 {
+		return -1, false // not a terminal, or not this session's
+	}
+	return fd, int(pgrp) == syscall.Getpgrp()
+}
+
+// reclaimTerminal gives the foreground of the terminal tty back to this
+// process's group after the child's group had it. This process is in the
+// background meanwhile, where tcsetpgrp raises SIGTTOU unless it is ignored.
+func reclaimTerminal(tty int) {
+	signal.Ignore(syscall.SIGTTOU)
+	defer signal.Reset(syscall.SIGTTOU)
+	pgrp := int32(syscall.Getpgrp())
+	_, _, _ = syscall.Syscall(syscall.SYS_IOCTL, uintptr(tty), syscall.TIOCSPGRP, uintptr(unsafe.Pointer(&pgrp)))
 }
 
 // idtype_t values of waitid(2); package syscall does not define them.

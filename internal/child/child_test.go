@@ -26,11 +26,16 @@ import (
 const helperEnv = "ELECTOR_CHILD_TEST_HELPER"
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == ShimArg {
+		os.Exit(RunShim(os.Args[2:])) // Spec.Shim re-executes this test binary
+	}
 	switch mode := os.Getenv(helperEnv); mode {
 	case "":
 		goleak.VerifyTestMain(m)
 	case "pdeathsig":
 		helperPdeathsig()
+	case "shim-tree":
+		helperShimTree()
 	case "reaper":
 		os.Exit(helperReaper())
 	default:

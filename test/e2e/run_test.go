@@ -237,7 +237,8 @@ func TestRunChildExitCode(t *testing.T) {
 }
 
 // TestRunKillGrace checks the escalation to SIGKILL when the worker ignores SIGTERM, and the
-// warning about a grace period longer than lease-duration - renew-deadline.
+// warning (at warning level) about a grace period longer than lease-duration - renew-deadline
+// - drift margin.
 func TestRunKillGrace(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
@@ -246,8 +247,8 @@ func TestRunKillGrace(t *testing.T) {
 	const name = "grace"
 	p := runReplica(t, srv.Addr(), name, "a", log, filepath.Join(dir, "lock"), []string{"--kill-grace", "500ms"}, "-ignore-term")
 	w, _ := log.waitEvent(t, 0, 10*time.Second, "the worker", isStart)
-	if !strings.Contains(p.stderr.String(), "--kill-grace is longer than --lease-duration minus --renew-deadline") {
-		t.Errorf("no warning about --kill-grace 500ms > 1s - 600ms; stderr:\n%s", p.stderr.String())
+	if !hasWarning(p.stderr.String(), "--kill-grace (500ms) is longer than --lease-duration minus --renew-deadline minus the drift margin (1s - 600ms - 12ms = 388ms)") {
+		t.Errorf("no warning about --kill-grace 500ms > 1s - 600ms - 12ms; stderr:\n%s", p.stderr.String())
 	}
 	sent := time.Now()
 	p.signal(syscall.SIGTERM)
@@ -277,7 +278,7 @@ func TestRunLeadershipLost(t *testing.T) {
 	const name = "lost"
 	p := runReplica(t, srv.Addr(), name, "a", log, lock, []string{"--kill-grace", "300ms", "--stop-signal", "SIGUSR1"}, "-ignore-term")
 	first, idx := log.waitEvent(t, 0, 10*time.Second, "the worker", isStart)
-	if strings.Contains(p.stderr.String(), "--kill-grace is longer") {
+	if strings.Contains(p.stderr.String(), "--kill-grace (") {
 		t.Errorf("warning about --kill-grace 300ms, which is within 1s - 600ms")
 	}
 	if err := client.Del(context.Background(), leaseKey(name)).Err(); err != nil {
@@ -338,9 +339,7 @@ func TestRunSIGTERMWhileCampaigning(t *testing.T) {
 	log := workerLog(filepath.Join(dir, "worker.log"))
 	const name = "campaigning"
 	const other = "v1:42:0123456789abcdef:other"
-	if err := client.Set(context.Background(), leaseKey(name), other, time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
+	holdLease(t, client, name, other)
 	p := runReplica(t, srv.Addr(), name, "a", log, filepath.Join(dir, "lock"), nil)
 	waitFor(t, 10*time.Second, "a to see the other leader", func() bool {
 		return strings.Contains(p.stderr.String(), `"New leader observed" leader="other"`)
@@ -448,8 +447,9 @@ func childrenOf(pid int) []int {
 }
 
 // TestRunAsPID1ReapsOrphans runs the elector as PID 1 of a new PID namespace, as in a
-// container, with a command that leaves an orphan behind: the orphan is adopted by the
-// elector and reaped when it exits, and the command's exit status is still passed on.
+// container, with a command that leaves an orphan behind: the orphan is adopted by the shim
+// between the elector and the command (a child subreaper) and reaped when it exits, no zombie
+// is left under the elector or the shim, and the command's exit status is still passed on.
 func TestRunAsPID1ReapsOrphans(t *testing.T) {
 	unshare, err := exec.LookPath("unshare")
 	if err == nil {
@@ -467,24 +467,9 @@ func TestRunAsPID1ReapsOrphans(t *testing.T) {
 	script := `(sleep 1 &); exec "$@"`
 	args := append([]string{"--pid", "--fork", "--kill-child", bins.elector, "run"}, leaseArgs(srv.Addr(), name, "a")...)
 	args = append(args, "--", "sh", "-c", script, "sh", bins.worker, "-log", string(log), "-lock", filepath.Join(dir, "lock"), "-term-exit", "9")
-	p := &proc{t: t, name: "unshare elector", done: make(chan struct{})}
-	p.cmd = exec.Command(unshare, args...)
-	p.cmd.Env = cleanEnv()
-	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		p.state, p.exited = p.cmd.ProcessState, time.Now()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("stderr:\n%s", p.stderr.String())
-		}
+	p := startCmd(t, "unshare elector", exec.Command(unshare, args...), func(p *proc) {
+		p.cmd.Stdout = &p.stdout
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	})
 
 	log.waitEvent(t, 0, 10*time.Second, "the worker", isStart)
@@ -494,10 +479,16 @@ func TestRunAsPID1ReapsOrphans(t *testing.T) {
 	} else {
 		t.Fatalf("unshare has children %v, want the elector alone", kids)
 	}
+	var shim int
+	if kids := childrenOf(elector); len(kids) == 1 {
+		shim = kids[0]
+	} else {
+		t.Fatalf("the elector has children %v, want the shim alone", kids)
+	}
 	// The log has the worker's pid in the new namespace; /proc here shows the outer pids.
 	var worker, orphan int
-	waitFor(t, 3*time.Second, "the worker and the orphaned sleep, both children of the elector", func() bool {
-		for _, c := range childrenOf(elector) {
+	waitFor(t, 3*time.Second, "the worker and the orphaned sleep, both children of the shim", func() bool {
+		for _, c := range childrenOf(shim) {
 			switch commOf(c) {
 			case "worker":
 				worker = c
@@ -511,9 +502,9 @@ func TestRunAsPID1ReapsOrphans(t *testing.T) {
 		_, _, exists := procStat(orphan)
 		return !exists
 	})
-	for _, c := range childrenOf(elector) {
+	for _, c := range append(childrenOf(elector), childrenOf(shim)...) {
 		if st, _, _ := procStat(c); st == 'Z' {
-			t.Errorf("zombie %d left under the elector", c)
+			t.Errorf("zombie %d left under the elector or the shim", c)
 		}
 	}
 	if err := syscall.Kill(elector, syscall.SIGTERM); err != nil {
@@ -523,4 +514,60 @@ func TestRunAsPID1ReapsOrphans(t *testing.T) {
 		t.Errorf("exit code %d, want the worker's 9", code)
 	}
 	assertLeaseGone(t, client, name)
+}
+
+// hasWarning reports whether the klog output has a line at warning level containing msg.
+func hasWarning(stderr, msg string) bool {
+	for _, line := range strings.Split(stderr, "\n") {
+		if strings.HasPrefix(line, "W") && strings.Contains(line, msg) {
+			return true
+		}
+	}
+	return false
+}
+
+// startCmd starts cmd as a proc with the clean environment and its stderr collected, after
+// setup has set what else it needs (streams, SysProcAttr). The process group of the proc is
+// killed at the end of the test.
+func startCmd(t *testing.T, name string, cmd *exec.Cmd, setup func(p *proc)) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, cmd: cmd, done: make(chan struct{})}
+	p.cmd.Env = cleanEnv()
+	p.cmd.Stderr = &p.stderr
+	setup(p)
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		p.state, p.exited = p.cmd.ProcessState, time.Now()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("%s: stderr:\n%s", name, p.stderr.String())
+		}
+	})
+	return p
+}
+
+// TestRunKillGraceWarningIncludesDrift checks that the --kill-grace warning counts the drift
+// margin: 395ms is within 1s - 600ms but not within 1s - 600ms - 12ms, and 380ms is within
+// both. The warning is at warning level.
+func TestRunKillGraceWarningIncludesDrift(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		grace string
+		warn  bool
+	}{{"395ms", true}, {"380ms", false}} {
+		args := append([]string{"run"}, leaseArgs(srv.Addr(), "drift-"+tc.grace, "a")...)
+		p := startElector(t, "elector", nil, append(args, "--kill-grace", tc.grace, "--", "sleep", "60")...)
+		waitFor(t, 10*time.Second, "the elector to campaign", func() bool { return strings.Contains(p.stderr.String(), `"Campaigning"`) })
+		if got := hasWarning(p.stderr.String(), "--kill-grace ("+tc.grace+") is longer than"); got != tc.warn {
+			t.Errorf("--kill-grace %s: warning %v, want %v; stderr:\n%s", tc.grace, got, tc.warn, p.stderr.String())
+		}
+		p.signal(syscall.SIGTERM)
+		p.wait(10 * time.Second)
+	}
 }

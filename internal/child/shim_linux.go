@@ -1,0 +1,290 @@
+package child
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// shimPdeathsig is the shim's parent-death signal. Any signal that terminates the process
+// by default will do (before exec, the default action kills the forked child); the shim
+// catches every signal and tells the parent's death by its changed parent pid.
+const shimPdeathsig = syscall.SIGTERM
+
+// shimArgs returns the argv of the shim that runs path with argv (argv[0] first).
+func shimArgs(path string, argv []string) []string {
+	return append([]string{shimExe, ShimArg, strconv.Itoa(os.Getpid()), path}, argv...)
+}
+
+// shimExe is the executable the shim is: this very program, even if its file was replaced.
+const shimExe = "/proc/self/exe"
+
+// rekillInterval is how often the shim walks /proc again while it kills the tree, to catch
+// processes forked between a walk and the SIGKILL of their parent.
+const rekillInterval = 5 * time.Millisecond
+
+// prSetChildSubreaper is PR_SET_CHILD_SUBREAPER of prctl(2).
+const prSetChildSubreaper = 36
+
+// RunShim is the shim: the program's main must call it, and exit with its result, when its
+// first argument is ShimArg; args are the arguments after that. It runs the command as its
+// child in its own process group and waits until the command and every descendant are gone,
+// then exits as the command did (the same code, or death by the same signal).
+//
+// It is a child subreaper, so every orphaned descendant, whatever session or process group
+// it moved to, becomes its child: it reaps them, and it can find all of them by walking
+// /proc. It SIGKILLs every descendant when the command exits, when the elector asks (on its
+// control pipe), and when the elector dies (the control pipe's EOF, or the parent-death
+// signal with a changed parent pid). Signals it receives (those the elector sends the
+// process group) are passed on to the descendants outside its process group, so that they
+// reach processes that called setsid or setpgid too.
+func RunShim(args []string) int {
+	// The command's parent-death signal follows the thread that forks it: this goroutine
+	// keeps its thread for the shim's life.
+	runtime.LockOSThread()
+	if len(args) < 3 {
+		fmt.Fprintf(os.Stderr, "elector: %s is internal to elector run and not for direct use\n", ShimArg)
+		return 2
+	}
+	parent, err := strconv.Atoi(args[0])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "elector: %s: bad parent pid %q\n", ShimArg, args[0])
+		return 2
+	}
+	report := os.NewFile(shimReportFd, "report")
+	ctrl := os.NewFile(shimControlFd, "control")
+	for _, fd := range []int{shimControlFd, shimReportFd} {
+		if _, err := fcntlGetfd(fd); err != nil {
+			fmt.Fprintf(os.Stderr, "elector: %s: file descriptor %d: %v (run by elector run only)\n", ShimArg, fd, err)
+			return 2
+		}
+		syscall.CloseOnExec(fd) // never inherited by the command
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(report, "%s %s\n", shimReportError, strings.ReplaceAll(err.Error(), "\n", " "))
+		return 127
+	}
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
+		return fail(fmt.Errorf("become a child subreaper: %w", errno))
+	}
+	sigs := make(chan os.Signal, 64)
+	signal.Notify(sigs) // every signal: the shim must outlive whatever its group receives
+	if os.Getppid() != parent {
+		return fail(errors.New("the elector exited before the command started"))
+	}
+	cmd := &exec.Cmd{
+		Path:        args[1],
+		Args:        args[2:],
+		Stdin:       os.Stdin,
+		Stdout:      os.Stdout,
+		Stderr:      os.Stderr,
+		SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+	}
+	if err := cmd.Start(); err != nil {
+		return fail(err)
+	}
+	s := &shim{self: os.Getpid(), parent: parent, cmd: cmd.Process.Pid, report: report}
+	fmt.Fprintf(report, "%s %d\n", shimReportStarted, s.cmd)
+	return s.loop(sigs, ctrl)
+}
+
+// shim is the state of RunShim once the command runs.
+type shim struct {
+	self, parent, cmd int
+	report            *os.File
+}
+
+// shimWait is one result of wait4 in the shim.
+type shimWait struct {
+	pid int
+	ws  syscall.WaitStatus
+	err error
+}
+
+// loop supervises until no child is left, and returns (or dies) as the command did.
+func (s *shim) loop(sigs <-chan os.Signal, ctrl *os.File) int {
+	waits := make(chan shimWait, 16)
+	go func() {
+		for {
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, syscall.WUNTRACED|syscall.WCONTINUED|syscall.WALL, nil)
+			if errors.Is(err, syscall.EINTR) {
+				continue
+			}
+			waits <- shimWait{pid: pid, ws: ws, err: err}
+			if err != nil {
+				return // ECHILD: no child is left
+			}
+		}
+	}()
+	kill := make(chan struct{}, 1)
+	go func() {
+		r := bufio.NewReader(ctrl)
+		for {
+			b, err := r.ReadByte()
+			if err != nil || b == shimKill {
+				select {
+				case kill <- struct{}{}:
+				default:
+				}
+			}
+			if err != nil {
+				return // EOF: the elector is gone
+			}
+		}
+	}()
+
+	var (
+		status  *syscall.WaitStatus
+		killing bool
+		rekill  <-chan time.Time
+	)
+	startKilling := func() {
+		if !killing {
+			killing = true
+			rekill = time.NewTicker(rekillInterval).C // runs until the shim exits
+		}
+		signalDescendants(s.self, syscall.SIGKILL, false)
+	}
+	for {
+		select {
+		case sig := <-sigs:
+			if os.Getppid() != s.parent {
+				startKilling() // the parent-death signal, or any signal after the elector died
+				continue
+			}
+			n, ok := sig.(syscall.Signal)
+			if !ok || n == syscall.SIGCHLD || n == syscall.SIGURG || killing {
+				continue // SIGURG: the Go runtime's own preemption signal
+			}
+			signalDescendants(s.self, n, true)
+		case <-kill:
+			startKilling()
+		case <-rekill:
+			signalDescendants(s.self, syscall.SIGKILL, false)
+		case w := <-waits:
+			switch {
+			case w.err != nil:
+				if status == nil {
+					return 1 // cannot happen: the command is a child until reaped here
+				}
+				return exitAs(*status)
+			case w.ws.Stopped():
+				fmt.Fprintf(s.report, "%s %d %d\n", shimReportStopped, w.pid, int(w.ws.StopSignal()))
+			case w.ws.Continued():
+				fmt.Fprintf(s.report, "%s %d\n", shimReportContinued, w.pid)
+			case w.pid == s.cmd:
+				ws := w.ws
+				status = &ws
+				startKilling() // nothing the command started may outlive it
+			}
+		}
+	}
+}
+
+// signalDescendants sends sig to every descendant of root found in /proc; with
+// outsideGroupOnly, only to those outside root's process group (the rest got it already).
+func signalDescendants(root int, sig syscall.Signal, outsideGroupOnly bool) {
+	for _, d := range descendants(root) {
+		if outsideGroupOnly && d.pgid == root {
+			continue
+		}
+		_ = syscall.Kill(d.pid, sig)
+	}
+}
+
+// procEntry is a process as /proc/PID/stat shows it.
+type procEntry struct {
+	pid, ppid, pgid int
+}
+
+// descendants returns every process whose chain of parents reaches root, from /proc.
+func descendants(root int) []procEntry {
+	dir, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	defer dir.Close()
+	names, _ := dir.Readdirnames(-1)
+	children := make(map[int][]procEntry)
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil {
+			continue
+		}
+		if e, ok := readProcStat(pid); ok {
+			children[e.ppid] = append(children[e.ppid], e)
+		}
+	}
+	var out []procEntry
+	queue := []int{root}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c.pid)
+		}
+	}
+	return out
+}
+
+// readProcStat reads the parent and process group of pid.
+func readProcStat(pid int) (procEntry, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procEntry{}, false
+	}
+	// "pid (comm) state ppid pgrp ...": comm may contain spaces and parentheses.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return procEntry{}, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 3 {
+		return procEntry{}, false
+	}
+	ppid, err1 := strconv.Atoi(f[1])
+	pgid, err2 := strconv.Atoi(f[2])
+	if err1 != nil || err2 != nil {
+		return procEntry{}, false
+	}
+	return procEntry{pid: pid, ppid: ppid, pgid: pgid}, true
+}
+
+// exitAs ends the shim the way ws says its command ended: with the same exit code, or by
+// the same signal, so that the elector sees the command's own status.
+func exitAs(ws syscall.WaitStatus) int {
+	if !ws.Signaled() {
+		return ws.ExitStatus()
+	}
+	sig := ws.Signal()
+	// The command may have dumped core already; the shim's core is of no use.
+	_ = syscall.Setrlimit(syscall.RLIMIT_CORE, &syscall.Rlimit{})
+	// Go's handler would not die of SIGQUIT, SIGSEGV and the like as the kernel does:
+	// restore the default action behind the runtime's back, then raise the signal.
+	var act [4]uint64 // struct sigaction, zero: SIG_DFL, no flags, empty mask
+	_, _, _ = syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&act)), 0, 8, 0, 0)
+	_ = syscall.Kill(os.Getpid(), sig)
+	time.Sleep(time.Second) // the signal is fatal; this is only in case it was not
+	return 128 + int(sig)
+}
+
+// fcntlGetfd checks that fd is open.
+func fcntlGetfd(fd int) (int, error) {
+	r, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFD, 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(r), nil
+}

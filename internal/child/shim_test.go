@@ -1,0 +1,213 @@
+//go:build linux
+
+package child
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// treeScript starts, besides itself, a background process in its group and an orphan in
+// a session of its own (a double fork through setsid), all ignoring SIGTERM, and writes
+// their pids to "$PIDS" (one a line, three in all) before it runs on.
+const treeScript = `trap '' TERM
+sleep ` + long + ` & echo $! >> "$PIDS"
+(setsid sh -c 'trap "" TERM; sleep ` + long + ` & echo $! >> "$PIDS"' &)
+echo $$ >> "$PIDS"
+`
+
+// waitPids waits until path lists n pids and returns them.
+func waitPids(t *testing.T, path string, n int) []int {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, _ := os.ReadFile(path)
+		var pids []int
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+		if len(pids) == n {
+			return pids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s lists %v, want %d pids", path, pids, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func shimSpec(env ...string) Spec {
+	return Spec{Shim: true, Env: append(env, "PATH="+os.Getenv("PATH"))}
+}
+
+// TestShimExitStatus checks that the shim passes the command's status on exactly: its exit
+// code, or the signal that killed it, including those the Go runtime handles itself.
+func TestShimExitStatus(t *testing.T) {
+	for _, code := range []int{0, 3, 255} {
+		st := waitStatus(t, startSh(t, shimSpec(), fmt.Sprintf("exit %d", code)))
+		if st.Code != code || st.Signal != 0 || st.Err != nil {
+			t.Errorf("exit %d under the shim: %+v", code, st)
+		}
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGQUIT, syscall.SIGSEGV, syscall.SIGPIPE} {
+		st := waitStatus(t, startSh(t, shimSpec(), fmt.Sprintf("kill -%d $$", int(sig))))
+		if st.Signal != sig || st.ExitCode() != 128+int(sig) {
+			t.Errorf("kill -%d under the shim: %+v, want killed by %v", int(sig), st, sig)
+		}
+	}
+}
+
+// TestShimCommandPid checks that CommandPid is the command, a child of the shim, which
+// leads the process group.
+func TestShimCommandPid(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	p := startSh(t, shimSpec("PIDFILE="+pidFile), `echo $$ > "$PIDFILE"; exec sleep `+long)
+	pid := readPid(t, pidFile)
+	killLong(t, pid)
+	if p.CommandPid() != pid || p.Pid() == pid {
+		t.Errorf("Pid %d, CommandPid %d; the command is %d", p.Pid(), p.CommandPid(), pid)
+	}
+	if e, ok := readProcStat(pid); !ok || e.ppid != p.Pid() || e.pgid != p.Pid() {
+		t.Errorf("the command's /proc entry %+v; want parent and group %d (the shim)", e, p.Pid())
+	}
+}
+
+// TestShimKillsTreeWhenCommandExits: nothing the command started outlives it, not even an
+// orphan in another session.
+func TestShimKillsTreeWhenCommandExits(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	p := startSh(t, shimSpec("PIDS="+pidFile), treeScript+`
+while [ "$(wc -l < "$PIDS")" -lt 3 ]; do sleep 0.01; done
+exit 4`)
+	pids := waitPids(t, pidFile, 3)
+	for _, pid := range pids {
+		killLong(t, pid)
+	}
+	if st := waitStatus(t, p); st.Code != 4 {
+		t.Errorf("status %+v, want exit code 4", st)
+	}
+	for _, pid := range pids {
+		if running(pid) {
+			t.Errorf("process %d still runs after the command exited", pid)
+		}
+	}
+}
+
+// TestShimStopEscalationKillsTree: after the grace, SIGKILL reaches every descendant, also
+// those outside the process group, which also got the stop signal.
+func TestShimStopEscalationKillsTree(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	p := startSh(t, Spec{Shim: true, KillGrace: 200 * time.Millisecond, Env: []string{"PIDS=" + pidFile, "PATH=" + os.Getenv("PATH")}},
+		treeScript+`while :; do sleep 0.05; done`)
+	pids := waitPids(t, pidFile, 3)
+	for _, pid := range pids {
+		killLong(t, pid)
+	}
+	st := p.Stop(testCtx(t))
+	if st.Signal != syscall.SIGKILL || !st.Killed {
+		t.Errorf("Stop = %+v, want SIGKILL after the grace", st)
+	}
+	for _, pid := range pids {
+		if running(pid) {
+			t.Errorf("process %d still runs after Stop", pid)
+		}
+	}
+}
+
+// TestShimForwardsOutsideGroup: a signal to the group reaches a descendant that left it.
+func TestShimForwardsOutsideGroup(t *testing.T) {
+	dir := t.TempDir()
+	mark := filepath.Join(dir, "mark")
+	ready := filepath.Join(dir, "ready")
+	p := startSh(t, shimSpec("MARK="+mark, "READY="+ready),
+		`setsid sh -c 'trap "echo got-usr1 > \"$MARK\"; exit 0" USR1; echo ready > "$READY"; while :; do sleep 0.05; done' &
+trap '' USR1
+wait`)
+	waitFile(t, ready)
+	if err := p.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitFile(t, mark); got != "got-usr1" {
+		t.Errorf("mark %q", got)
+	}
+}
+
+// TestShimParentDeath SIGKILLs a helper process that runs a tree under the shim: the shim
+// kills every descendant when its parent dies.
+func TestShimParentDeath(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	helper := exec.Command(os.Args[0], "-test.run=^$")
+	helper.Env = append(os.Environ(), helperEnv+"=shim-tree", "PIDS="+pidFile)
+	helper.Stderr = os.Stderr
+	helper.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := helper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = helper.Process.Kill(); _ = helper.Wait() })
+	pids := waitPids(t, pidFile, 3)
+	for _, pid := range pids {
+		killLong(t, pid)
+	}
+	if err := helper.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = helper.Wait()
+	for _, pid := range pids {
+		waitGone(t, pid, "descendant of the SIGKILLed helper")
+	}
+}
+
+// helperShimTree runs treeScript under the shim and waits to be killed.
+func helperShimTree() {
+	_, err := Start(context.Background(), Spec{Shim: true, Path: "sh", Args: []string{"-c", treeScript + "while :; do sleep 0.05; done"}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+
+// openFds counts the open file descriptors of this process.
+func openFds(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries)
+}
+
+// TestShimStartErrorAndNoFdLeak checks that a command the shim cannot execute is a Start
+// error, and that neither that nor a normal run leaves a pipe of the shim open here.
+func TestShimStartErrorAndNoFdLeak(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "not-a-program")
+	if err := os.WriteFile(bad, []byte{0x7f, 'X', 0, 1, 2, 3}, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	before := openFds(t)
+	for range 3 {
+		waitStatus(t, startSh(t, shimSpec(), "exit 0"))
+		if _, err := Start(context.Background(), Spec{Shim: true, Path: bad}); err == nil || !strings.Contains(err.Error(), "exec format error") {
+			t.Errorf("Start of a file that is no program under the shim: %v, want exec format error", err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for openFds(t) > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // the report readers close their pipe at its EOF
+	}
+	if after := openFds(t); after > before {
+		t.Errorf("%d file descriptors open before, %d after", before, after)
+	}
+}
