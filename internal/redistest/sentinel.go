@@ -44,6 +44,18 @@ type sentinelConfig struct {
 	failoverTimeout time.Duration
 	password        string
 	replicaEnv      map[int][]string
+	replicaArgs     map[int][]string
+}
+
+// WithReplicaArgs adds command-line arguments to replica i (0-based), for example
+// "--replica-priority", "0" so that Sentinel never promotes it.
+func WithReplicaArgs(i int, args ...string) SentinelOption {
+	return func(c *sentinelConfig) {
+		if c.replicaArgs == nil {
+			c.replicaArgs = map[int][]string{}
+		}
+		c.replicaArgs[i] = append(c.replicaArgs[i], args...)
+	}
 }
 
 // WithReplicaEnv adds env ("NAME=value" entries) to the environment of replica i (0-based), for
@@ -103,13 +115,18 @@ func StartSentinel(t testing.TB, masterName string, replicas, sentinels int, opt
 			t.Fatalf("StartSentinel: WithReplicaEnv(%d) names no replica (there are %d)", i, replicas)
 		}
 	}
+	for i := range cfg.replicaArgs {
+		if i < 0 || i >= replicas {
+			t.Fatalf("StartSentinel: WithReplicaArgs(%d) names no replica (there are %d)", i, replicas)
+		}
+	}
 	bin := ServerPath(t)
 	sentinelBin, sentinelArgs := sentinelPath(t)
 
 	s := &Sentinel{Master: startEnv(t, nil, nil), MasterName: masterName, SentinelPassword: cfg.password}
 	masterPort := strconv.Itoa(s.Master.Port())
 	for i := range replicas {
-		r := newRedisServer(t, bin, []string{"--replicaof", "127.0.0.1", masterPort}, false)
+		r := newRedisServer(t, bin, append([]string{"--replicaof", "127.0.0.1", masterPort}, cfg.replicaArgs[i]...), false)
 		r.env = cfg.replicaEnv[i]
 		s.Replicas = append(s.Replicas, r)
 	}
