@@ -61,15 +61,21 @@ func userClient(t *testing.T, srv *redistest.Server, user string, tm timing) red
 		Username: user, Password: "pw"}, tm)
 }
 
-// denials returns the ACL LOG entries of user, newest first.
-func denials(t *testing.T, admin *redis.Client, user string) []*redis.ACLLogEntry {
+// aclLog returns the ACL LOG entries, newest first.
+func aclLog(t *testing.T, admin *redis.Client) []*redis.ACLLogEntry {
 	t.Helper()
 	log, err := admin.ACLLog(context.Background(), 100).Result()
 	if err != nil {
 		t.Fatalf("ACL LOG: %v", err)
 	}
+	return log
+}
+
+// denials returns the ACL LOG entries of user, newest first.
+func denials(t *testing.T, admin *redis.Client, user string) []*redis.ACLLogEntry {
+	t.Helper()
 	var out []*redis.ACLLogEntry
-	for _, e := range log {
+	for _, e := range aclLog(t, admin) {
 		if e.Username == user {
 			out = append(out, e)
 		}
@@ -82,12 +88,8 @@ func denials(t *testing.T, admin *redis.Client, user string) []*redis.ACLLogEntr
 // of the matrix), only the refusals a test provokes on purpose may be there.
 func onlyRefusals(t *testing.T, admin *redis.Client, expected func(*redis.ACLLogEntry) bool) {
 	t.Helper()
-	log, err := admin.ACLLog(context.Background(), 100).Result()
-	if err != nil {
-		t.Fatalf("ACL LOG: %v", err)
-	}
 	var bad []*redis.ACLLogEntry
-	for _, e := range log {
+	for _, e := range aclLog(t, admin) {
 		if !expected(e) {
 			bad = append(bad, e)
 		}
