@@ -138,36 +138,49 @@ func failoverToClockAhead(t *testing.T, lib string, tm timing, margin time.Durat
 		"job", "pod-a", tm, led, opts...)
 	waitLeader(t, []*replica{a}, time.Time{}, 30*time.Second)
 
-	// Kill the master right after a renew of A; its send time bounds the record's expiry.
-	before := a.e.Status().LastRenew
+	// Kill the master right after a renew of A that reached both replicas (replication is
+	// ordered: a write of ours after it, acknowledged by both, follows it), so that the record's
+	// expiry there is that renew's; its send time bounds the expiry. A renew of A while we wait
+	// for the acknowledgement starts over with that one.
+	mc := s.Master.Client(t)
+	key := "elector:{job}:lease"
 	var sent, seen time.Time
-	for deadline := time.Now().Add(10 * tm.retry); ; {
-		st := a.e.Status()
-		if st.LastRenew != nil && before != nil && st.LastRenew.After(*before) {
-			sent, seen = *st.LastRenew, time.Now()
+	var record string
+	for attempt := 0; ; attempt++ {
+		if attempt == 10 {
+			t.Fatalf("A renewed during every acknowledgement wait of %d attempts", attempt)
+		}
+		before := a.e.Status().LastRenew
+		for deadline := time.Now().Add(10 * tm.retry); ; {
+			st := a.e.Status()
+			if st.LastRenew != nil && before != nil && st.LastRenew.After(*before) {
+				sent, seen = *st.LastRenew, time.Now()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("A did not renew within %v: %+v", 10*tm.retry, st)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if err := mc.Set(ctx, "clock-test-marker", "1", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := mc.Wait(ctx, 2, 5*time.Second).Result(); err != nil || n != 2 {
+			t.Fatalf("WAIT 2 after A's renew = %d, %v", n, err)
+		}
+		var err error
+		if record, err = rc.Get(ctx, key).Result(); err != nil { // A's record, replicated
+			t.Fatalf("GET %s on the replica: %v", key, err)
+		}
+		if last := a.e.Status().LastRenew; last != nil && last.Equal(sent) {
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("A did not renew within %v: %+v", 10*tm.retry, st)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	// Make sure the renew reached both replicas (replication is ordered: a write of ours after
-	// it, acknowledged by both, follows it), so that the record's expiry there is this renew's.
-	mc := s.Master.Client(t)
-	if err := mc.Set(ctx, "clock-test-marker", "1", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := mc.Wait(ctx, 2, 5*time.Second).Result(); err != nil || n != 2 {
-		t.Fatalf("WAIT 2 after A's renew = %d, %v", n, err)
-	}
-	key := "elector:{job}:lease"
-	record, err := rc.Get(ctx, key).Result() // A's record, replicated
-	if err != nil {
-		t.Fatalf("GET %s on the replica: %v", key, err)
 	}
 	old := s.Master.Addr()
 	s.Master.Stop()
+	if last := a.e.Status().LastRenew; last == nil || !last.Equal(sent) {
+		t.Fatalf("A renewed again (%v) in the microseconds before the kill; its expiry on the replica is unknown", last)
+	}
 
 	// Watch A's record disappear on the replica (a replica answers reads of a key whose
 	// expiry has passed on its own clock as missing, promoted or not). Another record there is
