@@ -52,9 +52,13 @@ func programVersion(path string) serverVersion {
 }
 
 // logStarted writes the line from which hack/compat tells which modes a test exercised against
-// which server: "redistest: started MODE (SERVER VERSION)".
+// which server: "redistest: started MODE (SERVER VERSION)". Benchmarks print every log line, so
+// they get none.
 func logStarted(t testing.TB, mode, bin, addr string) {
 	t.Helper()
+	if _, ok := t.(*testing.B); ok {
+		return
+	}
 	v := programVersion(bin)
 	if v.err != nil {
 		t.Logf("redistest: started %s (unknown unknown) on %s: %v", mode, addr, v.err)
