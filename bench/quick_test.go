@@ -3,9 +3,9 @@ package bench
 import (
 	"context"
 	"encoding/xml"
+	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,14 +14,15 @@ import (
 	"github.com/elector/elector/bench/internal/stats"
 	"github.com/elector/elector/bench/internal/suite"
 	"github.com/elector/elector/bench/internal/systems"
+	"github.com/elector/elector/internal/redistest/serverbin"
 )
 
 // TestQuick runs every measurement of cmd/electorbench in its quick mode, as CI does
 // (`cd bench && go test -run Quick ./...`), so that the benchmark cannot rot. Its figures are
 // too short to quote; the assertions are only the ones that hold by many times on any machine.
 func TestQuick(t *testing.T) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		msg := "redis-server not found on PATH; install it (apt-get install redis-server)"
+	if _, err := serverbin.Server(); err != nil {
+		msg := fmt.Sprintf("%v; install it (apt-get install redis-server)", err)
 		if os.Getenv("CI") != "" || os.Getenv("ELECTOR_REQUIRE_REDIS") != "" {
 			t.Fatal(msg)
 		}

@@ -80,6 +80,12 @@ func (c *Config) TLSConfig() (*tls.Config, error) {
 //
 // Context deadlines are honoured on every command (ContextTimeoutEnabled),
 // in addition to c's timeouts.
+//
+// The client does not send CLIENT SETINFO on connect (DisableIdentity): the
+// documented minimal ACL does not grant it, and Redis 7.0 refuses an ACL rule
+// naming it (the subcommand exists from 7.2 on), so one ACL line serves every
+// server. CLIENT LIST shows empty lib-name and lib-ver for these connections;
+// ClientName (CLIENT SETNAME, sent with HELLO) still names them.
 func New(c Config) (redis.UniversalClient, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -101,6 +107,7 @@ func New(c Config) (redis.UniversalClient, error) {
 		ReadTimeout:           c.ReadTimeout,
 		WriteTimeout:          c.WriteTimeout,
 		ContextTimeoutEnabled: true,
+		DisableIdentity:       true,
 		TLSConfig:             tlsConfig,
 		IsClusterMode:         c.Mode == ModeCluster,
 	}

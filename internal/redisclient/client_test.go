@@ -144,6 +144,56 @@ func TestClientName(t *testing.T) {
 	}
 }
 
+// The client sends no CLIENT SETINFO (go-redis does on connect unless DisableIdentity): a user
+// with only +ping gets nothing refused, on Redis 7.2 and Valkey too, where the subcommand exists
+// and the ACL refuses it (Redis 7.0 answers "unknown subcommand", which ACL LOG does not record).
+// What is lost shows in CLIENT LIST: lib-name and lib-ver stay empty.
+func TestNoClientSetinfo(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := testCtx(t)
+	admin := srv.Client(t)
+	if err := admin.Do(ctx, "ACL", "SETUSER", "pinger", "on", ">pw", "-@all", "+ping").Err(); err != nil {
+		t.Fatal(err)
+	}
+	client, err := newClient(t, "pw", "--redis-addr="+srv.Addr(), "--redis-username=pinger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := parse(t, "--redis-addr="+srv.Addr())
+	c.ClientName = "elector-setinfo"
+	named, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer named.Close()
+	for _, cl := range []redis.UniversalClient{client, named} {
+		if err := cl.Ping(ctx).Err(); err != nil {
+			t.Fatalf("PING: %v", err)
+		}
+	}
+	log, err := admin.ACLLog(ctx, 100).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range log {
+		t.Errorf("ACL LOG: user %s refused %s %s (%s)", e.Username, e.Context, e.Object, e.Reason)
+	}
+	list, err := admin.ClientList(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
+		if !strings.Contains(line, " name=elector-setinfo ") {
+			continue
+		}
+		if strings.Contains(line, "lib-name=go-redis") {
+			t.Errorf("CLIENT LIST shows a CLIENT SETINFO of the client: %s", line)
+		}
+		return
+	}
+	t.Errorf("no connection named elector-setinfo in CLIENT LIST:\n%s", list)
+}
+
 func TestCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	ctx := testCtx(t)

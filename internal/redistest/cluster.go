@@ -73,6 +73,7 @@ func StartCluster(t testing.TB, masters int, opts ...ClusterOption) *Cluster {
 	if err := c.waitReady(ctx); err != nil {
 		t.Fatalf("cluster %v not ready after %v: %v\nredis-cli output:\n%s", c.Addrs(), clusterReadyTimeout, err, out)
 	}
+	logStarted(t, "cluster", bin, c.Nodes[0].Addr())
 	return c
 }
 

@@ -5,8 +5,12 @@
 // with Pdeathsig=SIGKILL so that it dies with the test binary even when the binary itself is killed.
 // The package builds on Unix only (it uses SIGSTOP/SIGCONT and process groups).
 //
-// When redis-server is not on PATH, tests skip with a clear message; when the environment variable
-// CI or ELECTOR_REQUIRE_REDIS is non-empty they fail instead, so that nothing skips silently in CI.
+// The programs are Redis's or Valkey's: ELECTOR_REDIS_SERVER, ELECTOR_REDIS_SENTINEL and
+// ELECTOR_REDIS_CLI name them, else redis-server (or valkey-server) on PATH and the programs of its
+// family beside it (package serverbin); hack/compat.sh runs the suites so against each server of
+// the matrix. When no server is installed, tests skip with a clear message; when the environment
+// variable CI or ELECTOR_REQUIRE_REDIS is non-empty they fail instead, so that nothing skips
+// silently in CI.
 //
 // The plain TCP port returned by Server.Addr is always enabled; extra arguments such as TLS settings
 // may add listeners but must not disable it (no "--port 0").

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/elector/elector/internal/redistest/serverbin"
 )
 
 // childEnv names the variable that makes a re-executed test binary play the child role.
@@ -198,6 +200,11 @@ func TestProcessDiesWithTestBinary(t *testing.T) {
 
 	cmd := childCommand(t, "TestProcessDiesWithTestBinary", childEnv+"=hold")
 	cmd.Env = append(cmd.Env, "PATH="+os.Getenv("PATH"))
+	for _, name := range []string{serverbin.EnvServer, serverbin.EnvSentinel, serverbin.EnvCLI} {
+		if v, ok := os.LookupEnv(name); ok {
+			cmd.Env = append(cmd.Env, name+"="+v)
+		}
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -243,7 +250,7 @@ func TestServerPathMissing(t *testing.T) {
 		t.Logf("CHILD-CONTINUED: ServerPath returned %q", path)
 		return
 	}
-	const msg = "redis-server not found on PATH; install redis-server (apt-get install redis-server) or run make test"
+	const msg = "redis-server (or valkey-server) not found on PATH and ELECTOR_REDIS_SERVER is not set; install redis-server (apt-get install redis-server) or run make test"
 	for _, tc := range []struct {
 		name     string
 		env      string
@@ -383,7 +390,7 @@ func TestSentinelFailover(t *testing.T) {
 }
 
 // childCommand returns a command that re-runs this test binary for one test, with a minimal
-// environment (no PATH, CI or ELECTOR_REQUIRE_REDIS unless added) plus env.
+// environment (no PATH, CI, ELECTOR_REQUIRE_REDIS or ELECTOR_REDIS_* unless added) plus env.
 func childCommand(t *testing.T, test string, env ...string) *exec.Cmd {
 	t.Helper()
 	exe, err := os.Executable()
@@ -394,7 +401,7 @@ func childCommand(t *testing.T, test string, env ...string) *exec.Cmd {
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
-		case "PATH", "CI", "ELECTOR_REQUIRE_REDIS", childEnv:
+		case "PATH", "CI", "ELECTOR_REQUIRE_REDIS", childEnv, serverbin.EnvServer, serverbin.EnvSentinel, serverbin.EnvCLI:
 		default:
 			cmd.Env = append(cmd.Env, kv)
 		}

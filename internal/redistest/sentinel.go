@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -44,6 +43,30 @@ type sentinelConfig struct {
 	downAfter       time.Duration
 	failoverTimeout time.Duration
 	password        string
+	replicaEnv      map[int][]string
+	replicaArgs     map[int][]string
+}
+
+// WithReplicaArgs adds command-line arguments to replica i (0-based), for example
+// "--replica-priority", "0" so that Sentinel never promotes it.
+func WithReplicaArgs(i int, args ...string) SentinelOption {
+	return func(c *sentinelConfig) {
+		if c.replicaArgs == nil {
+			c.replicaArgs = map[int][]string{}
+		}
+		c.replicaArgs[i] = append(c.replicaArgs[i], args...)
+	}
+}
+
+// WithReplicaEnv adds env ("NAME=value" entries) to the environment of replica i (0-based), for
+// example LD_PRELOAD and FAKETIME to run it with a clock that is ahead of the master's.
+func WithReplicaEnv(i int, env ...string) SentinelOption {
+	return func(c *sentinelConfig) {
+		if c.replicaEnv == nil {
+			c.replicaEnv = map[int][]string{}
+		}
+		c.replicaEnv[i] = append(c.replicaEnv[i], env...)
+	}
 }
 
 // WithQuorum sets how many sentinels must agree that the master is down (default 2, or 1 with a
@@ -72,8 +95,9 @@ func WithFailoverTimeout(d time.Duration) SentinelOption {
 // StartSentinel starts a master, replicas replicas of it and sentinels sentinel processes that
 // monitor it as masterName (quorum 2, down-after-milliseconds 1000, failover-timeout 5000 unless
 // changed by opts), and waits until the replicas are in sync and every sentinel sees all replicas
-// and all other sentinels. Sentinels run as redis-sentinel when it is on PATH, otherwise as
-// redis-server --sentinel; the test skips or fails like ServerPath when neither is installed.
+// and all other sentinels. Sentinels run as the sentinel program of the server (see
+// package serverbin: ELECTOR_REDIS_SENTINEL, redis-sentinel or valkey-sentinel), otherwise as the
+// server with --sentinel; the test skips or fails like ServerPath when none is installed.
 func StartSentinel(t testing.TB, masterName string, replicas, sentinels int, opts ...SentinelOption) *Sentinel {
 	t.Helper()
 	if replicas < 0 || sentinels < 1 {
@@ -86,16 +110,25 @@ func StartSentinel(t testing.TB, masterName string, replicas, sentinels int, opt
 	if cfg.quorum < 1 || cfg.quorum > sentinels {
 		t.Fatalf("StartSentinel: quorum %d must be between 1 and the number of sentinels (%d)", cfg.quorum, sentinels)
 	}
-	bin := ServerPath(t)
-	sentinelBin, sentinelArgs := bin, []string{"--sentinel"}
-	if p, err := exec.LookPath("redis-sentinel"); err == nil {
-		sentinelBin, sentinelArgs = p, nil
+	for i := range cfg.replicaEnv {
+		if i < 0 || i >= replicas {
+			t.Fatalf("StartSentinel: WithReplicaEnv(%d) names no replica (there are %d)", i, replicas)
+		}
 	}
+	for i := range cfg.replicaArgs {
+		if i < 0 || i >= replicas {
+			t.Fatalf("StartSentinel: WithReplicaArgs(%d) names no replica (there are %d)", i, replicas)
+		}
+	}
+	bin := ServerPath(t)
+	sentinelBin, sentinelArgs := sentinelPath(t)
 
-	s := &Sentinel{Master: Start(t), MasterName: masterName, SentinelPassword: cfg.password}
+	s := &Sentinel{Master: startEnv(t, nil, nil), MasterName: masterName, SentinelPassword: cfg.password}
 	masterPort := strconv.Itoa(s.Master.Port())
-	for range replicas {
-		s.Replicas = append(s.Replicas, newRedisServer(t, bin, []string{"--replicaof", "127.0.0.1", masterPort}, false))
+	for i := range replicas {
+		r := newRedisServer(t, bin, append([]string{"--replicaof", "127.0.0.1", masterPort}, cfg.replicaArgs[i]...), false)
+		r.env = cfg.replicaEnv[i]
+		s.Replicas = append(s.Replicas, r)
 	}
 	startAll(t, s.Replicas)
 
@@ -123,6 +156,7 @@ func StartSentinel(t testing.TB, masterName string, replicas, sentinels int, opt
 	if err := s.waitDiscovered(ctx, replicas); err != nil {
 		t.Fatalf("sentinels %v not ready after %v: %v", s.SentinelAddrs(), sentinelReadyTimeout, err)
 	}
+	logStarted(t, "sentinel", bin, s.Master.Addr())
 	return s
 }
 

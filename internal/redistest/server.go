@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/elector/elector/internal/redistest/serverbin"
 )
 
 const (
@@ -46,15 +48,19 @@ func requiredBy() string {
 	return ""
 }
 
-// lookPath finds name on PATH. When it is absent the test skips, or fails when CI or
-// ELECTOR_REQUIRE_REDIS is set.
-func lookPath(t testing.TB, name, hint string) string {
+// lookup returns the program find finds. When it is not installed the test skips, or fails when
+// CI or ELECTOR_REQUIRE_REDIS is set; an environment variable that names a missing program fails
+// the test always.
+func lookup(t testing.TB, find func() (string, error), hint string) string {
 	t.Helper()
-	path, err := exec.LookPath(name)
+	path, err := find()
 	if err == nil {
 		return path
 	}
-	msg := fmt.Sprintf("%s not found on PATH; %s or run make test", name, hint)
+	if !errors.Is(err, serverbin.ErrNotFound) {
+		t.Fatal(err)
+	}
+	msg := fmt.Sprintf("%v; %s or run make test", err, hint)
 	if env := requiredBy(); env != "" {
 		t.Fatalf("%s (failing instead of skipping because %s is set)", msg, env)
 	}
@@ -62,18 +68,33 @@ func lookPath(t testing.TB, name, hint string) string {
 	return ""
 }
 
-// ServerPath returns the path of redis-server on PATH. When it is absent the test is skipped with a
-// message saying how to install it, unless the environment variable CI or ELECTOR_REQUIRE_REDIS is
-// non-empty: then the test fails with the same message.
+// ServerPath returns the path of the server program: the one named by ELECTOR_REDIS_SERVER, else
+// redis-server or valkey-server on PATH (package serverbin). When none is installed the test is
+// skipped with a message saying how to install it, unless the environment variable CI or
+// ELECTOR_REQUIRE_REDIS is non-empty: then the test fails with the same message.
 func ServerPath(t testing.TB) string {
 	t.Helper()
-	return lookPath(t, "redis-server", "install redis-server (apt-get install redis-server)")
+	return lookup(t, serverbin.Server, "install redis-server (apt-get install redis-server)")
 }
 
-// cliPath returns the path of redis-cli, skipping or failing like ServerPath when it is absent.
+// cliPath returns the path of the client program of the server (ELECTOR_REDIS_CLI, else
+// redis-cli or valkey-cli), skipping or failing like ServerPath when it is absent.
 func cliPath(t testing.TB) string {
 	t.Helper()
-	return lookPath(t, "redis-cli", "install redis-tools (apt-get install redis-server)")
+	return lookup(t, serverbin.CLI, "install redis-tools (apt-get install redis-tools)")
+}
+
+// sentinelPath returns the program that runs Sentinel and its arguments (ELECTOR_REDIS_SENTINEL,
+// else the sentinel program of the server's family, else the server with --sentinel).
+func sentinelPath(t testing.TB) (string, []string) {
+	t.Helper()
+	var args []string
+	path := lookup(t, func() (string, error) {
+		p, a, err := serverbin.Sentinel()
+		args = a
+		return p, err
+	}, "install redis-sentinel (apt-get install redis-sentinel)")
+	return path, args
 }
 
 // Server is one redis-server (or redis-sentinel) process started by a test. All methods are safe
@@ -85,6 +106,7 @@ type Server struct {
 	dir      string
 	logPath  string
 	password string
+	env      []string                // added to the test binary's environment ("NAME=value")
 	args     func(port int) []string // command line after the binary, for the given port
 	busPort  bool                    // port+10000 must be free too (cluster nodes)
 
@@ -126,7 +148,23 @@ func (p *process) kill() {
 // redis-server is not installed.
 func Start(t testing.TB, extraArgs ...string) *Server {
 	t.Helper()
+	return StartEnv(t, nil, extraArgs...)
+}
+
+// StartEnv is Start with env ("NAME=value" entries) added to the environment of the process, for
+// example LD_PRELOAD and FAKETIME to run it under libfaketime. Restart keeps env.
+func StartEnv(t testing.TB, env []string, extraArgs ...string) *Server {
+	t.Helper()
+	s := startEnv(t, env, extraArgs)
+	logStarted(t, standaloneMode(extraArgs), s.bin, s.Addr())
+	return s
+}
+
+// startEnv is StartEnv without the log line (for the masters of StartSentinel).
+func startEnv(t testing.TB, env, extraArgs []string) *Server {
+	t.Helper()
 	s := newRedisServer(t, ServerPath(t), extraArgs, false)
+	s.env = append([]string(nil), env...)
 	s.startFresh(t)
 	return s
 }
@@ -255,6 +293,9 @@ func (s *Server) launchLocked(port int) error {
 	}
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
+	if len(s.env) > 0 {
+		cmd.Env = append(os.Environ(), s.env...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf // an *os.File is handed to the child: no copying goroutine
 	cmd.SysProcAttr = sysProcAttr()
 	err = cmd.Start()

@@ -5,7 +5,8 @@
 //	cd bench && go run ./cmd/electorbench          # full run, about 12 minutes on 2 cores
 //	cd bench && go run ./cmd/electorbench -quick   # a few seconds: every path, no figures worth quoting
 //
-// It needs redis-server on PATH, and go (for the go test benchmarks and for building
+// It needs redis-server on PATH (or the server named by ELECTOR_REDIS_SERVER, e.g. a Valkey
+// built by make compat), and go (for the go test benchmarks and for building
 // cmd/elector with hack/build.sh).
 package main
 

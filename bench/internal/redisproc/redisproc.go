@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/elector/elector/internal/redistest/serverbin"
 )
 
 // Server is one redis-server process.
@@ -32,10 +34,11 @@ type Server struct {
 	log  string
 }
 
-// Start starts redis-server from PATH on a free loopback port, with its working directory
-// and log in dir, and waits until it answers PING.
+// Start starts the server program (ELECTOR_REDIS_SERVER, else redis-server or valkey-server
+// from PATH: package serverbin, as the tests find it) on a free loopback port, with its
+// working directory and log in dir, and waits until it answers PING.
 func Start(ctx context.Context, dir string) (*Server, error) {
-	bin, err := exec.LookPath("redis-server")
+	bin, err := serverbin.Server()
 	if err != nil {
 		return nil, fmt.Errorf("start redis-server: %w (install it: apt-get install redis-server)", err)
 	}
