@@ -33,6 +33,7 @@ var typedKinds = map[string]func() any{
 	"v1/Service":                    func() any { return &corev1.Service{} },
 	"v1/ServiceAccount":             func() any { return &corev1.ServiceAccount{} },
 	"policy/v1/PodDisruptionBudget": func() any { return &policyv1.PodDisruptionBudget{} },
+	"v1/ConfigMap":                  func() any { return &corev1.ConfigMap{} },
 }
 
 // decodeManifest decodes every document of a manifest strictly: duplicate
@@ -80,6 +81,19 @@ func decodeStrict(doc string) (object, error) {
 		}
 		if err := checkServiceMonitorFields(m); err != nil {
 			return object{}, fmt.Errorf("ServiceMonitor %s: %w", o.name, err)
+		}
+		o.typed = m
+		return o, nil
+	}
+	if gvk == "monitoring.coreos.com/v1/PrometheusRule" {
+		// Its groups are checked by Prometheus's own rule parser
+		// (monitoring_test.go); here only the envelope.
+		var m map[string]any
+		if err := json.Unmarshal(j, &m); err != nil {
+			return object{}, fmt.Errorf("PrometheusRule: %w", err)
+		}
+		if err := checkPrometheusRuleFields(m); err != nil {
+			return object{}, fmt.Errorf("PrometheusRule %s: %w", o.name, err)
 		}
 		o.typed = m
 		return o, nil
@@ -164,6 +178,35 @@ func checkServiceMonitorFields(m map[string]any) error {
 				}
 			}
 		}
+	}
+	return nil
+}
+
+// checkPrometheusRuleFields accepts a PrometheusRule of
+// monitoring.coreos.com/v1 with a name and a list of rule groups.
+func checkPrometheusRuleFields(m map[string]any) error {
+	if err := onlyKeys("", m, "apiVersion", "kind", "metadata", "spec"); err != nil {
+		return err
+	}
+	meta, err := asMap("metadata", m["metadata"])
+	if err != nil {
+		return err
+	}
+	if err := onlyKeys("metadata", meta, "name", "labels", "annotations"); err != nil {
+		return err
+	}
+	if _, ok := meta["name"].(string); !ok {
+		return fmt.Errorf("metadata.name is %T, want a string", meta["name"])
+	}
+	spec, err := asMap("spec", m["spec"])
+	if err != nil {
+		return err
+	}
+	if err := onlyKeys("spec", spec, "groups"); err != nil {
+		return err
+	}
+	if groups, ok := spec["groups"].([]any); !ok || len(groups) == 0 {
+		return fmt.Errorf("spec.groups is %T (%v), want a non-empty list", spec["groups"], spec["groups"])
 	}
 	return nil
 }
