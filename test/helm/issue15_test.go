@@ -45,6 +45,9 @@ func TestUserCommandIsVerbatim(t *testing.T) {
 			} else if !reflect.DeepEqual(app.Command, tc.command) || !reflect.DeepEqual(app.Args, tc.args) {
 				t.Errorf("app command %q args %q, want %q %q", app.Command, app.Args, tc.command, tc.args)
 			}
+			if strings.Contains(r.notes, "the chart's demo") {
+				t.Errorf("NOTES call a user's command the demo:\n%s", r.notes)
+			}
 			if strings.Contains(r.manifest, "trap 'exit 0' TERM") || strings.Contains(r.notes, "trap") {
 				t.Errorf("the demo script leaked into a user's command:\n%s", r.notes)
 			}
