@@ -36,23 +36,27 @@ type scenario struct {
 	// passwordSecret and passwordKey name the Secret key the Redis password
 	// comes from; empty: no password.
 	passwordSecret, passwordKey string
+	// appSecurity is what the app container's securityContext must be:
+	// "restricted" (the demo's, or a hardened app.securityContext) or "none"
+	// (a user's app without app.securityContext: the pod's settings only).
+	appSecurity string
 }
 
 var scenarios = []scenario{
-	{name: "default", mode: "sidecar", native: true, httpPort: 8080, replicas: 2},
+	{name: "default", mode: "sidecar", native: true, httpPort: 8080, replicas: 2, appSecurity: "restricted"},
 	{name: "sidecar-native", files: []string{"ci/sidecar-native-values.yaml"}, mode: "sidecar", native: true, httpPort: 8080, replicas: 2,
-		passwordSecret: "redis-auth", passwordKey: "redis-password"},
+		passwordSecret: "redis-auth", passwordKey: "redis-password", appSecurity: "restricted"},
 	{name: "sidecar-plain", files: []string{"ci/sidecar-plain-values.yaml"}, mode: "sidecar", httpPort: 9090, replicas: 2,
-		passwordSecret: "redis-auth", passwordKey: "password"},
+		passwordSecret: "redis-auth", passwordKey: "password", appSecurity: "restricted"},
 	{name: "gated", files: []string{"ci/gated-values.yaml"}, mode: "sidecar", native: true, gated: true, httpPort: 8080, replicas: 3,
-		passwordSecret: "redis-auth", passwordKey: "password"},
+		passwordSecret: "redis-auth", passwordKey: "password", appSecurity: "restricted"},
 	{name: "run", files: []string{"ci/run-values.yaml"}, mode: "run", httpPort: 8080, replicas: 2,
-		passwordSecret: "redis-auth", passwordKey: "password"},
+		passwordSecret: "redis-auth", passwordKey: "password", appSecurity: "none"},
 	{name: "tls", files: []string{"ci/tls-values.yaml"}, mode: "sidecar", native: true, httpPort: 8080, replicas: 2,
-		passwordSecret: "redis-auth", passwordKey: "password"},
+		passwordSecret: "redis-auth", passwordKey: "password", appSecurity: "restricted"},
 	{name: "sentinel", files: []string{"ci/sentinel-values.yaml"}, mode: "run", httpPort: 8080, replicas: 2,
-		passwordSecret: "redis-auth", passwordKey: "password"},
-	{name: "servicemonitor", files: []string{"ci/servicemonitor-values.yaml"}, mode: "sidecar", native: true, httpPort: 8080, replicas: 2},
+		passwordSecret: "redis-auth", passwordKey: "password", appSecurity: "restricted"},
+	{name: "servicemonitor", files: []string{"ci/servicemonitor-values.yaml"}, mode: "sidecar", native: true, httpPort: 8080, replicas: 2, appSecurity: "restricted"},
 }
 
 func scenarioNamed(t *testing.T, name string) scenario {
@@ -146,7 +150,7 @@ func TestRenderedObjects(t *testing.T) {
 			checkLabels(t, objs, chartVersion)
 			d, spec := podSpec(t, objs)
 			checkDeployment(t, s, d)
-			checkSecurity(t, spec)
+			checkSecurity(t, s, spec)
 			checkElector(t, s, spec, appVersion)
 			checkPassword(t, s, spec)
 			checkVolumes(t, spec)
@@ -160,7 +164,7 @@ func checkLabels(t *testing.T, objs []object, chartVersion string) {
 	t.Helper()
 	want := map[string]string{
 		"helm.sh/chart":                "elector-" + chartVersion,
-		"app.kubernetes.io/name":       "elector",
+		"app.kubernetes.io/name":       "test",
 		"app.kubernetes.io/instance":   "test",
 		"app.kubernetes.io/managed-by": "Helm",
 	}
@@ -177,7 +181,7 @@ func checkLabels(t *testing.T, objs []object, chartVersion string) {
 }
 
 func selectorLabels() map[string]string {
-	return map[string]string{"app.kubernetes.io/name": "elector", "app.kubernetes.io/instance": "test"}
+	return map[string]string{"app.kubernetes.io/name": "test", "app.kubernetes.io/instance": "test"}
 }
 
 func checkDeployment(t *testing.T, s scenario, d *appsv1.Deployment) {
@@ -213,19 +217,39 @@ func checkDeployment(t *testing.T, s scenario, d *appsv1.Deployment) {
 	}
 }
 
-// checkSecurity checks the restricted Pod Security Standard: non-root,
-// RuntimeDefault seccomp, no privilege escalation, no capabilities, and a
-// read-only root filesystem.
-func checkSecurity(t *testing.T, spec *corev1.PodSpec) {
+// checkSecurity checks the restricted Pod Security Standard for the
+// elector's containers (non-root as 65532, RuntimeDefault seccomp, no
+// privilege escalation, no capabilities, a read-only root filesystem), and
+// that the app container gets only what s.appSecurity says: the pod's
+// settings impose no user on it.
+func checkSecurity(t *testing.T, s scenario, spec *corev1.PodSpec) {
 	t.Helper()
 	psc := spec.SecurityContext
-	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot {
-		t.Errorf("pod securityContext %+v, want runAsNonRoot", psc)
-	}
 	if psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
 		t.Errorf("pod securityContext %+v, want seccompProfile RuntimeDefault", psc)
 	}
+	if psc != nil && (psc.RunAsUser != nil || psc.RunAsGroup != nil || psc.RunAsNonRoot != nil) {
+		t.Errorf("pod securityContext %+v imposes a user on the app", psc)
+	}
+	if psc == nil || psc.FSGroup == nil || *psc.FSGroup != 65532 {
+		t.Errorf("pod securityContext %+v, want fsGroup 65532: the elector reads the 0440 credentials through it", psc)
+	}
+	app := spec.Containers[0].Name
 	for _, c := range allContainers(spec) {
+		if c.Name == app {
+			switch s.appSecurity {
+			case "none":
+				if c.SecurityContext != nil {
+					t.Errorf("app container %q: securityContext %+v, want none (the pod's settings only)", c.Name, c.SecurityContext)
+				}
+				continue
+			case "restricted":
+			default:
+				t.Fatalf("scenario %s: appSecurity %q", s.name, s.appSecurity)
+			}
+		} else if sc := c.SecurityContext; sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 65532 || sc.RunAsGroup == nil || *sc.RunAsGroup != 65532 {
+			t.Errorf("elector container %q: securityContext %+v, want runAsUser and runAsGroup 65532", c.Name, sc)
+		}
 		sc := c.SecurityContext
 		switch {
 		case sc == nil:
@@ -239,7 +263,7 @@ func checkSecurity(t *testing.T, spec *corev1.PodSpec) {
 			t.Errorf("container %q: readOnlyRootFilesystem %v, want true", c.Name, sc.ReadOnlyRootFilesystem)
 		case sc.Capabilities == nil || !reflect.DeepEqual(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0:
 			t.Errorf("container %q: capabilities %+v, want drop [ALL], add none", c.Name, sc.Capabilities)
-		case sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+		case (sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault) && c.Name != app:
 			t.Errorf("container %q: seccompProfile %+v, want RuntimeDefault", c.Name, sc.SeccompProfile)
 		case sc.Privileged != nil && *sc.Privileged:
 			t.Errorf("container %q is privileged", c.Name)

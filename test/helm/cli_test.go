@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -573,6 +574,9 @@ func checkRoles(t *testing.T, s scenario, leader, follower *replica, lease strin
 		if err != nil || code != http.StatusOK || len(body) == 0 {
 			t.Errorf("%s: /metrics %d, %v", r.name, code, err)
 		}
+		if isLeader {
+			checkMonitoredMetrics(t, r.name, string(body), lease)
+		}
 		switch s.mode {
 		case "sidecar":
 			want := "follower"
@@ -610,6 +614,37 @@ func checkRoles(t *testing.T, s scenario, leader, follower *replica, lease strin
 				}
 				return nil
 			}, r)
+		}
+	}
+}
+
+// alwaysExported are the metric families a replica exports from its start;
+// the others appear with their first observation (a renew, a Redis error).
+var alwaysExported = []string{"leader_election_master_status", "elector_is_leader", "elector_leadership_transitions_total", "elector_fencing_token"}
+
+// checkMonitoredMetrics checks that the metrics the PrometheusRule and the
+// dashboard query are what a leader exports, with the lease as the name
+// label their selectors match; a family that appears only with its first
+// observation must at least be one pkg/election declares.
+func checkMonitoredMetrics(t *testing.T, replica, body, lease string) {
+	t.Helper()
+	source := readFile(t, filepath.Join(repoRoot, "pkg", "election", "metrics.go"))
+	for _, m := range monitoredMetrics(t) {
+		if !strings.Contains(body, "# TYPE "+m+" ") {
+			if slices.Contains(alwaysExported, m) || !strings.Contains(source, `"`+m+`"`) {
+				t.Errorf("%s: /metrics lacks %s, which the PrometheusRule or the dashboard queries, and pkg/election does not declare it", replica, m)
+			}
+			continue
+		}
+		found := false
+		for _, line := range strings.Split(body, "\n") {
+			if strings.HasPrefix(line, m) && strings.Contains(line, `name="`+lease+`"`) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			t.Errorf("%s: /metrics has no %s{name=%q}, which the PrometheusRule and the dashboard select", replica, m, lease)
 		}
 	}
 }

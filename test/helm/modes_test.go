@@ -19,8 +19,8 @@ func TestDefaultValues(t *testing.T) {
 	d, spec := podSpec(t, objs)
 	c := theElector(t, spec)
 
-	if got := mustFlag(t, c, "lease-name"); got != "test-elector" {
-		t.Errorf("--lease-name=%s, want the release fullname test-elector", got)
+	if got := mustFlag(t, c, "lease-name"); got != "test" {
+		t.Errorf("--lease-name=%s, want the release fullname test", got)
 	}
 	for flag, want := range map[string]string{
 		"redis-addr": "redis:6379", "redis-mode": "standalone", "key-prefix": "elector",
@@ -51,8 +51,8 @@ func TestDefaultValues(t *testing.T) {
 		t.Errorf("service account %s (automount %v), pod uses %s; want the same, without token", sa.Name, sa.AutomountServiceAccountToken, spec.ServiceAccountName)
 	}
 	svc := only[*corev1.Service](t, objs)
-	if svc.Name != "test-elector-metrics" || svc.Spec.Type != corev1.ServiceTypeClusterIP || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 8080 {
-		t.Errorf("metrics service %s %s %+v, want test-elector-metrics, ClusterIP, port 8080", svc.Name, svc.Spec.Type, svc.Spec.Ports)
+	if svc.Name != "test-metrics" || svc.Spec.Type != corev1.ServiceTypeClusterIP || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 8080 {
+		t.Errorf("metrics service %s %s %+v, want test-metrics, ClusterIP, port 8080", svc.Name, svc.Spec.Type, svc.Spec.Ports)
 	}
 	if len(serviceMonitors(objs)) > 0 {
 		t.Error("a ServiceMonitor is rendered although metrics.serviceMonitor.enabled is false")
@@ -62,9 +62,9 @@ func TestDefaultValues(t *testing.T) {
 	}
 
 	for _, want := range []string{
-		"port-forward deployment/test-elector 8080:8080",
+		"port-forward deployment/test 8080:8080",
 		"curl -s http://127.0.0.1:8080/leader",
-		"get pods -l 'app.kubernetes.io/name=elector,app.kubernetes.io/instance=test'",
+		"get pods -l 'app.kubernetes.io/name=test,app.kubernetes.io/instance=test'",
 	} {
 		if !strings.Contains(r.notes, want) {
 			t.Errorf("NOTES.txt lacks %q:\n%s", want, r.notes)
@@ -228,8 +228,8 @@ func TestRunMode(t *testing.T) {
 	if !strings.Contains(r.notes, "Only the leader runs: /usr/local/bin/reconciler") {
 		t.Errorf("NOTES.txt does not show the wrapped command:\n%s", r.notes)
 	}
-	if !strings.Contains(r.notes, "WARNING: run.killGrace (20s) is longer than lease.duration - lease.renewDeadline") {
-		t.Errorf("NOTES.txt does not warn that a 20s kill grace outlasts the 5s lease margin:\n%s", r.notes)
+	if !strings.Contains(r.notes, "WARNING: run.killGrace (20s) is longer than 4848ms, that is lease.duration") {
+		t.Errorf("NOTES.txt does not warn that a 20s kill grace outlasts the 4848ms bound of the lease:\n%s", r.notes)
 	}
 
 	// Without extra flags, the wrapped command follows the defaults and the
@@ -240,11 +240,11 @@ func TestRunMode(t *testing.T) {
 	if wrapped, _ := wrappedCommand(c); !reflect.DeepEqual(wrapped, []string{"/bin/job", "a", "--b"}) {
 		t.Errorf("wrapped %q, want [/bin/job a --b]", wrapped)
 	}
-	if hasFlag(c, "--exit-on-lost") || mustFlag(t, c, "kill-grace") != "5s" || mustFlag(t, c, "stop-signal") != "SIGTERM" {
-		t.Errorf("run flags %q, want the defaults --kill-grace=5s --stop-signal=SIGTERM without --exit-on-lost", electorFlags(c))
+	if hasFlag(c, "--exit-on-lost") || mustFlag(t, c, "kill-grace") != "4s" || mustFlag(t, c, "stop-signal") != "SIGTERM" {
+		t.Errorf("run flags %q, want the defaults --kill-grace=4s --stop-signal=SIGTERM without --exit-on-lost", electorFlags(c))
 	}
 	if strings.Contains(r.notes, "WARNING") {
-		t.Errorf("NOTES.txt warns with the default kill grace (5s, within the 5s margin):\n%s", r.notes)
+		t.Errorf("NOTES.txt warns with the default kill grace (4s, within the 4848ms bound):\n%s", r.notes)
 	}
 }
 
@@ -382,6 +382,8 @@ func TestTemplateChecks(t *testing.T) {
 		{"renewDeadline not longer than retryPeriod", "lease: {renewDeadline: 2000ms, retryPeriod: 2s}", "", "lease.renewDeadline (2000ms) must be longer than 1.2 × lease.retryPeriod (2s)"},
 		{"renewDeadline within the retry jitter", "lease: {renewDeadline: 2400ms, retryPeriod: 2s}", "", "lease.renewDeadline (2400ms) must be longer than 1.2 × lease.retryPeriod (2s)"},
 		{"grace shorter than kill grace", "mode: run\nrun: {killGrace: 1m}\nterminationGracePeriodSeconds: 60", "", "terminationGracePeriodSeconds (60) must be at least run.killGrace (1m) + 5s for the release: 65"},
+		{"run mode with args but no command", "mode: run\napp: {args: [x]}", "", "mode run needs app.command"},
+		{"tag without repository", "app: {image: {tag: '1.4'}}", "", "app.image.tag and app.image.digest need app.image.repository"},
 		{"probes of the app in run mode", "mode: run\napp: {livenessProbe: {tcpSocket: {port: 80}}}", "", "mode run does not use app.livenessProbe"},
 		{"CA without TLS", "redis: {tls: {caSecret: ca}}", "", "redis.tls.caSecret needs redis.tls.enabled"},
 		{"client cert without TLS", "redis: {tls: {clientCertSecret: c}}", "", "redis.tls.clientCertSecret needs redis.tls.enabled"},
@@ -415,7 +417,7 @@ func TestSchemaRejects(t *testing.T) {
 		values, wantAt string
 	}{
 		{`replicaCount: "two"`, "/replicaCount"},
-		{`replicaCount: 0`, "/replicaCount"},
+		{`replicaCount: -1`, "/replicaCount"},
 		{`mode: other`, "/mode"},
 		{`replicas: 2`, "replicas"},
 		{`redis: {password: hunter2}`, "password"},
@@ -429,7 +431,10 @@ func TestSchemaRejects(t *testing.T) {
 		{`image: {pullPolicy: Sometimes}`, "/image/pullPolicy"},
 		{`gateReadiness: "yes"`, "/gateReadiness"},
 		{`app: {command: "sleep 1"}`, "/app/command"},
-		{"mode: run\napp: {command: []}", "/app/command"},
+		{"mode: run\napp: {image: {repository: ghcr.io/acme/report}, command: []}", "/app/command"},
+		{"mode: run\napp: {image: {repository: ghcr.io/acme/report}}", "/app/command"},
+		{`app: {image: "ghcr.io/acme/billing:1.4"}`, "/app/image"},
+		{`redis: {addr: "redis://redis:6379"}`, "/redis/addr"},
 		{`run: {killGrace: 5}`, "/run/killGrace"},
 		{`podDisruptionBudget: {maxUnavailable: half}`, "/podDisruptionBudget/maxUnavailable"},
 		{`metrics: {serviceMonitor: {interval: often}}`, "/metrics/serviceMonitor/interval"},

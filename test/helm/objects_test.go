@@ -33,6 +33,16 @@ var typedKinds = map[string]func() any{
 	"v1/Service":                    func() any { return &corev1.Service{} },
 	"v1/ServiceAccount":             func() any { return &corev1.ServiceAccount{} },
 	"policy/v1/PodDisruptionBudget": func() any { return &policyv1.PodDisruptionBudget{} },
+	"v1/ConfigMap":                  func() any { return &corev1.ConfigMap{} },
+}
+
+// customKinds maps the custom resources the chart may render, which have no
+// k8s.io/api type, to a check of their fields; they decode as
+// map[string]any. A PrometheusRule's groups are checked by Prometheus's own
+// rule parser (monitoring_test.go); here only its envelope.
+var customKinds = map[string]func(map[string]any) error{
+	"monitoring.coreos.com/v1/ServiceMonitor": checkServiceMonitorFields,
+	"monitoring.coreos.com/v1/PrometheusRule": checkPrometheusRuleFields,
 }
 
 // decodeManifest decodes every document of a manifest strictly: duplicate
@@ -73,13 +83,13 @@ func decodeStrict(doc string) (object, error) {
 		labels:     meta.Metadata.Labels,
 	}
 	gvk := meta.APIVersion + "/" + meta.Kind
-	if gvk == "monitoring.coreos.com/v1/ServiceMonitor" {
+	if check, ok := customKinds[gvk]; ok {
 		var m map[string]any
 		if err := json.Unmarshal(j, &m); err != nil {
-			return object{}, fmt.Errorf("ServiceMonitor: %w", err)
+			return object{}, fmt.Errorf("%s: %w", meta.Kind, err)
 		}
-		if err := checkServiceMonitorFields(m); err != nil {
-			return object{}, fmt.Errorf("ServiceMonitor %s: %w", o.name, err)
+		if err := check(m); err != nil {
+			return object{}, fmt.Errorf("%s %s: %w", meta.Kind, o.name, err)
 		}
 		o.typed = m
 		return o, nil
@@ -103,24 +113,31 @@ func decodeStrict(doc string) (object, error) {
 	return o, nil
 }
 
+// customResourceSpec checks the envelope of a custom resource the chart
+// renders (apiVersion, kind, metadata with a name, labels and annotations,
+// spec) and returns its spec.
+func customResourceSpec(m map[string]any) (map[string]any, error) {
+	if err := onlyKeys("", m, "apiVersion", "kind", "metadata", "spec"); err != nil {
+		return nil, err
+	}
+	meta, err := asMap("metadata", m["metadata"])
+	if err != nil {
+		return nil, err
+	}
+	if err := onlyKeys("metadata", meta, "name", "labels", "annotations"); err != nil {
+		return nil, err
+	}
+	if _, ok := meta["name"].(string); !ok {
+		return nil, fmt.Errorf("metadata.name is %T, want a string", meta["name"])
+	}
+	return asMap("spec", m["spec"])
+}
+
 // checkServiceMonitorFields accepts only the ServiceMonitor fields the chart
 // is meant to render (a subset of monitoring.coreos.com/v1), with their
 // types, so that a typo cannot slip through the untyped decode.
 func checkServiceMonitorFields(m map[string]any) error {
-	if err := onlyKeys("", m, "apiVersion", "kind", "metadata", "spec"); err != nil {
-		return err
-	}
-	meta, err := asMap("metadata", m["metadata"])
-	if err != nil {
-		return err
-	}
-	if err := onlyKeys("metadata", meta, "name", "labels", "annotations"); err != nil {
-		return err
-	}
-	if _, ok := meta["name"].(string); !ok {
-		return fmt.Errorf("metadata.name is %T, want a string", meta["name"])
-	}
-	spec, err := asMap("spec", m["spec"])
+	spec, err := customResourceSpec(m)
 	if err != nil {
 		return err
 	}
@@ -164,6 +181,22 @@ func checkServiceMonitorFields(m map[string]any) error {
 				}
 			}
 		}
+	}
+	return nil
+}
+
+// checkPrometheusRuleFields accepts a PrometheusRule of
+// monitoring.coreos.com/v1 with a name and a list of rule groups.
+func checkPrometheusRuleFields(m map[string]any) error {
+	spec, err := customResourceSpec(m)
+	if err != nil {
+		return err
+	}
+	if err := onlyKeys("spec", spec, "groups"); err != nil {
+		return err
+	}
+	if groups, ok := spec["groups"].([]any); !ok || len(groups) == 0 {
+		return fmt.Errorf("spec.groups is %T (%v), want a non-empty list", spec["groups"], spec["groups"])
 	}
 	return nil
 }

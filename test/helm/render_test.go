@@ -35,6 +35,11 @@ type renderOptions struct {
 	kubeVersion string
 	// releaseName defaults to "test".
 	releaseName string
+	// namespace defaults to "default".
+	namespace string
+	// vals are merged after valuesFiles and before values, like the values
+	// that `helm` itself merged from its -f and --set flags.
+	vals map[string]any
 }
 
 // rendered is the output of one render.
@@ -64,6 +69,9 @@ func renderChart(opts renderOptions) (*rendered, error) {
 		}
 		vals = mergeMaps(vals, v)
 	}
+	if opts.vals != nil {
+		vals = mergeMaps(vals, opts.vals)
+	}
 	if opts.values != "" {
 		var v map[string]any
 		if err := yaml.Unmarshal([]byte(opts.values), &v); err != nil {
@@ -84,7 +92,10 @@ func renderChart(opts renderOptions) (*rendered, error) {
 	if install.ReleaseName == "" {
 		install.ReleaseName = "test"
 	}
-	install.Namespace = "default"
+	install.Namespace = opts.namespace
+	if install.Namespace == "" {
+		install.Namespace = "default"
+	}
 	install.KubeVersion = kv
 	rel, err := install.Run(chrt, vals)
 	if err != nil {

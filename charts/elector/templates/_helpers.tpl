@@ -1,24 +1,22 @@
 {{/*
-The chart's name, truncated to the 63 characters of a DNS label.
+The app's name (app.kubernetes.io/name): the release name, or nameOverride.
+The chart wraps the user's app, so nothing is named after the chart.
 */}}
 {{- define "elector.name" -}}
-{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- default .Release.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
 {{/*
-The fully qualified app name: the release name, suffixed with the chart name
-unless the release name already contains it.
+The name of every object: fullnameOverride, else the release name, suffixed
+with nameOverride unless the release name already contains it.
 */}}
 {{- define "elector.fullname" -}}
 {{- if .Values.fullnameOverride }}
 {{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if and .Values.nameOverride (not (contains .Values.nameOverride .Release.Name)) }}
+{{- printf "%s-%s" .Release.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
 {{- else }}
-{{- $name := default .Chart.Name .Values.nameOverride }}
-{{- if contains $name .Release.Name }}
 {{- .Release.Name | trunc 63 | trimSuffix "-" }}
-{{- else }}
-{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
-{{- end }}
 {{- end }}
 {{- end }}
 
@@ -32,7 +30,7 @@ Labels of every object.
 {{- define "elector.labels" -}}
 helm.sh/chart: {{ include "elector.chart" . }}
 {{ include "elector.selectorLabels" . }}
-app.kubernetes.io/version: {{ include "elector.imageTag" . | quote }}
+app.kubernetes.io/version: {{ include "elector.appVersion" . | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
@@ -52,19 +50,95 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
+{{/*
+The app's version (app.kubernetes.io/version): the app image's tag, else the
+elector's version (the demo, or an app pinned by digest only).
+*/}}
+{{- define "elector.appVersion" -}}
+{{- $tag := and .Values.app.image.repository .Values.app.image.tag }}
+{{- default .Chart.AppVersion $tag | replace "+" "_" | trunc 63 | trimSuffix "-" | trimSuffix "_" | trimSuffix "." }}
+{{- end }}
+
 {{- define "elector.imageTag" -}}
 {{- default .Chart.AppVersion .Values.image.tag }}
 {{- end }}
 
-{{- define "elector.image" -}}
-{{- printf "%s:%s" .Values.image.repository (include "elector.imageTag" .) }}
+{{/*
+An image reference: repository@digest when a digest pins it, else
+repository:tag (or the bare repository without a tag).
+*/}}
+{{- define "elector.imageRef" -}}
+{{- if .digest }}
+{{- printf "%s@%s" .repository .digest }}
+{{- else if .tag }}
+{{- printf "%s:%s" .repository .tag }}
+{{- else }}
+{{- .repository }}
+{{- end }}
 {{- end }}
 
+{{- define "elector.image" -}}
+{{- include "elector.imageRef" (dict "repository" .Values.image.repository "tag" (include "elector.imageTag" .) "digest" .Values.image.digest) }}
+{{- end }}
+
+{{/*
+Whether the app is the chart's demo: no app image is given. Nothing of the
+demo (image, script, security context) applies to a user's app.
+*/}}
+{{- define "elector.demo" -}}
+{{- if not .Values.app.image.repository }}true{{ end }}
+{{- end }}
+
+{{- define "elector.demoImage" -}}busybox:1.37{{- end }}
+
 {{- define "elector.appImage" -}}
-{{- if .Values.app.image.tag }}
-{{- printf "%s:%s" .Values.app.image.repository .Values.app.image.tag }}
+{{- if include "elector.demo" . }}
+{{- include "elector.demoImage" . }}
 {{- else }}
-{{- .Values.app.image.repository }}
+{{- include "elector.imageRef" .Values.app.image }}
+{{- end }}
+{{- end }}
+
+{{/*
+The demo's script: it prints the replica's role every 10 s (sidecar mode) or,
+on the leader only, its fencing token (run mode), and stops on SIGTERM.
+*/}}
+{{- define "elector.demoScript" -}}
+{{- if eq .Values.mode "run" -}}
+trap 'exit 0' TERM
+echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) $ELECTOR_IDENTITY leads $ELECTOR_LEASE_NAME with fencing token $ELECTOR_FENCING_TOKEN"
+while true; do sleep 10 & wait $!; done
+{{- else -}}
+trap 'exit 0' TERM
+while true; do
+  echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) $HOSTNAME: $(cat "$ELECTOR_STATUS_FILE" 2>/dev/null || echo starting)"
+  sleep 10 & wait $!
+done
+{{- end }}
+{{- end }}
+
+{{/*
+The app's command and args as JSON {"command": [...], "args": [...]}: the
+user's, verbatim, or the demo's when the app is the demo and neither is set.
+*/}}
+{{- define "elector.appArgv" -}}
+{{- $command := .Values.app.command | default list }}
+{{- $args := .Values.app.args | default list }}
+{{- if and (include "elector.demo" .) (empty $command) (empty $args) }}
+{{- $command = list "sh" "-c" (include "elector.demoScript" .) }}
+{{- end }}
+{{- dict "command" $command "args" $args | toJson }}
+{{- end }}
+
+{{/*
+The app container's security context: app.securityContext; for the demo,
+the elector's restricted one unless app.securityContext is set.
+*/}}
+{{- define "elector.appSecurityContext" -}}
+{{- if .Values.app.securityContext }}
+{{- toYaml .Values.app.securityContext }}
+{{- else if include "elector.demo" . }}
+{{- toYaml .Values.securityContext }}
 {{- end }}
 {{- end }}
 
@@ -90,18 +164,53 @@ Whether the pod mounts the Redis credentials volume (passwords and/or TLS files)
 {{- end }}
 
 {{/*
-The duration (a Go duration string such as "1m30s") in milliseconds, a
-float that is exact for whole milliseconds.
+The duration (a Go duration string such as "1m30s") in whole nanoseconds, an
+int64, so that the chart's arithmetic is the elector's (time.Duration).
 */}}
-{{- define "elector.durationMillis" -}}
-{{- $factors := dict "ns" 0.000001 "us" 0.001 "µs" 0.001 "ms" 1.0 "s" 1000.0 "m" 60000.0 "h" 3600000.0 }}
-{{- $total := 0.0 }}
+{{- define "elector.durationNanos" -}}
+{{- $factors := dict "ns" 1.0 "us" 1000.0 "µs" 1000.0 "ms" 1000000.0 "s" 1000000000.0 "m" 60000000000.0 "h" 3600000000000.0 }}
+{{- $total := 0 }}
 {{- range regexFindAll "[0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h)" . -1 }}
 {{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" . }}
 {{- $unit := trimPrefix $number . }}
-{{- $total = addf $total (mulf (float64 $number) (get $factors $unit)) }}
+{{- $total = add $total (round (mulf (float64 $number) (get $factors $unit)) 0 | int64) }}
 {{- end }}
 {{- $total }}
+{{- end }}
+
+{{/*
+A duration in nanoseconds (an int64) as Go prints it for whole milliseconds
+and seconds: 4848ms, 5s.
+*/}}
+{{- define "elector.formatNanos" -}}
+{{- $ns := int64 . }}
+{{- if eq (mod $ns 1000000000) 0 }}{{ div $ns 1000000000 }}s
+{{- else if eq (mod $ns 1000000) 0 }}{{ div $ns 1000000 }}ms
+{{- else }}{{ $ns }}ns
+{{- end }}
+{{- end }}
+
+{{/*
+The longest kill grace after which a command that lost leadership has surely
+stopped before another replica can start one, in nanoseconds:
+lease.duration − lease.renewDeadline − the clock-drift margin (1% of
+lease.duration + 2ms, pkg/election.DriftMargin).
+*/}}
+{{- define "elector.killGraceBound" -}}
+{{- $duration := include "elector.durationNanos" .Values.lease.duration | int64 }}
+{{- $renew := include "elector.durationNanos" .Values.lease.renewDeadline | int64 }}
+{{- sub (sub $duration $renew) (add (div $duration 100) 2000000) }}
+{{- end }}
+
+{{/*
+A duration (nanoseconds) as a Prometheus duration: whole seconds or
+milliseconds.
+*/}}
+{{- define "elector.promDuration" -}}
+{{- $ns := int64 . }}
+{{- if eq (mod $ns 1000000000) 0 }}{{ div $ns 1000000000 }}s
+{{- else }}{{ div (add $ns 999999) 1000000 }}ms
+{{- end }}
 {{- end }}
 
 {{/*
@@ -267,9 +376,6 @@ topologySpreadConstraints, each with the pods' selector unless it has one.
 Checks across values that the schema cannot express.
 */}}
 {{- define "elector.validate" -}}
-{{- if and (eq .Values.mode "run") (empty .Values.app.command) }}
-{{- fail "mode run needs app.command: the chart runs `elector run -- <app.command> <app.args>` and cannot wrap the image's own entrypoint" }}
-{{- end }}
 {{- if and (eq .Values.mode "run") (or .Values.app.livenessProbe .Values.app.readinessProbe .Values.app.startupProbe) }}
 {{- fail "mode run does not use app.livenessProbe, app.readinessProbe or app.startupProbe: the command runs on the leader only, so followers would fail them; the chart probes the elector's /healthz instead" }}
 {{- end }}
@@ -291,20 +397,28 @@ Checks across values that the schema cannot express.
 {{- if and .Values.metrics.serviceMonitor.enabled (not .Values.metrics.service.enabled) }}
 {{- fail "metrics.serviceMonitor.enabled needs metrics.service.enabled" }}
 {{- end }}
-{{- $duration := include "elector.durationMillis" .Values.lease.duration | float64 }}
-{{- $renew := include "elector.durationMillis" .Values.lease.renewDeadline | float64 }}
-{{- $retry := include "elector.durationMillis" .Values.lease.retryPeriod | float64 }}
+{{- $duration := include "elector.durationNanos" .Values.lease.duration | int64 }}
+{{- $renew := include "elector.durationNanos" .Values.lease.renewDeadline | int64 }}
+{{- $retry := include "elector.durationNanos" .Values.lease.retryPeriod | int64 }}
 {{- if not (gt $duration $renew) }}
 {{- fail (printf "lease.duration (%s) must be longer than lease.renewDeadline (%s)" .Values.lease.duration .Values.lease.renewDeadline) }}
 {{- end }}
 {{- /* renewDeadline > 1.2 × retryPeriod, as client-go and the CLI require (retries are jittered by up to 20%) */}}
-{{- if not (gt (mulf $renew 5) (mulf $retry 6)) }}
+{{- if not (gt (mul $renew 5) (mul $retry 6)) }}
 {{- fail (printf "lease.renewDeadline (%s) must be longer than 1.2 × lease.retryPeriod (%s): retries are jittered by up to 20%%" .Values.lease.renewDeadline .Values.lease.retryPeriod) }}
 {{- end }}
 {{- if eq .Values.mode "run" }}
-{{- $need := add (divf (include "elector.durationMillis" .Values.run.killGrace | float64) 1000 | ceil | int) 5 }}
-{{- if lt (int .Values.terminationGracePeriodSeconds) $need }}
+{{- /* SIGTERM, then up to killGrace for the command, then the release and the exit: 5 s */}}
+{{- $killGrace := include "elector.durationNanos" .Values.run.killGrace | int64 }}
+{{- $need := div (add $killGrace 5000000000 999999999) 1000000000 }}
+{{- if lt (int64 .Values.terminationGracePeriodSeconds) $need }}
 {{- fail (printf "terminationGracePeriodSeconds (%v) must be at least run.killGrace (%s) + 5s for the release: %d" .Values.terminationGracePeriodSeconds .Values.run.killGrace $need) }}
 {{- end }}
+{{- if and (empty .Values.app.command) (not (and (include "elector.demo" .) (empty .Values.app.args))) }}
+{{- fail "mode run needs app.command: the chart runs `elector run -- <app.command> <app.args>` and cannot wrap the image's own entrypoint" }}
+{{- end }}
+{{- end }}
+{{- if and (not .Values.app.image.repository) (or .Values.app.image.tag .Values.app.image.digest) }}
+{{- fail "app.image.tag and app.image.digest need app.image.repository (empty: the demo image)" }}
 {{- end }}
 {{- end }}
