@@ -2,6 +2,7 @@ package election
 
 import (
 	"container/heap"
+	"sort"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -644,6 +645,7 @@ func (m *groupMachine) observeMembers(live int) {
 	if excess <= 0 {
 		return
 	}
+	sort.Slice(mine, func(i, j int) bool { return mine[i].name < mine[j].name })
 	m.logger.Info("Shedding leases beyond the fair share", "held", len(mine), "members", live, "leases", m.active, "shed", excess)
 	for _, gl := range mine[:excess] {
 		m.stopTerm(gl)
