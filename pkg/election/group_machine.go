@@ -436,6 +436,7 @@ func (m *groupMachine) onAcquire(b *acquireBatch) {
 	if late {
 		m.logger.Info("Acquire replies came after the renew deadline; releasing what they won", "leases", len(b.items), "sent", now.Sub(b.sent))
 	}
+	failed := false
 	for i, gl := range b.items {
 		r := b.replies[i]
 		switch gl.state {
@@ -445,6 +446,7 @@ func (m *groupMachine) onAcquire(b *acquireBatch) {
 		}
 		switch {
 		case r.err != nil:
+			failed = true
 			m.errs.failed(m.logger, cfg.Metrics, cfg.Group, "acquire", r.err)
 			m.toIdle(gl, now.Add(cfg.RetryPeriod+m.jitter()))
 		case r.won && (gl.removed || m.stopping || late):
@@ -463,7 +465,7 @@ func (m *groupMachine) onAcquire(b *acquireBatch) {
 			m.toIdle(gl, now.Add(min(wait, cfg.LeaseDuration)+m.jitter()))
 		}
 	}
-	if !late {
+	if !late && !failed {
 		m.errs.succeeded(m.logger)
 	}
 }

@@ -142,7 +142,7 @@ func (r *groupRun) loop(ctx context.Context) error {
 	}
 	stopSub()
 	subDone.Wait()
-	lctx, cancel := context.WithTimeout(r.base, g.cfg.RetryPeriod)
+	lctx, cancel := context.WithTimeout(r.base, r.callTimeout())
 	defer cancel()
 	// Leave so that the others take their new shares without waiting for this membership to
 	// expire. Nothing is held any more: no deadline can be missed here.
@@ -174,6 +174,7 @@ func (r *groupRun) publish() {
 	if lag := int64(m.maxLag); lag > r.g.maxLag.Load() {
 		r.g.maxLag.Store(lag)
 	}
+	m.maxLag = 0
 	if !m.dirty {
 		return
 	}
@@ -186,8 +187,12 @@ func (r *groupRun) publish() {
 	r.g.cfg.Metrics.groupHeld(r.g.cfg.Group, len(s.held))
 }
 
-// callTimeout bounds every batch: a reply later than that is of no use.
-func (r *groupRun) callTimeout() time.Duration { return r.g.cfg.RetryPeriod }
+// callTimeout bounds every batch as Elector bounds a call: max(RetryPeriod, RenewDeadline/2),
+// so that a round trip slower than RetryPeriod still succeeds while a leader keeps at least
+// two renew batches before its deadline.
+func (r *groupRun) callTimeout() time.Duration {
+	return max(r.g.cfg.RetryPeriod, r.g.cfg.RenewDeadline/2)
+}
 
 func (r *groupRun) acquire(b *acquireBatch) {
 	go func() {
