@@ -24,9 +24,9 @@ import (
 // the same lease is still live.
 type intervals struct {
 	mu       sync.Mutex
-	live     map[string]map[string]time.Time // lease -> replica -> start of its live interval
-	phase    map[string]string               // replica/lease -> "working", "returned" or ""
-	lastTok  map[string]int64                // lease -> token of the last term
+	live     map[string]map[string]int64 // lease -> replica -> token of its live interval
+	phase    map[string]string           // replica/lease -> "working", "returned" or ""
+	lastTok  map[string]int64            // lease -> token of the last term
 	lastWho  map[string]string
 	overlaps []*overlap
 	errs     []string
@@ -40,7 +40,7 @@ type overlap struct {
 }
 
 func newIntervals() *intervals {
-	return &intervals{live: map[string]map[string]time.Time{}, phase: map[string]string{}, lastTok: map[string]int64{}, lastWho: map[string]string{}}
+	return &intervals{live: map[string]map[string]int64{}, phase: map[string]string{}, lastTok: map[string]int64{}, lastWho: map[string]string{}}
 }
 
 func (iv *intervals) start(who, name string, token int64) {
@@ -64,16 +64,20 @@ func (iv *intervals) start(who, name string, token int64) {
 	}
 	iv.lastTok[name], iv.lastWho[name] = max(token, last), who
 	if iv.live[name] == nil {
-		iv.live[name] = map[string]time.Time{}
+		iv.live[name] = map[string]int64{}
 	}
-	iv.live[name][who] = now
+	iv.live[name][who] = token
 	iv.phase[key] = "working"
 	iv.terms++
 }
 
-func (iv *intervals) cancelled(who, name string) {
+// cancelled records that the ctx of who's term token of lease name is done.
+func (iv *intervals) cancelled(who, name string, token int64) {
 	iv.mu.Lock()
 	defer iv.mu.Unlock()
+	if tok, ok := iv.live[name][who]; !ok || tok != token {
+		return // a watcher that ran after the next term began: that one is live
+	}
 	now := time.Now()
 	for _, o := range iv.overlaps {
 		if o.lease == name && o.first == who && o.dur == 0 {
@@ -144,7 +148,7 @@ func runGroup(t *testing.T, iv *intervals, who string, o groupOpts) *election.Gr
 			OnStartedLeading: func(ctx context.Context, name string, token int64) {
 				iv.start(who, name, token)
 				<-ctx.Done()
-				iv.cancelled(who, name)
+				iv.cancelled(who, name, token)
 				iv.returned(who, name)
 			},
 			OnStoppedLeading: func(name string) {
