@@ -74,7 +74,7 @@ type GroupConfig struct {
 // steps down before its lease can expire, and carries a fencing token.
 //
 // One goroutine (Run's loop) owns the state of every lease; it never waits for Redis or for
-// a callback. Held, Check and Members read a snapshot it publishes.
+// a callback. Held, Check and Members read a view it keeps up to date (groupView).
 type Group struct {
 	cfg      GroupConfig
 	clock    clock.Clock
@@ -89,7 +89,7 @@ type Group struct {
 	running bool
 	wake    chan struct{}
 
-	snap   atomic.Pointer[groupSnapshot]
+	view   *groupView
 	maxLag atomic.Int64 // the latest the loop woke up after it planned to, in ns (tests)
 }
 
@@ -98,8 +98,11 @@ type groupChange struct {
 	add  bool
 }
 
-// groupSnapshot is what the loop publishes for Held, Check and Members.
-type groupSnapshot struct {
+// groupView is what the loop shows Held, Check and Members: the held terms and the member
+// count. Only the loop writes it, one entry per change (a copy of thousands of leases per
+// change would cost O(K) each time a term starts or ends); readers copy under the lock.
+type groupView struct {
+	mu   sync.RWMutex
 	held map[string]heldTerm
 	live int
 }
@@ -107,6 +110,32 @@ type groupSnapshot struct {
 type heldTerm struct {
 	token  int64
 	lastOK time.Time
+}
+
+func newGroupView() *groupView { return &groupView{held: map[string]heldTerm{}, live: 1} }
+
+func (v *groupView) set(name string, t heldTerm) {
+	v.mu.Lock()
+	v.held[name] = t
+	v.mu.Unlock()
+}
+
+func (v *groupView) drop(name string) {
+	v.mu.Lock()
+	delete(v.held, name)
+	v.mu.Unlock()
+}
+
+func (v *groupView) setLive(n int) {
+	v.mu.Lock()
+	v.live = n
+	v.mu.Unlock()
+}
+
+func (v *groupView) len() int {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return len(v.held)
 }
 
 // NewGroup validates cfg, filling in defaults, and returns a Group.
@@ -168,7 +197,7 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 	if g.clock == nil {
 		g.clock = clock.RealClock{}
 	}
-	g.snap.Store(&groupSnapshot{live: 1})
+	g.view = newGroupView()
 	if err := g.Add(cfg.Leases...); err != nil {
 		return nil, err
 	}
@@ -218,9 +247,11 @@ func (g *Group) poke() {
 
 // Held returns the leases this replica holds, with the fencing token of each term.
 func (g *Group) Held() map[string]int64 {
-	s := g.snap.Load()
-	held := make(map[string]int64, len(s.held))
-	for name, t := range s.held {
+	v := g.view
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	held := make(map[string]int64, len(v.held))
+	for name, t := range v.held {
 		held[name] = t.token
 	}
 	return held
@@ -239,14 +270,20 @@ func (g *Group) Names() []string {
 }
 
 // Members returns the number of live replicas of the group seen by the last heartbeat.
-func (g *Group) Members() int { return g.snap.Load().live }
+func (g *Group) Members() int {
+	g.view.mu.RLock()
+	defer g.view.mu.RUnlock()
+	return g.view.live
+}
 
 // Check returns an error when a lease this replica holds has gone without a successful
 // renew for longer than RenewDeadline + tolerance (the group is wedged); never for a replica
 // that holds nothing.
 func (g *Group) Check(tolerance time.Duration) error {
 	limit := g.cfg.RenewDeadline + tolerance
-	for name, t := range g.snap.Load().held {
+	g.view.mu.RLock()
+	defer g.view.mu.RUnlock()
+	for name, t := range g.view.held {
 		if since := g.clock.Since(t.lastOK); since > limit {
 			return fmt.Errorf("group %q holds lease %q but its last successful renew was %v ago (limit %v)",
 				g.cfg.Group, name, since.Round(time.Millisecond), limit)

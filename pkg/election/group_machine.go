@@ -148,16 +148,18 @@ type groupMachine struct {
 	lives                           [2]int
 	errs                            errorLog
 
-	dirty   bool          // the held set or a lastOK changed since the last snapshot
-	wakeAt  time.Time     // when the loop planned to wake up next
-	maxLag  time.Duration // the latest the loop ever woke up after wakeAt
-	started int           // terms started (for metrics and tests)
+	view       *groupView    // what Held, Check and Members read
+	minOK      time.Time     // a lower bound of the held leases' lastOK (see recomputeMinOK)
+	minOKValid bool          // minOK is exact
+	wakeAt     time.Time     // when the loop planned to wake up next
+	maxLag     time.Duration // the latest the loop ever woke up after wakeAt
+	started    int           // terms started (for metrics and tests)
 }
 
-func newGroupMachine(cfg *GroupConfig, clk clock.PassiveClock, fx groupEffects, logger logr.Logger,
+func newGroupMachine(cfg *GroupConfig, clk clock.PassiveClock, fx groupEffects, view *groupView, logger logr.Logger,
 	instance string, newLease func(string) (*lease.Lease, error)) *groupMachine {
 	return &groupMachine{
-		cfg: cfg, clock: clk, jitter: jitter, fx: fx, logger: logger, newLease: newLease, instance: instance,
+		cfg: cfg, clock: clk, jitter: jitter, fx: fx, view: view, logger: logger, newLease: newLease, instance: instance,
 		leases: map[string]*groupLease{}, held: map[*groupLease]struct{}{},
 		retry: backoff{min: 50 * time.Millisecond, max: cfg.RetryPeriod},
 		live:  1,
@@ -170,13 +172,17 @@ func (m *groupMachine) setState(gl *groupLease, s leaseState) {
 	if was == s {
 		return
 	}
-	if was == stateLeading || was == stateStopping {
+	wasHeld, isHeld := was == stateLeading || was == stateStopping, s == stateLeading || s == stateStopping
+	if wasHeld && !isHeld {
 		delete(m.held, gl)
-		m.dirty = true
+		m.view.drop(gl.name)
 	}
-	if s == stateLeading || s == stateStopping {
+	if isHeld && !wasHeld {
 		m.held[gl] = struct{}{}
-		m.dirty = true
+		if len(m.held) == 1 || gl.lastOK.Before(m.minOK) {
+			m.minOK = gl.lastOK
+		}
+		m.view.set(gl.name, heldTerm{token: gl.term.Token, lastOK: gl.lastOK})
 	}
 	if was == stateAcquiring {
 		m.acquiring--
@@ -353,17 +359,23 @@ func (m *groupMachine) tick(now time.Time) time.Time {
 		m.maxLag = max(m.maxLag, now.Sub(m.wakeAt))
 	}
 	cfg := m.cfg
-	var late []*groupLease
-	for gl := range m.held {
-		if !now.Before(gl.lastOK.Add(cfg.RenewDeadline)) {
-			late = append(late, gl)
+	if !m.minOKValid {
+		m.recomputeMinOK()
+	}
+	if len(m.held) > 0 && !now.Before(m.minOK.Add(cfg.RenewDeadline)) {
+		var late []*groupLease
+		for gl := range m.held {
+			if !now.Before(gl.lastOK.Add(cfg.RenewDeadline)) {
+				late = append(late, gl)
+			}
 		}
-	}
-	if len(late) > 0 {
-		m.logger.Info("Stopped leading leases: renew deadline exceeded", "leases", len(late))
-	}
-	for _, gl := range late {
-		m.lose(gl, reasonDeadline)
+		if len(late) > 0 {
+			m.logger.Info("Stopped leading leases: renew deadline exceeded", "leases", len(late))
+		}
+		for _, gl := range late {
+			m.lose(gl, reasonDeadline)
+		}
+		m.recomputeMinOK()
 	}
 	if !m.renewBusy && !now.Before(m.nextRenew) {
 		m.startRenew(now)
@@ -384,11 +396,25 @@ func (m *groupMachine) tick(now time.Time) time.Time {
 	if !m.stopping && m.membersKnown && !m.acqBusy && len(m.queue) > 0 && m.room() != 0 {
 		next = minTime(next, m.queue[0].next)
 	}
-	for gl := range m.held {
-		next = minTime(next, gl.lastOK.Add(cfg.RenewDeadline))
+	if len(m.held) > 0 {
+		next = minTime(next, m.minOK.Add(cfg.RenewDeadline))
 	}
 	m.wakeAt = next
 	return next
+}
+
+// recomputeMinOK finds the earliest lastOK of the held leases. Between two calls minOK is a
+// lower bound: a lease that starts lowers it, one that stops or is renewed leaves it (a
+// deadline check at a stale bound finds nobody late and recomputes it), so a round of the
+// loop costs O(held) only once per renew batch, not on every wake-up.
+func (m *groupMachine) recomputeMinOK() {
+	m.minOK, m.minOKValid = time.Time{}, true
+	first := true
+	for gl := range m.held {
+		if first || gl.lastOK.Before(m.minOK) {
+			m.minOK, first = gl.lastOK, false
+		}
+	}
 }
 
 // room is how many more leases MaxLeases allows to try; -1 without a cap.
@@ -497,13 +523,14 @@ func (m *groupMachine) onRenew(b *renewBatch) {
 		default:
 			if b.sent.After(gl.lastOK) {
 				gl.lastOK = b.sent
-				m.dirty = true
+				m.view.set(gl.name, heldTerm{token: gl.term.Token, lastOK: gl.lastOK})
 			}
 		}
 	}
 	if lost > 0 {
 		m.logger.Info("Stopped leading leases: lease lost", "leases", lost)
 	}
+	m.minOKValid = false // renewed leases moved on
 	m.membersKnown = true
 	if b.liveErr != nil {
 		failed++
@@ -632,7 +659,7 @@ func (m *groupMachine) observeMembers(live int) {
 	m.lives = [2]int{m.lives[1], live}
 	if m.live != live {
 		m.live = live
-		m.dirty = true
+		m.view.setLive(live)
 	}
 	if m.stopping || m.lives[0] != m.lives[1] {
 		return

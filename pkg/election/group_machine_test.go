@@ -64,7 +64,7 @@ func newMachineTest(t *testing.T) *machineTest {
 	t.Cleanup(func() { client.Close() })
 	mt := &machineTest{t: t, fx: &fakeEffects{cancels: map[string]int{}}, clk: clocktesting.NewFakeClock(time.Unix(1_000_000, 0)), tok: 100}
 	mt.cfg = GroupConfig{Group: "g", Identity: "pod", LeaseDuration: mtLease, RenewDeadline: mtRenew, RetryPeriod: mtRetry}
-	mt.m = newGroupMachine(&mt.cfg, mt.clk, mt.fx, logr.Discard(), mtOurs, func(name string) (*lease.Lease, error) {
+	mt.m = newGroupMachine(&mt.cfg, mt.clk, mt.fx, newGroupView(), logr.Discard(), mtOurs, func(name string) (*lease.Lease, error) {
 		return lease.New(client, name, lease.Options{Identity: "pod", Instance: mtOurs})
 	})
 	mt.m.jitter = func() time.Duration { return 0 }

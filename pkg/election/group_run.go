@@ -46,7 +46,8 @@ func (g *Group) Run(ctx context.Context) error {
 		notified: make(chan termDone, 64),
 		events:   make(chan groupEvent, 4096),
 	}
-	r.m = newGroupMachine(&g.cfg, g.clock, r, logger, g.instance, func(name string) (*lease.Lease, error) {
+	g.view = newGroupView() // a new Run starts holding nothing
+	r.m = newGroupMachine(&g.cfg, g.clock, r, g.view, logger, g.instance, func(name string) (*lease.Lease, error) {
 		return lease.New(g.cfg.Client, name, lease.Options{Prefix: g.cfg.KeyPrefix, Identity: g.cfg.Identity, Instance: g.instance})
 	})
 	for _, n := range names {
@@ -71,7 +72,13 @@ type groupRun struct {
 	returned chan termDone   // OnStartedLeading returned
 	notified chan termDone   // OnStoppedLeading returned
 	events   chan groupEvent // from the subscription goroutine
+
+	heldMetric int // last value of the held-leases gauge
 }
+
+// maxPerRound bounds the messages the loop takes between two rounds of bookkeeping (deadline
+// checks), so that a flood of events cannot postpone a deadline check by more than that.
+const maxPerRound = 1024
 
 type termDone struct {
 	gl   *groupLease
@@ -109,35 +116,19 @@ func (r *groupRun) loop(ctx context.Context) error {
 			break
 		}
 		timer.Reset(max(wake.Sub(now), 0))
-		select {
-		case <-ctxDone:
-			ctxDone = nil
-			m.stop()
-		case <-g.wake:
-		case <-timer.C():
-		case b := <-r.acquired:
-			m.onAcquire(b)
-		case b := <-r.renewed:
-			m.onRenew(b)
-		case b := <-r.released:
-			m.onRelease(b)
-		case d := <-r.returned:
-			m.onWorkReturned(d.gl, d.term)
-		case d := <-r.notified:
-			m.onNotified(d.gl, d.term)
-		case e := <-r.events:
-			// Handle what is already queued (a shedding replica releases many leases at once)
-			// before the next round of bookkeeping.
-			m.onEvent(e.name, e.ev)
-			for n := 0; n < cap(r.events); n++ {
-				select {
-				case e = <-r.events:
-					m.onEvent(e.name, e.ev)
-					continue
-				default:
-				}
+		// Wait for one message, then take what else is ready before the next round of
+		// bookkeeping: a shed or a stop returns thousands of terms at once, and each round
+		// costs O(held).
+		_, stop := r.handle(true, ctxDone, timer.C())
+		for n := 0; n < maxPerRound && !stop; n++ {
+			var ok bool
+			if ok, stop = r.handle(false, ctxDone, nil); !ok {
 				break
 			}
+		}
+		if stop {
+			ctxDone = nil
+			m.stop()
 		}
 	}
 	stopSub()
@@ -168,23 +159,49 @@ func (r *groupRun) applyChanges() {
 	}
 }
 
-// publish stores a new snapshot for Held, Check and Members when something changed.
+// publish hands the loop's lag to the tests' probe and the held count to the metrics.
 func (r *groupRun) publish() {
 	m := r.m
 	if lag := int64(m.maxLag); lag > r.g.maxLag.Load() {
 		r.g.maxLag.Store(lag)
 	}
 	m.maxLag = 0
-	if !m.dirty {
-		return
+	if n := len(m.held); n != r.heldMetric {
+		r.heldMetric = n
+		r.g.cfg.Metrics.groupHeld(r.g.cfg.Group, n)
 	}
-	m.dirty = false
-	s := &groupSnapshot{held: make(map[string]heldTerm, len(m.held)), live: m.live}
-	for gl := range m.held {
-		s.held[gl.name] = heldTerm{token: gl.term.Token, lastOK: gl.lastOK}
+}
+
+// handle passes one message to the machine; it reports false when none was ready.
+func (r *groupRun) handle(block bool, ctxDone <-chan struct{}, timer <-chan time.Time) (handled, stop bool) {
+	m := r.m
+	var def chan struct{}
+	if !block {
+		c := make(chan struct{})
+		close(c)
+		def = c
 	}
-	r.g.snap.Store(s)
-	r.g.cfg.Metrics.groupHeld(r.g.cfg.Group, len(s.held))
+	select {
+	case <-ctxDone:
+		return true, true
+	case <-r.g.wake:
+	case <-timer:
+	case b := <-r.acquired:
+		m.onAcquire(b)
+	case b := <-r.renewed:
+		m.onRenew(b)
+	case b := <-r.released:
+		m.onRelease(b)
+	case d := <-r.returned:
+		m.onWorkReturned(d.gl, d.term)
+	case d := <-r.notified:
+		m.onNotified(d.gl, d.term)
+	case e := <-r.events:
+		m.onEvent(e.name, e.ev)
+	case <-def:
+		return false, false
+	}
+	return true, false
 }
 
 // callTimeout bounds every batch as Elector bounds a call: max(RetryPeriod, RenewDeadline/2),
@@ -296,6 +313,15 @@ func (r *groupRun) listen(ctx context.Context) {
 			refused = false
 			r.logger.Info("Subscribed to lease events", "pattern", g.pattern)
 		}
+		// Closing the subscription is what interrupts a read in progress when Run ends.
+		ended := make(chan struct{})
+		go func() {
+			select {
+			case <-ctx.Done():
+				sub.close()
+			case <-ended:
+			}
+		}()
 		for {
 			name, ev, err := sub.next(ctx)
 			if err != nil {
@@ -306,6 +332,7 @@ func (r *groupRun) listen(ctx context.Context) {
 			case <-ctx.Done():
 			}
 		}
+		close(ended)
 		sub.close()
 		select {
 		case <-ctx.Done():
