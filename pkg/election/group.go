@@ -126,6 +126,13 @@ func (v *groupView) drop(name string) {
 	v.mu.Unlock()
 }
 
+func (v *groupView) reset() {
+	v.mu.Lock()
+	clear(v.held)
+	v.live = 1
+	v.mu.Unlock()
+}
+
 func (v *groupView) setLive(n int) {
 	v.mu.Lock()
 	v.live = n
