@@ -211,33 +211,32 @@ func (r *groupRun) callTimeout() time.Duration {
 	return max(r.g.cfg.RetryPeriod, r.g.cfg.RenewDeadline/2)
 }
 
-func (r *groupRun) acquire(b *acquireBatch) {
+// inBackground runs call, bounded by callTimeout, on a goroutine of its own, then report.
+func (r *groupRun) inBackground(call func(ctx context.Context), report func()) {
 	go func() {
 		ctx, cancel := context.WithTimeout(r.base, r.callTimeout())
-		defer cancel()
+		call(ctx)
+		cancel()
+		report()
+	}()
+}
+
+func (r *groupRun) acquire(b *acquireBatch) {
+	r.inBackground(func(ctx context.Context) {
 		r.rd.acquire(ctx, b)
 		b.took = r.g.clock.Since(b.sent)
-		r.acquired <- b
-	}()
+	}, func() { r.acquired <- b })
 }
 
 func (r *groupRun) renew(b *renewBatch) {
-	go func() {
-		ctx, cancel := context.WithTimeout(r.base, r.callTimeout())
-		defer cancel()
+	r.inBackground(func(ctx context.Context) {
 		r.rd.renew(ctx, b)
 		b.took = r.g.clock.Since(b.sent)
-		r.renewed <- b
-	}()
+	}, func() { r.renewed <- b })
 }
 
 func (r *groupRun) release(b *releaseBatch) {
-	go func() {
-		ctx, cancel := context.WithTimeout(r.base, r.callTimeout())
-		defer cancel()
-		r.rd.release(ctx, b)
-		r.released <- b
-	}()
+	r.inBackground(func(ctx context.Context) { r.rd.release(ctx, b) }, func() { r.released <- b })
 }
 
 // startTerm starts the term's callback goroutine: OnStartedLeading, then, once the machine
