@@ -211,32 +211,36 @@ func (r *groupRun) callTimeout() time.Duration {
 	return max(r.g.cfg.RetryPeriod, r.g.cfg.RenewDeadline/2)
 }
 
-// inBackground runs call, bounded by callTimeout, on a goroutine of its own, then report.
-func (r *groupRun) inBackground(call func(ctx context.Context), report func()) {
+// inBackground runs call, bounded by timeout, on a goroutine of its own, then report.
+func (r *groupRun) inBackground(timeout time.Duration, call func(ctx context.Context), report func()) {
 	go func() {
-		ctx, cancel := context.WithTimeout(r.base, r.callTimeout())
+		ctx, cancel := context.WithTimeout(r.base, timeout)
 		call(ctx)
 		cancel()
 		report()
 	}()
 }
 
+// acquire runs an acquire batch. Its replies are of use until send time + RenewDeadline (a
+// later win is released unused), and a large batch on a loaded machine may need that long: a
+// shorter timeout would turn every attempt into an error while Redis records the wins, so
+// that the replica holds leases that nobody works on.
 func (r *groupRun) acquire(b *acquireBatch) {
-	r.inBackground(func(ctx context.Context) {
+	r.inBackground(r.g.cfg.RenewDeadline, func(ctx context.Context) {
 		r.rd.acquire(ctx, b)
 		b.took = r.g.clock.Since(b.sent)
 	}, func() { r.acquired <- b })
 }
 
 func (r *groupRun) renew(b *renewBatch) {
-	r.inBackground(func(ctx context.Context) {
+	r.inBackground(r.callTimeout(), func(ctx context.Context) {
 		r.rd.renew(ctx, b)
 		b.took = r.g.clock.Since(b.sent)
 	}, func() { r.renewed <- b })
 }
 
 func (r *groupRun) release(b *releaseBatch) {
-	r.inBackground(func(ctx context.Context) { r.rd.release(ctx, b) }, func() { r.released <- b })
+	r.inBackground(r.callTimeout(), func(ctx context.Context) { r.rd.release(ctx, b) }, func() { r.released <- b })
 }
 
 // startTerm starts the term's callback goroutine: OnStartedLeading, then, once the machine
