@@ -38,46 +38,64 @@ type redisGroup struct {
 	g *Group
 }
 
-func (r redisGroup) acquire(ctx context.Context, b *acquireBatch) {
-	batch := lease.NewBatch(r.g.cfg.Client)
-	res := make([]*lease.AcquireResult, len(b.items))
-	for i, gl := range b.items {
-		res[i] = batch.Acquire(gl.l, r.g.cfg.LeaseDuration)
-	}
-	_ = batch.Exec(ctx) // errors are per operation
-	b.replies = make([]acquireReply, len(res))
-	for i, x := range res {
-		b.replies[i] = acquireReply{won: x.Acquired, rec: x.Status.Record, ttl: x.Status.TTL, err: x.Err}
+// batchChunk is the most operations sent in one pipeline. A batch of thousands is sent as
+// several pipelines, one after the other: a client's read timeout applies to a whole
+// pipeline's replies, which a loaded machine (or Redis) may not deliver in time for thousands.
+const batchChunk = 256
+
+// chunked runs exec over [0, n) in chunks of batchChunk (a done ctx fails the rest at once).
+func chunked(n int, exec func(lo, hi int)) {
+	for lo := 0; lo < n; lo += batchChunk {
+		exec(lo, min(lo+batchChunk, n))
 	}
 }
 
+func (r redisGroup) acquire(ctx context.Context, b *acquireBatch) {
+	b.replies = make([]acquireReply, len(b.items))
+	chunked(len(b.items), func(lo, hi int) {
+		batch := lease.NewBatch(r.g.cfg.Client)
+		res := make([]*lease.AcquireResult, hi-lo)
+		for i, gl := range b.items[lo:hi] {
+			res[i] = batch.Acquire(gl.l, r.g.cfg.LeaseDuration)
+		}
+		_ = batch.Exec(ctx) // errors are per operation
+		for i, x := range res {
+			b.replies[lo+i] = acquireReply{won: x.Acquired, rec: x.Status.Record, ttl: x.Status.TTL, err: x.Err}
+		}
+	})
+}
+
 func (r redisGroup) renew(ctx context.Context, b *renewBatch) {
-	batch := lease.NewBatch(r.g.cfg.Client)
-	res := make([]*lease.Result, len(b.items))
-	for i, it := range b.items {
-		res[i] = batch.Renew(it.gl.l, it.term, r.g.cfg.LeaseDuration)
-	}
-	if batch.Len() > 0 {
-		_ = batch.Exec(ctx)
-	}
-	b.replies = make([]renewReply, len(res))
-	for i, x := range res {
-		b.replies[i] = renewReply{ok: x.OK, err: x.Err}
-	}
+	b.replies = make([]renewReply, len(b.items))
+	chunked(len(b.items), func(lo, hi int) {
+		batch := lease.NewBatch(r.g.cfg.Client)
+		res := make([]*lease.Result, hi-lo)
+		for i, it := range b.items[lo:hi] {
+			res[i] = batch.Renew(it.gl.l, it.term, r.g.cfg.LeaseDuration)
+		}
+		if batch.Len() > 0 {
+			_ = batch.Exec(ctx)
+		}
+		for i, x := range res {
+			b.replies[lo+i] = renewReply{ok: x.OK, err: x.Err}
+		}
+	})
 	b.live, b.liveErr = r.heartbeat(ctx, "stay")
 }
 
 func (r redisGroup) release(ctx context.Context, b *releaseBatch) {
-	batch := lease.NewBatch(r.g.cfg.Client)
-	res := make([]*lease.Result, len(b.items))
-	for i, it := range b.items {
-		res[i] = batch.Release(it.gl.l, it.term)
-	}
-	_ = batch.Exec(ctx)
-	b.errs = make([]error, len(res))
-	for i, x := range res {
-		b.errs[i] = x.Err
-	}
+	b.errs = make([]error, len(b.items))
+	chunked(len(b.items), func(lo, hi int) {
+		batch := lease.NewBatch(r.g.cfg.Client)
+		res := make([]*lease.Result, hi-lo)
+		for i, it := range b.items[lo:hi] {
+			res[i] = batch.Release(it.gl.l, it.term)
+		}
+		_ = batch.Exec(ctx)
+		for i, x := range res {
+			b.errs[lo+i] = x.Err
+		}
+	})
 }
 
 func (r redisGroup) leave(ctx context.Context) error {

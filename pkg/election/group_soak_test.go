@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,14 +70,7 @@ func TestGroupSoak(t *testing.T) {
 		names[i] = fmt.Sprintf("soak-%03d", i)
 	}
 	iv := newIntervals()
-	var panics, early, slow sync.Map
-	count := func(m *sync.Map, who string) {
-		v, _ := m.LoadOrStore(who, new(int64))
-		p := v.(*int64)
-		rngMu.Lock()
-		*p++
-		rngMu.Unlock()
-	}
+	var panics, early, slow atomic.Int64
 	type rep struct {
 		name    string
 		g       *election.Group
@@ -98,10 +92,10 @@ func TestGroupSoak(t *testing.T) {
 					defer iv.returned(who, name)
 					switch {
 					case chance(2):
-						count(&panics, who)
+						panics.Add(1)
 						panic("soak: a panicking OnStartedLeading")
 					case chance(10):
-						count(&early, who)
+						early.Add(1)
 						time.Sleep(ms(0, 300)) // the work ends by itself; the lease is kept
 						return
 					}
@@ -113,11 +107,11 @@ func TestGroupSoak(t *testing.T) {
 				OnStoppedLeading: func(name string) {
 					iv.stopped(who, name)
 					if chance(1) {
-						count(&panics, who)
+						panics.Add(1)
 						panic("soak: a panicking OnStoppedLeading")
 					}
 					if chance(15) {
-						count(&slow, who)
+						slow.Add(1)
 						time.Sleep(ms(100, 1500))
 					}
 				},
@@ -213,11 +207,7 @@ func TestGroupSoak(t *testing.T) {
 		t.Errorf("leases not all held again within 20s after the chaos")
 	}
 	iv.check(t)
-	var sum = func(m *sync.Map) (n int64) {
-		m.Range(func(_, v any) bool { n += *v.(*int64); return true })
-		return n
-	}
-	t.Logf("chaos: %v; callbacks: %d panics, %d early returns, %d slow OnStoppedLeading", actions, sum(&panics), sum(&early), sum(&slow))
+	t.Logf("chaos: %v; callbacks: %d panics, %d early returns, %d slow OnStoppedLeading", actions, panics.Load(), early.Load(), slow.Load())
 	if iv.terms < k {
 		t.Errorf("only %d terms started for %d leases: the soak did not exercise anything", iv.terms, k)
 	}

@@ -51,9 +51,11 @@ type groupReplica struct {
 func startGroupReplica(t *testing.T, srv *redistest.Server, w *work, name string, leases []string) *groupReplica {
 	t.Helper()
 	proxy := faultproxy.Start(t, srv.Addr())
+	// The Group's own call timeout for this timing is RenewDeadline/2 (300ms); the client's
+	// must not be shorter (Elector's test timing, testRenew/2, is 175ms).
 	client := redis.NewClient(&redis.Options{
 		Addr: proxy.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1,
-		DialTimeout: testRenew / 2, ReadTimeout: testRenew / 2, WriteTimeout: testRenew / 2,
+		DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond,
 	})
 	t.Cleanup(func() { client.Close() })
 	g, err := election.NewGroup(election.GroupConfig{
