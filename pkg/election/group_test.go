@@ -198,9 +198,11 @@ func TestGroupSpreadFailoverAndJoin(t *testing.T) {
 	})
 	t.Logf("pod-c (held %d) cut off: all %d leases held again by the survivors %v after the cut (lease duration 1s)", deadHeld, k, takeover)
 	// The leases expire 1s after the last renew; without -race the survivors hold them all
-	// again about 1s after the cut. The bound leaves room for -race on a loaded machine.
-	if takeover > time.Second+2*time.Second {
-		t.Errorf("takeover took %v, want at most lease duration + 2s", takeover)
+	// again about 1s after the cut. The bound, five lease durations, leaves room for -race on a
+	// loaded machine (3.3s measured with -race at load average 30, where batches of 1,000
+	// attempts time out and are tried again).
+	if takeover > 5*time.Second {
+		t.Errorf("takeover took %v, want at most five lease durations (5s)", takeover)
 	}
 	if len(dead.g.Held()) != 0 {
 		t.Errorf("the cut-off replica still believes it holds %d leases %v after the cut", len(dead.g.Held()), time.Since(cut))
