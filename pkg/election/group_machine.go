@@ -66,10 +66,11 @@ type groupLease struct {
 
 // acquireReply is the outcome of one acquire of a batch.
 type acquireReply struct {
-	won bool
-	rec lease.Record  // the holder's record (ours when won)
-	ttl time.Duration // the holder's remaining time (lease.NoExpiry: no expiry)
-	err error
+	sent time.Time // when its pipeline was sent; zero: the batch's send time
+	won  bool
+	rec  lease.Record  // the holder's record (ours when won)
+	ttl  time.Duration // the holder's remaining time (lease.NoExpiry: no expiry)
+	err  error
 }
 
 // acquireBatch is one pipeline of acquires; replies is filled in by the batch goroutine.
@@ -88,8 +89,9 @@ type termItem struct {
 
 // renewReply is the outcome of one renew of a batch.
 type renewReply struct {
-	ok  bool
-	err error
+	sent time.Time // when its pipeline was sent; zero: the batch's send time
+	ok   bool
+	err  error
 }
 
 // renewBatch renews every held lease and refreshes the membership.
@@ -458,10 +460,7 @@ func (m *groupMachine) onAcquire(b *acquireBatch) {
 	cfg := m.cfg
 	cfg.Metrics.groupBatch(cfg.Group, "acquire", b.took)
 	now := m.clock.Now()
-	late := !now.Before(b.sent.Add(cfg.RenewDeadline))
-	if late {
-		m.logger.Info("Acquire replies came after the renew deadline; releasing what they won", "leases", len(b.items), "sent", now.Sub(b.sent))
-	}
+	lateWins := 0
 	failed := false
 	for i, gl := range b.items {
 		r := b.replies[i]
@@ -469,6 +468,14 @@ func (m *groupMachine) onAcquire(b *acquireBatch) {
 		case stateAcquiring:
 		case stateIdle, stateLeading, stateStopping, stateReleasing, stateDraining, stateNotifying:
 			continue // no acquire of gl in flight: cannot happen
+		}
+		sent := r.sent
+		if sent.IsZero() {
+			sent = b.sent
+		}
+		late := !now.Before(sent.Add(cfg.RenewDeadline))
+		if late && r.won {
+			lateWins++
 		}
 		switch {
 		case r.err != nil:
@@ -481,7 +488,7 @@ func (m *groupMachine) onAcquire(b *acquireBatch) {
 			m.toReleasing(gl, r.rec, false)
 		case r.won:
 			gl.observeToken(r.rec.Token)
-			m.begin(gl, r.rec, b.sent)
+			m.begin(gl, r.rec, sent)
 		default:
 			gl.observeToken(r.rec.Token)
 			wait := r.ttl
@@ -491,7 +498,10 @@ func (m *groupMachine) onAcquire(b *acquireBatch) {
 			m.toIdle(gl, now.Add(min(wait, cfg.LeaseDuration)+m.jitter()))
 		}
 	}
-	if !late && !failed {
+	if lateWins > 0 {
+		m.logger.Info("Acquire replies came after the renew deadline; releasing what they won", "leases", lateWins)
+	}
+	if lateWins == 0 && !failed {
 		m.errs.succeeded(m.logger)
 	}
 }
@@ -521,8 +531,12 @@ func (m *groupMachine) onRenew(b *renewBatch) {
 			lost++
 			m.lose(gl, reasonLost)
 		default:
-			if b.sent.After(gl.lastOK) {
-				gl.lastOK = b.sent
+			sent := r.sent
+			if sent.IsZero() {
+				sent = b.sent
+			}
+			if sent.After(gl.lastOK) {
+				gl.lastOK = sent
 				m.view.set(gl.name, heldTerm{token: gl.term.Token, lastOK: gl.lastOK})
 			}
 		}

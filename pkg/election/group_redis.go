@@ -58,9 +58,10 @@ func (r redisGroup) acquire(ctx context.Context, b *acquireBatch) {
 		for i, gl := range b.items[lo:hi] {
 			res[i] = batch.Acquire(gl.l, r.g.cfg.LeaseDuration)
 		}
-		_ = batch.Exec(ctx) // errors are per operation
+		sent := r.g.clock.Now() // a term won here counts from this pipeline's send time
+		_ = batch.Exec(ctx)     // errors are per operation
 		for i, x := range res {
-			b.replies[lo+i] = acquireReply{won: x.Acquired, rec: x.Status.Record, ttl: x.Status.TTL, err: x.Err}
+			b.replies[lo+i] = acquireReply{sent: sent, won: x.Acquired, rec: x.Status.Record, ttl: x.Status.TTL, err: x.Err}
 		}
 	})
 }
@@ -73,11 +74,12 @@ func (r redisGroup) renew(ctx context.Context, b *renewBatch) {
 		for i, it := range b.items[lo:hi] {
 			res[i] = batch.Renew(it.gl.l, it.term, r.g.cfg.LeaseDuration)
 		}
+		sent := r.g.clock.Now()
 		if batch.Len() > 0 {
 			_ = batch.Exec(ctx)
 		}
 		for i, x := range res {
-			b.replies[lo+i] = renewReply{ok: x.OK, err: x.Err}
+			b.replies[lo+i] = renewReply{sent: sent, ok: x.OK, err: x.Err}
 		}
 	})
 	b.live, b.liveErr = r.heartbeat(ctx, "stay")
