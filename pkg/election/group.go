@@ -5,12 +5,13 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"math"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"k8s.io/utils/clock"
 
 	"github.com/elector/elector/pkg/lease"
 )
@@ -22,13 +23,17 @@ var membersScript = redis.NewScript(membersSource)
 
 // GroupCallbacks are called as the Group's leadership of each lease changes.
 type GroupCallbacks struct {
-	// OnStartedLeading runs in its own goroutine when this replica begins a term of lease
-	// name, with the term's fencing token. ctx is cancelled when the term can no longer be
-	// trusted, when the lease is shed to another replica or removed, or when Run's ctx is
-	// cancelled; the lease is kept (renewed) until it returns, then released. Required.
+	// OnStartedLeading runs on the lease's callback goroutine when this replica begins a term
+	// of lease name, with the term's fencing token. ctx is cancelled when the term can no
+	// longer be trusted, when the lease is shed to another replica or removed, or when Run's
+	// ctx is cancelled; the lease is kept (renewed) until it returns, then released. Required.
 	OnStartedLeading func(ctx context.Context, name string, token int64)
-	// OnStoppedLeading is called when a term of lease name is over. Required.
+	// OnStoppedLeading is called when a term of lease name is over: always after that term's
+	// OnStartedLeading returned (and, for a term given up on purpose, after its release),
+	// on the same goroutine, and before any later term of the lease begins. It may take its
+	// time: no other lease waits for it. Required.
 	OnStoppedLeading func(name string)
+	// A panic in either callback is recovered and logged, and treated as a return.
 }
 
 // GroupConfig configures a Group. Timing fields and their defaults are those of Config.
@@ -56,6 +61,8 @@ type GroupConfig struct {
 	Callbacks GroupCallbacks
 	// Metrics, when set, receive the group's figures (see NewMetrics).
 	Metrics *Metrics
+	// Clock, when set, replaces the real clock (for tests, e.g. k8s.io/utils/clock/testing).
+	Clock clock.Clock
 }
 
 // Group campaigns for many leases over one Redis client, with batched round trips: each
@@ -65,22 +72,25 @@ type GroupConfig struct {
 // beyond that so that a replica that joins gets its share at once; leases of a replica that
 // died are taken over as they expire. Every lease keeps the safety rules of Elector: a term
 // steps down before its lease can expire, and carries a fencing token.
+//
+// One goroutine (Run's loop) owns the state of every lease; it never waits for Redis or for
+// a callback. Held, Check and Members read a view it keeps up to date (groupView).
 type Group struct {
-	cfg     GroupConfig
-	member  string
-	members string // membership key
-	pattern string // events of all leases under the prefix
+	cfg      GroupConfig
+	clock    clock.Clock
+	instance string
+	member   string
+	members  string // membership key
+	pattern  string // events of all leases under the prefix
 
-	mu       sync.Mutex
-	leases   map[string]*groupLease
-	held     map[*groupLease]struct{} // leases in stateLeading or stateStopping
-	draining int                      // leases in stateDraining
-	active   int                      // leases not removed
-	pending  []groupChange            // Add/Remove not yet applied by Run
-	wake     chan struct{}
-	returned []*groupLease // OnStartedLeading calls that returned
-	running  bool
-	live     int // live replicas seen by the last heartbeat
+	mu      sync.Mutex
+	names   map[string]struct{} // leases campaigned for, as Add and Remove left them
+	pending []groupChange       // Add/Remove not yet applied by Run
+	running bool
+	wake    chan struct{}
+
+	view   *groupView
+	maxLag atomic.Int64 // the latest the loop woke up after it planned to, in ns (tests)
 }
 
 type groupChange struct {
@@ -88,32 +98,52 @@ type groupChange struct {
 	add  bool
 }
 
-// groupLease is the state of one lease. Its fields are owned by Run's goroutine, except
-// state, term and lastOK, which are also read under Group.mu by Held and Check.
-type groupLease struct {
-	name   string
-	l      *lease.Lease
-	state  leaseState
-	term   lease.Record
-	lastOK time.Time // send time of the last successful acquire or renew
-
-	cancel   context.CancelFunc
-	release  bool // release when OnStartedLeading returned (graceful stop)
-	removed  bool
-	next     time.Time // when to try to acquire, while idle
-	eager    bool      // next was set by a release event: try only below the fair share
-	heapIdx  int       // index in the try queue, -1 when not queued
-	inflight bool      // in a batch under way
+// groupView is what the loop shows Held, Check and Members: the held terms and the member
+// count. Only the loop writes it, one entry per change (a copy of thousands of leases per
+// change would cost O(K) each time a term starts or ends); readers copy under the lock.
+type groupView struct {
+	mu   sync.RWMutex
+	held map[string]heldTerm
+	live int
 }
 
-type leaseState int
+type heldTerm struct {
+	token  int64
+	lastOK time.Time
+}
 
-const (
-	stateIdle     leaseState = iota // not ours; tried at next
-	stateLeading                    // ours, OnStartedLeading running
-	stateStopping                   // ours, OnStartedLeading asked to stop; renewed until it returns
-	stateDraining                   // lost; waiting for OnStartedLeading to return
-)
+func newGroupView() *groupView { return &groupView{held: map[string]heldTerm{}, live: 1} }
+
+func (v *groupView) set(name string, t heldTerm) {
+	v.mu.Lock()
+	v.held[name] = t
+	v.mu.Unlock()
+}
+
+func (v *groupView) drop(name string) {
+	v.mu.Lock()
+	delete(v.held, name)
+	v.mu.Unlock()
+}
+
+func (v *groupView) reset() {
+	v.mu.Lock()
+	clear(v.held)
+	v.live = 1
+	v.mu.Unlock()
+}
+
+func (v *groupView) setLive(n int) {
+	v.mu.Lock()
+	v.live = n
+	v.mu.Unlock()
+}
+
+func (v *groupView) len() int {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return len(v.held)
+}
 
 // NewGroup validates cfg, filling in defaults, and returns a Group.
 func NewGroup(cfg GroupConfig) (*Group, error) {
@@ -162,15 +192,19 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 		return nil, fmt.Errorf("group config: %w", err)
 	}
 	g := &Group{
-		cfg:     cfg,
-		member:  instance + ":" + cfg.Identity,
-		members: cfg.KeyPrefix + ":{" + cfg.Group + "}:members",
-		pattern: cfg.KeyPrefix + ":{*}:events",
-		leases:  map[string]*groupLease{},
-		held:    map[*groupLease]struct{}{},
-		wake:    make(chan struct{}, 1),
-		live:    1,
+		cfg:      cfg,
+		clock:    cfg.Clock,
+		instance: instance,
+		member:   instance + ":" + cfg.Identity,
+		members:  cfg.KeyPrefix + ":{" + cfg.Group + "}:members",
+		pattern:  cfg.KeyPrefix + ":{*}:events",
+		names:    map[string]struct{}{},
+		wake:     make(chan struct{}, 1),
 	}
+	if g.clock == nil {
+		g.clock = clock.RealClock{}
+	}
+	g.view = newGroupView()
 	if err := g.Add(cfg.Leases...); err != nil {
 		return nil, err
 	}
@@ -180,7 +214,9 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 	return g, nil
 }
 
-// Add campaigns for more leases, at once if Run is running. Names already present are ignored.
+// Add campaigns for more leases, at once if Run is running. Names already present are
+// ignored. A lease that is still being released or wound down after a Remove is tried again
+// only once that is over: Add never resumes a term.
 func (g *Group) Add(names ...string) error {
 	for _, n := range names {
 		if err := lease.ValidateName(n); err != nil {
@@ -189,6 +225,7 @@ func (g *Group) Add(names ...string) error {
 	}
 	g.mu.Lock()
 	for _, n := range names {
+		g.names[n] = struct{}{}
 		g.pending = append(g.pending, groupChange{name: n, add: true})
 	}
 	g.mu.Unlock()
@@ -197,10 +234,11 @@ func (g *Group) Add(names ...string) error {
 }
 
 // Remove stops campaigning for leases; a lease this replica holds is released after its
-// OnStartedLeading returned.
+// OnStartedLeading returned, then OnStoppedLeading is called.
 func (g *Group) Remove(names ...string) {
 	g.mu.Lock()
 	for _, n := range names {
+		delete(g.names, n)
 		g.pending = append(g.pending, groupChange{name: n})
 	}
 	g.mu.Unlock()
@@ -216,11 +254,12 @@ func (g *Group) poke() {
 
 // Held returns the leases this replica holds, with the fencing token of each term.
 func (g *Group) Held() map[string]int64 {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	held := make(map[string]int64, len(g.held))
-	for gl := range g.held {
-		held[gl.name] = gl.term.Token
+	v := g.view
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	held := make(map[string]int64, len(v.held))
+	for name, t := range v.held {
+		held[name] = t.token
 	}
 	return held
 }
@@ -229,11 +268,9 @@ func (g *Group) Held() map[string]int64 {
 func (g *Group) Names() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	names := make([]string, 0, len(g.leases))
-	for n, gl := range g.leases {
-		if !gl.removed {
-			names = append(names, n)
-		}
+	names := make([]string, 0, len(g.names))
+	for n := range g.names {
+		names = append(names, n)
 	}
 	sort.Strings(names)
 	return names
@@ -241,51 +278,23 @@ func (g *Group) Names() []string {
 
 // Members returns the number of live replicas of the group seen by the last heartbeat.
 func (g *Group) Members() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.live
+	g.view.mu.RLock()
+	defer g.view.mu.RUnlock()
+	return g.view.live
 }
 
 // Check returns an error when a lease this replica holds has gone without a successful
 // renew for longer than RenewDeadline + tolerance (the group is wedged); never for a replica
 // that holds nothing.
 func (g *Group) Check(tolerance time.Duration) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	limit := g.cfg.RenewDeadline + tolerance
-	for gl := range g.held {
-		if time.Since(gl.lastOK) > limit {
+	g.view.mu.RLock()
+	defer g.view.mu.RUnlock()
+	for name, t := range g.view.held {
+		if since := g.clock.Since(t.lastOK); since > limit {
 			return fmt.Errorf("group %q holds lease %q but its last successful renew was %v ago (limit %v)",
-				g.cfg.Group, gl.name, time.Since(gl.lastOK).Round(time.Millisecond), limit)
+				g.cfg.Group, name, since.Round(time.Millisecond), limit)
 		}
 	}
 	return nil
-}
-
-// setState moves gl to state s, keeping the held set. Called with g.mu held.
-func (g *Group) setState(gl *groupLease, s leaseState) {
-	if gl.state == stateDraining {
-		g.draining--
-	}
-	if s == stateDraining {
-		g.draining++
-	}
-	gl.state = s
-	if s == stateLeading || s == stateStopping {
-		g.held[gl] = struct{}{}
-	} else {
-		delete(g.held, gl)
-	}
-}
-
-// activeLocked returns the number of leases campaigned for. Called with g.mu held.
-func (g *Group) activeLocked() int { return g.active }
-
-// share is the number of leases this replica aims to hold: ceil(K/R), capped by MaxLeases.
-func (g *Group) share(k, live int) int {
-	s := int(math.Ceil(float64(k) / float64(max(live, 1))))
-	if g.cfg.MaxLeases > 0 {
-		s = min(s, g.cfg.MaxLeases)
-	}
-	return s
 }

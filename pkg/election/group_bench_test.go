@@ -77,9 +77,9 @@ func BenchmarkGroup10k(b *testing.B) {
 
 		admin.ConfigResetStat(context.Background())
 		runtime.GC()
-		cpu0, wall0 := cpuTime(), time.Now()
+		cpu0, wall0, rcpu0 := cpuTime(), time.Now(), redisCPU(b, admin)
 		time.Sleep(window)
-		cpu, wall := cpuTime()-cpu0, time.Since(wall0)
+		cpu, wall, rcpu := cpuTime()-cpu0, time.Since(wall0), redisCPU(b, admin)-rcpu0
 		scripts, all := commandCalls(b, admin)
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
@@ -89,6 +89,7 @@ func BenchmarkGroup10k(b *testing.B) {
 			<-done
 		}
 		b.ReportMetric(100*cpu.Seconds()/wall.Seconds()/replicas, "cpu%/replica")
+		b.ReportMetric(100*rcpu.Seconds()/wall.Seconds(), "redis-cpu%")
 		b.ReportMetric(float64(scripts)/wall.Seconds(), "script-calls/s")
 		b.ReportMetric(float64(all)/wall.Seconds(), "redis-cmds/s")
 		b.ReportMetric(float64(ms.HeapInuse)/replicas/(1<<20), "heap-MB/replica")
@@ -122,4 +123,22 @@ func commandCalls(b *testing.B, c *redis.Client) (scripts, all int) {
 		}
 	}
 	return scripts, all
+}
+
+// redisCPU returns the server's used_cpu_sys + used_cpu_user (INFO cpu): what a shared Redis
+// pays for the Groups.
+func redisCPU(b *testing.B, c *redis.Client) time.Duration {
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }

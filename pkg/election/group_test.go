@@ -51,9 +51,11 @@ type groupReplica struct {
 func startGroupReplica(t *testing.T, srv *redistest.Server, w *work, name string, leases []string) *groupReplica {
 	t.Helper()
 	proxy := faultproxy.Start(t, srv.Addr())
+	// The Group's own call timeout for this timing is RenewDeadline/2 (300ms); the client's
+	// must not be shorter (Elector's test timing, testRenew/2, is 175ms).
 	client := redis.NewClient(&redis.Options{
 		Addr: proxy.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1,
-		DialTimeout: testRenew / 2, ReadTimeout: testRenew / 2, WriteTimeout: testRenew / 2,
+		DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond,
 	})
 	t.Cleanup(func() { client.Close() })
 	g, err := election.NewGroup(election.GroupConfig{
@@ -196,9 +198,11 @@ func TestGroupSpreadFailoverAndJoin(t *testing.T) {
 	})
 	t.Logf("pod-c (held %d) cut off: all %d leases held again by the survivors %v after the cut (lease duration 1s)", deadHeld, k, takeover)
 	// The leases expire 1s after the last renew; without -race the survivors hold them all
-	// again about 1s after the cut. The bound leaves room for -race on a loaded machine.
-	if takeover > time.Second+2*time.Second {
-		t.Errorf("takeover took %v, want at most lease duration + 2s", takeover)
+	// again about 1s after the cut. The bound, five lease durations, leaves room for -race on a
+	// loaded machine (3.3s measured with -race at load average 30, where batches of 1,000
+	// attempts time out and are tried again).
+	if takeover > 5*time.Second {
+		t.Errorf("takeover took %v, want at most five lease durations (5s)", takeover)
 	}
 	if len(dead.g.Held()) != 0 {
 		t.Errorf("the cut-off replica still believes it holds %d leases %v after the cut", len(dead.g.Held()), time.Since(cut))

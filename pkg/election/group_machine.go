@@ -1,0 +1,723 @@
+package election
+
+import (
+	"container/heap"
+	"sort"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
+
+	"github.com/elector/elector/pkg/lease"
+)
+
+// The per-lease state machine of a Group. The states and transitions are the table in
+// docs/DESIGN.md ("Many leases: Group"); every switch on gl.state below mirrors a row of it.
+// groupMachine is owned by the goroutine of Run's loop: nothing else reads or writes it. It
+// never blocks and never calls the network or user code: it asks for that through
+// groupEffects, whose results come back as calls of its on* methods.
+
+// leaseState is the state of one lease of one Group replica.
+type leaseState int
+
+const (
+	stateIdle      leaseState = iota // not ours; queued for an attempt at next (unless Run stops)
+	stateAcquiring                   // an acquire is in flight
+	stateLeading                     // ours; OnStartedLeading running or returned by itself; renewed
+	stateStopping                    // ours; OnStartedLeading's ctx cancelled on purpose; renewed until it returns
+	stateReleasing                   // not ours; an owner-checked release is queued or in flight
+	stateDraining                    // term lost (ctx cancelled); waiting for OnStartedLeading to return
+	stateNotifying                   // OnStoppedLeading of the ended term is running
+	numLeaseStates
+)
+
+var leaseStateNames = [...]string{"idle", "acquiring", "leading", "stopping", "releasing", "draining", "notifying"}
+
+func (s leaseState) String() string {
+	if s >= 0 && int(s) < len(leaseStateNames) {
+		return leaseStateNames[s]
+	}
+	return "invalid"
+}
+
+// groupLease is one lease of a Group replica, owned by the machine.
+type groupLease struct {
+	name    string
+	l       *lease.Lease
+	state   leaseState
+	removed bool // Remove was called (and no Add since): forgotten on reaching idle
+
+	next    time.Time // idle: when to try
+	heapIdx int       // index in the try queue, -1 when not queued
+
+	term     lease.Record // the term being led, released or wound down
+	lastOK   time.Time    // leading/stopping: send time of the last successful acquire or renew
+	workDone bool         // leading: OnStartedLeading returned by itself
+	notify   bool         // releasing: a term was started, so OnStoppedLeading follows the release
+	lost     bool         // notifying: the term was lost (try again at once) rather than released
+	relErr   bool         // notifying: the release failed, so the record may still be in Redis
+	cancel   func()       // cancels OnStartedLeading's ctx
+
+	seen     int64 // newest token heard of (replies and events)
+	released int64 // newest token heard released
+
+	wakeStop chan struct{} // closed to let the term's goroutine run OnStoppedLeading (groupRun's)
+}
+
+// acquireReply is the outcome of one acquire of a batch.
+type acquireReply struct {
+	sent time.Time // when its pipeline was sent; zero: the batch's send time
+	won  bool
+	rec  lease.Record  // the holder's record (ours when won)
+	ttl  time.Duration // the holder's remaining time (lease.NoExpiry: no expiry)
+	err  error
+}
+
+// acquireBatch is one pipeline of acquires; replies is filled in by the batch goroutine.
+type acquireBatch struct {
+	sent    time.Time
+	took    time.Duration
+	items   []*groupLease
+	replies []acquireReply
+}
+
+// termItem names one term of one lease in a renew or release batch.
+type termItem struct {
+	gl   *groupLease
+	term lease.Record
+}
+
+// renewReply is the outcome of one renew of a batch.
+type renewReply struct {
+	sent time.Time // when its pipeline was sent; zero: the batch's send time
+	ok   bool
+	err  error
+}
+
+// renewBatch renews every held lease and refreshes the membership.
+type renewBatch struct {
+	sent    time.Time
+	took    time.Duration
+	items   []termItem
+	replies []renewReply
+	live    int   // live members after the heartbeat
+	liveErr error // of the heartbeat
+}
+
+// releaseBatch releases terms (owner-checked).
+type releaseBatch struct {
+	items []termItem
+	errs  []error
+}
+
+// groupEffects is what the machine asks of the world. Each method returns at once; the
+// outcome comes back later as onAcquire, onRenew, onRelease, onWorkReturned or onNotified.
+type groupEffects interface {
+	acquire(b *acquireBatch)
+	renew(b *renewBatch)
+	release(b *releaseBatch)
+	// startTerm starts OnStartedLeading for the term on the lease's callback goroutine and
+	// returns the function that cancels its ctx.
+	startTerm(gl *groupLease, term lease.Record) func()
+	// notifyStopped lets the lease's callback goroutine run OnStoppedLeading.
+	notifyStopped(gl *groupLease)
+}
+
+// groupMachine holds the state of every lease of one Run.
+type groupMachine struct {
+	cfg      *GroupConfig
+	clock    clock.PassiveClock
+	jitter   func() time.Duration
+	fx       groupEffects
+	logger   logr.Logger
+	newLease func(name string) (*lease.Lease, error)
+	instance string // ours: events about our own terms carry no news
+
+	leases    map[string]*groupLease
+	queue     tryQueue
+	held      map[*groupLease]struct{} // leading or stopping
+	active    int                      // leases not removed
+	acquiring int                      // leases in stateAcquiring
+	busy      int                      // leases not idle
+	releases  []termItem               // releases not yet sent
+
+	stopping                        bool // Run's ctx was cancelled
+	membersKnown                    bool // the first heartbeat came back (or failed)
+	renewBusy, acqBusy, releaseBusy bool
+	nextRenew                       time.Time
+	retry                           backoff
+	live                            int
+	lives                           [2]int
+	errs                            errorLog
+
+	view       *groupView    // what Held, Check and Members read
+	minOK      time.Time     // a lower bound of the held leases' lastOK (see recomputeMinOK)
+	minOKValid bool          // minOK is exact
+	wakeAt     time.Time     // when the loop planned to wake up next
+	maxLag     time.Duration // the latest the loop ever woke up after wakeAt
+	started    int           // terms started (for metrics and tests)
+}
+
+func newGroupMachine(cfg *GroupConfig, clk clock.PassiveClock, fx groupEffects, view *groupView, logger logr.Logger,
+	instance string, newLease func(string) (*lease.Lease, error)) *groupMachine {
+	return &groupMachine{
+		cfg: cfg, clock: clk, jitter: jitter, fx: fx, view: view, logger: logger, newLease: newLease, instance: instance,
+		leases: map[string]*groupLease{}, held: map[*groupLease]struct{}{},
+		retry: backoff{min: 50 * time.Millisecond, max: cfg.RetryPeriod},
+		live:  1,
+	}
+}
+
+// setState moves gl to s, keeping the held set and the counters.
+func (m *groupMachine) setState(gl *groupLease, s leaseState) {
+	was := gl.state
+	if was == s {
+		return
+	}
+	wasHeld, isHeld := was == stateLeading || was == stateStopping, s == stateLeading || s == stateStopping
+	if wasHeld && !isHeld {
+		delete(m.held, gl)
+		m.view.drop(gl.name)
+	}
+	if isHeld && !wasHeld {
+		m.held[gl] = struct{}{}
+		if len(m.held) == 1 || gl.lastOK.Before(m.minOK) {
+			m.minOK = gl.lastOK
+		}
+		m.view.set(gl.name, heldTerm{token: gl.term.Token, lastOK: gl.lastOK})
+	}
+	if was == stateAcquiring {
+		m.acquiring--
+	}
+	if s == stateAcquiring {
+		m.acquiring++
+	}
+	if was == stateIdle {
+		m.busy++
+	}
+	if s == stateIdle {
+		m.busy--
+	}
+	gl.state = s
+}
+
+// add is Group.Add applied: "any state + Add".
+func (m *groupMachine) add(name string) {
+	now := m.clock.Now()
+	gl := m.leases[name]
+	if gl == nil {
+		l, err := m.newLease(name)
+		if err != nil { // names were validated by Add
+			m.logger.Error(err, "Cannot campaign for lease", "lease", name)
+			return
+		}
+		gl = &groupLease{name: name, l: l, heapIdx: -1}
+		m.leases[name] = gl
+		m.active++
+		m.toIdle(gl, now)
+		return
+	}
+	if gl.removed {
+		gl.removed = false
+		m.active++
+	}
+	// Add never resumes a term and never changes a non-idle state: a lease whose release is
+	// in flight, or whose callbacks still run, is scheduled when it reaches idle.
+	if gl.state == stateIdle && gl.heapIdx < 0 && !m.stopping {
+		m.schedule(gl, now)
+	}
+}
+
+// remove is Group.Remove applied: "any state + Remove".
+func (m *groupMachine) remove(name string) {
+	gl := m.leases[name]
+	if gl == nil || gl.removed {
+		return
+	}
+	gl.removed = true
+	m.active--
+	switch gl.state {
+	case stateIdle:
+		m.toIdle(gl, time.Time{}) // dequeued and forgotten
+	case stateLeading:
+		m.stopTerm(gl)
+	case stateAcquiring, stateStopping, stateReleasing, stateDraining, stateNotifying:
+		// They go on and are forgotten on reaching idle; a won acquire is released.
+	}
+}
+
+// stopTerm ends a leading term on purpose (Remove, shed, Run stop): "leading + Remove | shed
+// | Run stop".
+func (m *groupMachine) stopTerm(gl *groupLease) {
+	if gl.state != stateLeading {
+		return
+	}
+	gl.cancel()
+	if gl.workDone {
+		m.toReleasing(gl, gl.term, true)
+		return
+	}
+	m.setState(gl, stateStopping)
+}
+
+// stop is Run's ctx cancelled: every leading lease stops, nothing is tried any more.
+func (m *groupMachine) stop() {
+	if m.stopping {
+		return
+	}
+	m.stopping = true
+	for gl := range m.held {
+		m.stopTerm(gl)
+	}
+	for len(m.queue) > 0 {
+		heap.Pop(&m.queue)
+	}
+}
+
+// finished reports whether a stopping Run has nothing left to wait for.
+func (m *groupMachine) finished() bool {
+	return m.stopping && m.busy == 0 && !m.renewBusy && !m.acqBusy && !m.releaseBusy && len(m.releases) == 0
+}
+
+// toIdle moves gl to idle, queued for an attempt at next; a removed lease is forgotten and
+// none is queued while Run stops.
+func (m *groupMachine) toIdle(gl *groupLease, next time.Time) {
+	m.setState(gl, stateIdle)
+	gl.workDone, gl.notify, gl.lost, gl.relErr, gl.cancel = false, false, false, false, nil
+	switch {
+	case gl.removed:
+		if gl.heapIdx >= 0 {
+			heap.Remove(&m.queue, gl.heapIdx)
+		}
+		delete(m.leases, gl.name)
+	case m.stopping:
+		if gl.heapIdx >= 0 {
+			heap.Remove(&m.queue, gl.heapIdx)
+		}
+	default:
+		m.schedule(gl, next)
+	}
+}
+
+// schedule queues an idle lease for an attempt at t.
+func (m *groupMachine) schedule(gl *groupLease, t time.Time) {
+	gl.next = t
+	if gl.heapIdx >= 0 {
+		heap.Fix(&m.queue, gl.heapIdx)
+	} else {
+		heap.Push(&m.queue, gl)
+	}
+}
+
+// toReleasing queues an owner-checked release of term; notify tells whether a term was
+// started (so OnStoppedLeading follows).
+func (m *groupMachine) toReleasing(gl *groupLease, term lease.Record, notify bool) {
+	m.setState(gl, stateReleasing)
+	gl.term, gl.notify = term, notify
+	m.releases = append(m.releases, termItem{gl, term})
+}
+
+// toNotifying lets OnStoppedLeading of the ended term run.
+func (m *groupMachine) toNotifying(gl *groupLease, lost bool) {
+	m.setState(gl, stateNotifying)
+	gl.lost = lost
+	m.fx.notifyStopped(gl)
+}
+
+// lose ends a term at once: renew said 0 or the deadline passed. "leading|stopping + renew
+// says 0 | deadline".
+func (m *groupMachine) lose(gl *groupLease, reason string) {
+	switch gl.state {
+	case stateLeading, stateStopping:
+		gl.cancel()
+		m.logger.V(2).Info("Stopped leading", "lease", gl.name, "token", gl.term.Token, "reason", reason)
+		if gl.workDone {
+			// The work had returned by itself: there is nothing to wait for.
+			m.setState(gl, stateDraining)
+			m.toNotifying(gl, true)
+			return
+		}
+		m.setState(gl, stateDraining)
+	}
+}
+
+// begin starts a term: "acquiring + won".
+func (m *groupMachine) begin(gl *groupLease, term lease.Record, sent time.Time) {
+	gl.term, gl.lastOK, gl.workDone = term, sent, false
+	m.setState(gl, stateLeading)
+	m.started++
+	m.logger.V(2).Info("Became leader", "lease", gl.name, "token", term.Token)
+	m.cfg.Metrics.groupStarted(m.cfg.Group)
+	gl.cancel = m.fx.startTerm(gl, term)
+}
+
+// observeToken records a token heard of in a reply.
+func (gl *groupLease) observeToken(t int64) { gl.seen = max(gl.seen, t) }
+
+// tick runs what is due at now: deadlines, the renew batch, the acquire batch, the release
+// batch. It returns when the loop must wake up next.
+func (m *groupMachine) tick(now time.Time) time.Time {
+	if !m.wakeAt.IsZero() && now.After(m.wakeAt) {
+		m.maxLag = max(m.maxLag, now.Sub(m.wakeAt))
+	}
+	cfg := m.cfg
+	if !m.minOKValid {
+		m.recomputeMinOK()
+	}
+	if len(m.held) > 0 && !now.Before(m.minOK.Add(cfg.RenewDeadline)) {
+		var late []*groupLease
+		for gl := range m.held {
+			if !now.Before(gl.lastOK.Add(cfg.RenewDeadline)) {
+				late = append(late, gl)
+			}
+		}
+		if len(late) > 0 {
+			m.logger.Info("Stopped leading leases: renew deadline exceeded", "leases", len(late))
+		}
+		for _, gl := range late {
+			m.lose(gl, reasonDeadline)
+		}
+		m.recomputeMinOK()
+	}
+	if !m.renewBusy && !now.Before(m.nextRenew) {
+		m.startRenew(now)
+	}
+	if !m.stopping && m.membersKnown && !m.acqBusy {
+		m.startAcquire(now)
+	}
+	if !m.releaseBusy && len(m.releases) > 0 {
+		b := &releaseBatch{items: m.releases}
+		m.releases = nil
+		m.releaseBusy = true
+		m.fx.release(b)
+	}
+	next := now.Add(time.Hour)
+	if !m.renewBusy {
+		next = minTime(next, m.nextRenew)
+	}
+	if !m.stopping && m.membersKnown && !m.acqBusy && len(m.queue) > 0 && m.room() != 0 {
+		next = minTime(next, m.queue[0].next)
+	}
+	if len(m.held) > 0 {
+		next = minTime(next, m.minOK.Add(cfg.RenewDeadline))
+	}
+	m.wakeAt = next
+	return next
+}
+
+// recomputeMinOK finds the earliest lastOK of the held leases. Between two calls minOK is a
+// lower bound: a lease that starts lowers it, one that stops or is renewed leaves it (a
+// deadline check at a stale bound finds nobody late and recomputes it), so a round of the
+// loop costs O(held) only once per renew batch, not on every wake-up.
+func (m *groupMachine) recomputeMinOK() {
+	m.minOK, m.minOKValid = time.Time{}, true
+	first := true
+	for gl := range m.held {
+		if first || gl.lastOK.Before(m.minOK) {
+			m.minOK, first = gl.lastOK, false
+		}
+	}
+}
+
+// room is how many more leases MaxLeases allows to try; -1 without a cap.
+func (m *groupMachine) room() int {
+	if m.cfg.MaxLeases == 0 {
+		return -1
+	}
+	return max(m.cfg.MaxLeases-len(m.held)-m.acquiring, 0)
+}
+
+func (m *groupMachine) startRenew(now time.Time) {
+	b := &renewBatch{sent: now}
+	for gl := range m.held {
+		b.items = append(b.items, termItem{gl, gl.term})
+	}
+	m.renewBusy = true
+	m.nextRenew = now.Add(m.cfg.RetryPeriod)
+	m.fx.renew(b)
+}
+
+// startAcquire tries, in one batch, every idle lease due within coalesce: "idle + due".
+func (m *groupMachine) startAcquire(now time.Time) {
+	room := m.room()
+	b := &acquireBatch{sent: now}
+	for len(m.queue) > 0 && !m.queue[0].next.After(now.Add(coalesce)) && room != 0 {
+		gl := heap.Pop(&m.queue).(*groupLease)
+		m.setState(gl, stateAcquiring)
+		b.items = append(b.items, gl)
+		room--
+	}
+	if len(b.items) == 0 {
+		return
+	}
+	m.acqBusy = true
+	m.fx.acquire(b)
+}
+
+// onAcquire handles an acquire batch's replies.
+func (m *groupMachine) onAcquire(b *acquireBatch) {
+	m.acqBusy = false
+	cfg := m.cfg
+	cfg.Metrics.groupBatch(cfg.Group, "acquire", b.took)
+	now := m.clock.Now()
+	lateWins := 0
+	failed := false
+	for i, gl := range b.items {
+		r := b.replies[i]
+		switch gl.state {
+		case stateAcquiring:
+		case stateIdle, stateLeading, stateStopping, stateReleasing, stateDraining, stateNotifying:
+			continue // no acquire of gl in flight: cannot happen
+		}
+		sent := r.sent
+		if sent.IsZero() {
+			sent = b.sent
+		}
+		late := !now.Before(sent.Add(cfg.RenewDeadline))
+		if late && r.won {
+			lateWins++
+		}
+		switch {
+		case r.err != nil:
+			failed = true
+			m.errs.failed(m.logger, cfg.Metrics, cfg.Group, "acquire", r.err)
+			m.toIdle(gl, now.Add(cfg.RetryPeriod+m.jitter()))
+		case r.won && (gl.removed || m.stopping || late):
+			// No term was started, so no callbacks: release it as a failed attempt.
+			gl.observeToken(r.rec.Token)
+			m.toReleasing(gl, r.rec, false)
+		case r.won:
+			gl.observeToken(r.rec.Token)
+			m.begin(gl, r.rec, sent)
+		default:
+			gl.observeToken(r.rec.Token)
+			wait := r.ttl
+			if wait == lease.NoExpiry || wait < 0 {
+				wait = cfg.RetryPeriod
+			}
+			m.toIdle(gl, now.Add(min(wait, cfg.LeaseDuration)+m.jitter()))
+		}
+	}
+	if lateWins > 0 {
+		m.logger.Info("Acquire replies came after the renew deadline; releasing what they won", "leases", lateWins)
+	}
+	if lateWins == 0 && !failed {
+		m.errs.succeeded(m.logger)
+	}
+}
+
+// onRenew handles a renew batch's replies and the heartbeat.
+func (m *groupMachine) onRenew(b *renewBatch) {
+	m.renewBusy = false
+	cfg := m.cfg
+	cfg.Metrics.groupBatch(cfg.Group, "renew", b.took)
+	now := m.clock.Now()
+	failed, lost := 0, 0
+	for i, it := range b.items {
+		gl, r := it.gl, b.replies[i]
+		switch gl.state {
+		case stateLeading, stateStopping:
+		case stateIdle, stateAcquiring, stateReleasing, stateDraining, stateNotifying:
+			continue // the term ended while the renew was in flight
+		}
+		if gl.term != it.term {
+			continue
+		}
+		switch {
+		case r.err != nil:
+			failed++
+			m.errs.failed(m.logger, cfg.Metrics, cfg.Group, "renew", r.err)
+		case !r.ok:
+			lost++
+			m.lose(gl, reasonLost)
+		default:
+			sent := r.sent
+			if sent.IsZero() {
+				sent = b.sent
+			}
+			if sent.After(gl.lastOK) {
+				gl.lastOK = sent
+				m.view.set(gl.name, heldTerm{token: gl.term.Token, lastOK: gl.lastOK})
+			}
+		}
+	}
+	if lost > 0 {
+		m.logger.Info("Stopped leading leases: lease lost", "leases", lost)
+	}
+	m.minOKValid = false // renewed leases moved on
+	m.membersKnown = true
+	if b.liveErr != nil {
+		failed++
+		m.errs.failed(m.logger, cfg.Metrics, cfg.Group, "heartbeat", b.liveErr)
+	} else {
+		m.observeMembers(b.live)
+	}
+	if failed > 0 {
+		m.nextRenew = now.Add(m.retry.next())
+	} else {
+		m.errs.succeeded(m.logger)
+		m.retry.reset()
+	}
+}
+
+// onRelease handles a release batch's replies: "releasing + release reply".
+func (m *groupMachine) onRelease(b *releaseBatch) {
+	m.releaseBusy = false
+	now := m.clock.Now()
+	for i, it := range b.items {
+		gl := it.gl
+		switch gl.state {
+		case stateReleasing:
+		case stateIdle, stateAcquiring, stateLeading, stateStopping, stateDraining, stateNotifying:
+			continue // cannot happen: a release is in flight only in releasing
+		}
+		err := b.errs[i]
+		if err != nil {
+			m.logger.Error(err, "Failed to release the lease; others take over when it expires", "lease", gl.name, "token", it.term.Token)
+			m.cfg.Metrics.redisError(m.cfg.Group, "release", err)
+		}
+		if gl.notify {
+			gl.relErr = err != nil
+			m.toNotifying(gl, false)
+			continue
+		}
+		// A won acquire that started no term. If the release failed, it may still run
+		// (a command sent is not a command undone): wait until the record expired.
+		wait := m.cfg.RetryPeriod
+		if err != nil {
+			wait = m.cfg.LeaseDuration
+		}
+		m.toIdle(gl, now.Add(wait+m.jitter()))
+	}
+}
+
+// onWorkReturned handles the return of a term's OnStartedLeading.
+func (m *groupMachine) onWorkReturned(gl *groupLease, term lease.Record) {
+	if gl.term != term {
+		return
+	}
+	switch gl.state {
+	case stateLeading:
+		gl.workDone = true // kept, as Elector keeps it, until asked to stop
+	case stateStopping:
+		m.toReleasing(gl, gl.term, true)
+	case stateDraining:
+		m.toNotifying(gl, true)
+	case stateIdle, stateAcquiring, stateReleasing, stateNotifying:
+		// cannot happen: the work of the current term has returned already
+	}
+}
+
+// onNotified handles the return of a term's OnStoppedLeading: "notifying + returned".
+func (m *groupMachine) onNotified(gl *groupLease, term lease.Record) {
+	if gl.term != term {
+		return
+	}
+	switch gl.state {
+	case stateNotifying:
+		now := m.clock.Now()
+		next := now // lost: try again at once
+		if !gl.lost || gl.relErr {
+			// Released: leave it to the others for a lease duration. A failed release may
+			// still run, so the record must have expired before this replica tries again.
+			next = now.Add(m.cfg.LeaseDuration + m.jitter())
+		}
+		m.toIdle(gl, next)
+	case stateIdle, stateAcquiring, stateLeading, stateStopping, stateReleasing, stateDraining:
+		// cannot happen: OnStoppedLeading runs only in notifying
+	}
+}
+
+// onEvent handles an announcement on a lease's channel, ordered by token.
+func (m *groupMachine) onEvent(name string, ev lease.Event) {
+	gl := m.leases[name]
+	if gl == nil || m.stopping || ev.Record.Instance == m.instance {
+		return
+	}
+	switch gl.state {
+	case stateIdle:
+	case stateAcquiring, stateLeading, stateStopping, stateReleasing, stateDraining, stateNotifying:
+		return // the replies of this replica's own calls tell it more
+	}
+	tok := ev.Record.Token
+	if tok < gl.seen || tok <= gl.released {
+		return // older news than what this replica knows
+	}
+	gl.seen = tok
+	now := m.clock.Now()
+	switch ev.Kind {
+	case lease.Released:
+		gl.released = tok
+		if len(m.held) < m.share() {
+			m.schedule(gl, now)
+		}
+	case lease.Acquired, lease.Renewed:
+		m.schedule(gl, now.Add(min(ev.TTL, m.cfg.LeaseDuration)+m.jitter()))
+	}
+}
+
+// share is the number of leases this replica aims to hold: ceil(K/R), capped by MaxLeases.
+func (m *groupMachine) share() int {
+	live := max(m.live, 1)
+	s := (m.active + live - 1) / live
+	if m.cfg.MaxLeases > 0 {
+		s = min(s, m.cfg.MaxLeases)
+	}
+	return s
+}
+
+// observeMembers records the live member count and sheds what this replica holds beyond
+// its share once the count was the same twice in a row (a replica that just died is still
+// counted for a moment; shedding on that would move leases twice).
+func (m *groupMachine) observeMembers(live int) {
+	m.lives = [2]int{m.lives[1], live}
+	if m.live != live {
+		m.live = live
+		m.view.setLive(live)
+	}
+	if m.stopping || m.lives[0] != m.lives[1] {
+		return
+	}
+	var mine []*groupLease
+	for gl := range m.held {
+		if gl.state == stateLeading {
+			mine = append(mine, gl)
+		}
+	}
+	excess := len(mine) - m.share()
+	if excess <= 0 {
+		return
+	}
+	sort.Slice(mine, func(i, j int) bool { return mine[i].name < mine[j].name })
+	m.logger.Info("Shedding leases beyond the fair share", "held", len(mine), "members", live, "leases", m.active, "shed", excess)
+	for _, gl := range mine[:excess] {
+		m.stopTerm(gl)
+	}
+	m.cfg.Metrics.groupShed(m.cfg.Group, excess)
+}
+
+// coalesce groups attempts due within this window into one batch.
+const coalesce = 5 * time.Millisecond
+
+// tryQueue is a min-heap of idle leases by their next attempt.
+type tryQueue []*groupLease
+
+func (q tryQueue) Len() int           { return len(q) }
+func (q tryQueue) Less(i, j int) bool { return q[i].next.Before(q[j].next) }
+func (q tryQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].heapIdx, q[j].heapIdx = i, j
+}
+func (q *tryQueue) Push(x any) {
+	gl := x.(*groupLease)
+	gl.heapIdx = len(*q)
+	*q = append(*q, gl)
+}
+func (q *tryQueue) Pop() any {
+	old := *q
+	gl := old[len(old)-1]
+	old[len(old)-1] = nil
+	gl.heapIdx = -1
+	*q = old[:len(old)-1]
+	return gl
+}

@@ -1,0 +1,739 @@
+package election
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/redis/go-redis/v9"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/elector/elector/pkg/lease"
+)
+
+// The Group's state machine, driven deterministically: a fake clock, fake effects (batches
+// and callbacks are recorded, their results delivered by the test), no goroutines, no sleeps.
+
+type fakeEffects struct {
+	acquires []*acquireBatch
+	renews   []*renewBatch
+	releases []*releaseBatch
+	started  []string // "name/token"
+	cancels  map[string]int
+	notified []string
+}
+
+func (f *fakeEffects) acquire(b *acquireBatch) { f.acquires = append(f.acquires, b) }
+func (f *fakeEffects) renew(b *renewBatch)     { f.renews = append(f.renews, b) }
+func (f *fakeEffects) release(b *releaseBatch) { f.releases = append(f.releases, b) }
+func (f *fakeEffects) startTerm(gl *groupLease, term lease.Record) func() {
+	key := fmt.Sprintf("%s/%d", gl.name, term.Token)
+	f.started = append(f.started, key)
+	return func() { f.cancels[key]++ }
+}
+func (f *fakeEffects) notifyStopped(gl *groupLease) {
+	f.notified = append(f.notified, fmt.Sprintf("%s/%d", gl.name, gl.term.Token))
+}
+
+type machineTest struct {
+	t   *testing.T
+	m   *groupMachine
+	fx  *fakeEffects
+	clk *clocktesting.FakeClock
+	cfg GroupConfig
+	tok int64
+}
+
+const (
+	mtLease   = time.Second
+	mtRenew   = 600 * time.Millisecond
+	mtRetry   = 150 * time.Millisecond
+	mtOurs    = "ours0000"
+	mtTheirs  = "theirs00"
+	mtHeldTTL = 500 * time.Millisecond
+)
+
+func newMachineTest(t *testing.T) *machineTest {
+	t.Helper()
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	t.Cleanup(func() { client.Close() })
+	mt := &machineTest{t: t, fx: &fakeEffects{cancels: map[string]int{}}, clk: clocktesting.NewFakeClock(time.Unix(1_000_000, 0)), tok: 100}
+	mt.cfg = GroupConfig{Group: "g", Identity: "pod", LeaseDuration: mtLease, RenewDeadline: mtRenew, RetryPeriod: mtRetry}
+	mt.m = newGroupMachine(&mt.cfg, mt.clk, mt.fx, newGroupView(), logr.Discard(), mtOurs, func(name string) (*lease.Lease, error) {
+		return lease.New(client, name, lease.Options{Identity: "pod", Instance: mtOurs})
+	})
+	mt.m.jitter = func() time.Duration { return 0 }
+	// The first heartbeat: one live member.
+	mt.m.tick(mt.clk.Now())
+	mt.renewReply(nil, 1)
+	return mt
+}
+
+func (mt *machineTest) gl(name string) *groupLease { return mt.m.leases[name] }
+
+func (mt *machineTest) rec(instance string) lease.Record {
+	mt.tok++
+	return lease.Record{Token: mt.tok, Instance: instance, Identity: "pod"}
+}
+
+// renewReply answers the last renew batch: every item ok unless listed in lost, with live members.
+func (mt *machineTest) renewReply(lost map[string]bool, live int) {
+	b := mt.fx.renews[len(mt.fx.renews)-1]
+	b.replies = make([]renewReply, len(b.items))
+	for i, it := range b.items {
+		b.replies[i] = renewReply{ok: !lost[it.gl.name]}
+	}
+	b.live = live
+	mt.m.onRenew(b)
+}
+
+// tickAcquire ticks and returns the acquire batch started, which must hold name.
+func (mt *machineTest) tickAcquire(name string) *acquireBatch {
+	mt.t.Helper()
+	n := len(mt.fx.acquires)
+	mt.m.tick(mt.clk.Now())
+	if len(mt.fx.acquires) != n+1 {
+		mt.t.Fatalf("no acquire batch started (state %v)", mt.gl(name).state)
+	}
+	b := mt.fx.acquires[n]
+	for _, gl := range b.items {
+		if gl.name == name {
+			return b
+		}
+	}
+	mt.t.Fatalf("acquire batch without %s", name)
+	return nil
+}
+
+func answer(b *acquireBatch, r acquireReply) {
+	b.replies = make([]acquireReply, len(b.items))
+	for i := range b.replies {
+		b.replies[i] = r
+	}
+}
+
+// Rows of the table: the states of the spec, with the two sub-states that behave differently.
+const (
+	rowIdle         = "idle"
+	rowAcquiring    = "acquiring"
+	rowLeading      = "leading"
+	rowLeadingDone  = "leading (work returned)"
+	rowStopping     = "stopping"
+	rowReleasing    = "releasing"
+	rowReleasingNew = "releasing (no term started)"
+	rowDraining     = "draining"
+	rowNotifying    = "notifying"
+)
+
+var machineRows = []string{rowIdle, rowAcquiring, rowLeading, rowLeadingDone, rowStopping, rowReleasing, rowReleasingNew, rowDraining, rowNotifying}
+
+// setup brings lease x into the state of row, by the machine's own transitions.
+func (mt *machineTest) setup(row string) *groupLease {
+	mt.t.Helper()
+	m := mt.m
+	m.add("x")
+	if row == rowIdle {
+		b := mt.tickAcquire("x")
+		answer(b, acquireReply{rec: mt.rec(mtTheirs), ttl: mtHeldTTL})
+		m.onAcquire(b)
+		return mt.gl("x")
+	}
+	b := mt.tickAcquire("x")
+	switch row {
+	case rowAcquiring:
+		return mt.gl("x")
+	case rowReleasingNew:
+		mt.clk.Step(mtRenew) // the reply comes at sent + RenewDeadline: too late
+		answer(b, acquireReply{won: true, rec: mt.rec(mtOurs), ttl: mtLease})
+		m.onAcquire(b)
+		return mt.gl("x")
+	}
+	answer(b, acquireReply{won: true, rec: mt.rec(mtOurs), ttl: mtLease})
+	m.onAcquire(b)
+	gl := mt.gl("x")
+	switch row {
+	case rowLeading:
+	case rowLeadingDone:
+		m.onWorkReturned(gl, gl.term)
+	case rowStopping:
+		m.remove("x")
+		m.add("x")
+	case rowReleasing:
+		m.remove("x")
+		m.add("x")
+		m.onWorkReturned(gl, gl.term)
+	case rowDraining, rowNotifying:
+		mt.clk.Step(mtRetry) // the next renew batch
+		m.tick(mt.clk.Now())
+		mt.renewReply(map[string]bool{"x": true}, 1)
+		if row == rowNotifying {
+			m.onWorkReturned(gl, gl.term)
+		}
+	}
+	return gl
+}
+
+// The events of the table, each applied to lease x as the loop would deliver it.
+var machineEvents = []struct {
+	name  string
+	apply func(mt *machineTest, gl *groupLease)
+}{
+	{"due", func(mt *machineTest, gl *groupLease) {
+		if gl.heapIdx >= 0 {
+			mt.clk.SetTime(gl.next)
+		}
+		mt.m.tick(mt.clk.Now())
+	}},
+	{"acquire won", func(mt *machineTest, gl *groupLease) {
+		b := &acquireBatch{sent: mt.clk.Now(), items: []*groupLease{gl}}
+		if n := len(mt.fx.acquires); gl.state == stateAcquiring && n > 0 {
+			b = mt.fx.acquires[n-1]
+		}
+		answer(b, acquireReply{won: true, rec: mt.rec(mtOurs), ttl: mtLease})
+		mt.m.onAcquire(b)
+	}},
+	{"acquire won, late", func(mt *machineTest, gl *groupLease) {
+		b := &acquireBatch{sent: mt.clk.Now().Add(-mtRenew), items: []*groupLease{gl}}
+		if n := len(mt.fx.acquires); gl.state == stateAcquiring && n > 0 {
+			b = mt.fx.acquires[n-1]
+			mt.clk.SetTime(b.sent.Add(mtRenew))
+		}
+		answer(b, acquireReply{won: true, rec: mt.rec(mtOurs), ttl: mtLease})
+		mt.m.onAcquire(b)
+	}},
+	{"acquire held by another", func(mt *machineTest, gl *groupLease) {
+		b := &acquireBatch{sent: mt.clk.Now(), items: []*groupLease{gl}}
+		if n := len(mt.fx.acquires); gl.state == stateAcquiring && n > 0 {
+			b = mt.fx.acquires[n-1]
+		}
+		answer(b, acquireReply{rec: mt.rec(mtTheirs), ttl: mtHeldTTL})
+		mt.m.onAcquire(b)
+	}},
+	{"acquire error", func(mt *machineTest, gl *groupLease) {
+		b := &acquireBatch{sent: mt.clk.Now(), items: []*groupLease{gl}}
+		if n := len(mt.fx.acquires); gl.state == stateAcquiring && n > 0 {
+			b = mt.fx.acquires[n-1]
+		}
+		answer(b, acquireReply{err: errors.New("i/o timeout")})
+		mt.m.onAcquire(b)
+	}},
+	{"renew ok", func(mt *machineTest, gl *groupLease) {
+		mt.m.onRenew(&renewBatch{sent: mt.clk.Now(), items: []termItem{{gl, gl.term}}, replies: []renewReply{{ok: true}}, live: 1})
+	}},
+	{"renew says 0", func(mt *machineTest, gl *groupLease) {
+		mt.m.onRenew(&renewBatch{sent: mt.clk.Now(), items: []termItem{{gl, gl.term}}, replies: []renewReply{{ok: false}}, live: 1})
+	}},
+	{"renew error", func(mt *machineTest, gl *groupLease) {
+		mt.m.onRenew(&renewBatch{sent: mt.clk.Now(), items: []termItem{{gl, gl.term}}, replies: []renewReply{{err: errors.New("i/o timeout")}}, live: 1})
+	}},
+	{"deadline", func(mt *machineTest, gl *groupLease) {
+		if gl.state == stateLeading || gl.state == stateStopping {
+			mt.clk.SetTime(gl.lastOK.Add(mtRenew))
+		}
+		mt.m.tick(mt.clk.Now())
+	}},
+	{"work returned", func(mt *machineTest, gl *groupLease) { mt.m.onWorkReturned(gl, gl.term) }},
+	{"Remove", func(mt *machineTest, gl *groupLease) { mt.m.remove("x") }},
+	{"Add", func(mt *machineTest, gl *groupLease) { mt.m.add("x") }},
+	{"shed", func(mt *machineTest, gl *groupLease) {
+		// Hold y too and see two live members twice: the share is 1 of 2, x (first by name) goes.
+		m := mt.m
+		m.add("y")
+		y := mt.gl("y")
+		heap.Remove(&m.queue, y.heapIdx)
+		m.setState(y, stateAcquiring)
+		m.begin(y, mt.rec(mtOurs), mt.clk.Now())
+		m.observeMembers(2)
+		m.observeMembers(2)
+	}},
+	{"Run stop", func(mt *machineTest, gl *groupLease) { mt.m.stop() }},
+	{"release reply", func(mt *machineTest, gl *groupLease) {
+		mt.m.onRelease(&releaseBatch{items: []termItem{{gl, gl.term}}, errs: []error{nil}})
+	}},
+	{"release error", func(mt *machineTest, gl *groupLease) {
+		mt.m.onRelease(&releaseBatch{items: []termItem{{gl, gl.term}}, errs: []error{errors.New("i/o timeout")}})
+	}},
+	{"OnStoppedLeading returned", func(mt *machineTest, gl *groupLease) { mt.m.onNotified(gl, gl.term) }},
+	{"event released", func(mt *machineTest, gl *groupLease) {
+		mt.m.onEvent("x", lease.Event{Kind: lease.Released, Record: mt.rec(mtTheirs)})
+	}},
+	{"event acquired", func(mt *machineTest, gl *groupLease) {
+		mt.m.onEvent("x", lease.Event{Kind: lease.Acquired, TTL: time.Hour, Record: mt.rec(mtTheirs)})
+	}},
+	{"event with an older token", func(mt *machineTest, gl *groupLease) {
+		mt.m.onEvent("x", lease.Event{Kind: lease.Released, Record: lease.Record{Token: gl.seen - 1, Instance: mtTheirs}})
+	}},
+}
+
+// machineTable is the transition table of docs/DESIGN.md ("Many leases: Group"): per event,
+// per row, the state lease x is in afterwards; "—" means unchanged (the event is ignored or
+// cannot happen in that state), "gone" that the lease was forgotten. TestGroupMachineTableMatchesDesign
+// checks that the doc says the same.
+var machineTable = map[string]map[string]string{
+	"due":                       {rowIdle: "acquiring"},
+	"acquire won":               {rowAcquiring: "leading"},
+	"acquire won, late":         {rowAcquiring: "releasing (no term started)"},
+	"acquire held by another":   {rowAcquiring: "idle"},
+	"acquire error":             {rowAcquiring: "idle"},
+	"renew ok":                  {},
+	"renew says 0":              {rowLeading: "draining", rowLeadingDone: "notifying", rowStopping: "draining"},
+	"renew error":               {},
+	"deadline":                  {rowLeading: "draining", rowLeadingDone: "notifying", rowStopping: "draining"},
+	"work returned":             {rowLeading: "leading (work returned)", rowStopping: "releasing", rowDraining: "notifying"},
+	"Remove":                    {rowIdle: "gone", rowLeading: "stopping", rowLeadingDone: "releasing"},
+	"Add":                       {},
+	"shed":                      {rowLeading: "stopping", rowLeadingDone: "releasing"},
+	"Run stop":                  {rowLeading: "stopping", rowLeadingDone: "releasing"},
+	"release reply":             {rowReleasing: "notifying", rowReleasingNew: "idle"},
+	"release error":             {rowReleasing: "notifying", rowReleasingNew: "idle"},
+	"OnStoppedLeading returned": {rowNotifying: "idle"},
+	"event released":            {},
+	"event acquired":            {},
+	"event with an older token": {},
+}
+
+// rowOf names the row lease x is in.
+func rowOf(m *groupMachine, gl *groupLease) string {
+	if m.leases[gl.name] != gl {
+		return "gone"
+	}
+	switch {
+	case gl.state == stateLeading && gl.workDone:
+		return rowLeadingDone
+	case gl.state == stateReleasing && !gl.notify:
+		return rowReleasingNew
+	}
+	return gl.state.String()
+}
+
+// TestGroupMachineEveryStateAndEvent applies every event to every state and checks the
+// result against machineTable. It fails on a pair the table does not list, so a new state
+// or event cannot go untested.
+func TestGroupMachineEveryStateAndEvent(t *testing.T) {
+	pairs := 0
+	for _, ev := range machineEvents {
+		want, ok := machineTable[ev.name]
+		if !ok {
+			t.Errorf("event %q is not in machineTable", ev.name)
+			continue
+		}
+		for _, row := range machineRows {
+			pairs++
+			t.Run(row+"+"+ev.name, func(t *testing.T) {
+				mt := newMachineTest(t)
+				gl := mt.setup(row)
+				if got := rowOf(mt.m, gl); got != row {
+					t.Fatalf("setup reached %q, want %q", got, row)
+				}
+				next, removed := gl.next, gl.removed
+				ev.apply(mt, gl)
+				expect := want[row]
+				if expect == "" {
+					expect = row
+				}
+				if got := rowOf(mt.m, gl); got != expect {
+					t.Fatalf("%s + %s -> %s, want %s", row, ev.name, got, expect)
+				}
+				mt.checkEffects(row, ev.name, gl, next, removed)
+			})
+		}
+	}
+	for name := range machineTable {
+		found := false
+		for _, ev := range machineEvents {
+			found = found || ev.name == name
+		}
+		if !found {
+			t.Errorf("machineTable lists event %q that no test applies", name)
+		}
+	}
+	if want := len(machineRows) * len(machineEvents); pairs != want {
+		t.Errorf("covered %d pairs, want %d", pairs, want)
+	}
+	t.Logf("%d states (with 2 sub-states) x %d events = %d pairs, each covered", len(machineRows), len(machineEvents), pairs)
+}
+
+// checkEffects checks what a transition must do beside changing the state.
+func (mt *machineTest) checkEffects(row, ev string, gl *groupLease, nextBefore time.Time, removedBefore bool) {
+	t := mt.t
+	t.Helper()
+	now := mt.clk.Now()
+	after := rowOf(mt.m, gl)
+	// Callbacks: a term's OnStartedLeading exactly when it begins, OnStoppedLeading only
+	// after it returned and only for a started term.
+	wantStarted := 0
+	switch row {
+	case rowLeading, rowLeadingDone, rowStopping, rowReleasing, rowDraining, rowNotifying:
+		wantStarted = 1
+	}
+	if after == rowLeading && row == rowAcquiring {
+		wantStarted = 1
+	}
+	if ev == "shed" {
+		wantStarted++ // y
+	}
+	if len(mt.fx.started) != wantStarted {
+		t.Errorf("terms started: %v, want %d", mt.fx.started, wantStarted)
+	}
+	if after == rowNotifying && row != rowNotifying && len(mt.fx.notified) != 1 {
+		t.Errorf("entered notifying without OnStoppedLeading: %v", mt.fx.notified)
+	}
+	if after != rowNotifying && row != rowNotifying && after != "idle" && len(mt.fx.notified) != 0 {
+		t.Errorf("OnStoppedLeading before notifying: %v", mt.fx.notified)
+	}
+	// A lease is queued for an attempt exactly when it is idle (and not stopping).
+	if after == "idle" && !mt.m.stopping && gl.heapIdx < 0 {
+		t.Errorf("idle lease not queued")
+	}
+	if after != "idle" && gl.heapIdx >= 0 {
+		t.Errorf("%s lease queued for an attempt", after)
+	}
+	// When the next attempt is.
+	switch {
+	case after != "idle":
+	case row == rowIdle && ev == "event released":
+		if !gl.next.Equal(now) {
+			t.Errorf("released event below the share: next in %v, want now", gl.next.Sub(now))
+		}
+	case row == rowIdle && ev == "event acquired":
+		if !gl.next.Equal(now.Add(mtLease)) {
+			t.Errorf("acquired event with TTL 1h: next in %v, want LeaseDuration (capped)", gl.next.Sub(now))
+		}
+	case row == rowIdle:
+		if !mt.m.stopping && !gl.next.Equal(nextBefore) {
+			t.Errorf("next moved by %v", gl.next.Sub(nextBefore))
+		}
+	case row == rowAcquiring && ev == "acquire held by another":
+		if !gl.next.Equal(now.Add(mtHeldTTL)) {
+			t.Errorf("held: next in %v, want the holder's TTL", gl.next.Sub(now))
+		}
+	case row == rowAcquiring && ev == "acquire error":
+		if !gl.next.Equal(now.Add(mtRetry)) {
+			t.Errorf("error: next in %v, want RetryPeriod", gl.next.Sub(now))
+		}
+	case row == rowReleasingNew && ev == "release reply":
+		if !gl.next.Equal(now.Add(mtRetry)) {
+			t.Errorf("late win released: next in %v, want RetryPeriod (a failed attempt)", gl.next.Sub(now))
+		}
+	case row == rowReleasingNew && ev == "release error":
+		if !gl.next.Equal(now.Add(mtLease)) {
+			t.Errorf("late win, release failed: next in %v, want LeaseDuration (the release may still run)", gl.next.Sub(now))
+		}
+	}
+	// Releases: queued exactly on entering releasing.
+	if after == rowReleasing || after == rowReleasingNew {
+		if row != after && (len(mt.m.releases) == 0 && len(mt.fx.releases) == 0) {
+			t.Errorf("entered %s without queuing a release", after)
+		}
+	}
+	if ev == "Remove" && after != "gone" && !gl.removed {
+		t.Errorf("Remove did not set removed")
+	}
+	if ev == "Add" && gl.removed {
+		t.Errorf("Add did not clear removed")
+	}
+	_ = removedBefore
+}
+
+// TestGroupMachineAddAfterRemoveWaitsForTheRelease is issue #12's third path: Remove(X), then
+// Add(X) while the release is in flight. The lease must not be tried (an acquire would
+// resume the very term the release then deletes) until the release reply came back and
+// OnStoppedLeading returned; then it leaves X to the others for a lease duration.
+func TestGroupMachineAddAfterRemoveWaitsForTheRelease(t *testing.T) {
+	mt := newMachineTest(t)
+	m := mt.m
+	gl := mt.setup(rowLeading)
+	term := gl.term
+	m.remove("x")
+	if gl.state != stateStopping || mt.fx.cancels["x/"+fmt.Sprint(term.Token)] != 1 {
+		t.Fatalf("Remove: state %v, cancels %v", gl.state, mt.fx.cancels)
+	}
+	m.onWorkReturned(gl, term)
+	m.tick(mt.clk.Now())
+	if len(mt.fx.releases) != 1 {
+		t.Fatalf("no release batch after the work returned")
+	}
+	rel := mt.fx.releases[0]
+	acquires := len(mt.fx.acquires)
+	m.add("x")
+	for i := 0; i < 20; i++ { // three lease durations of ticks with the release in flight
+		mt.clk.Step(mtRetry)
+		m.tick(mt.clk.Now())
+		if len(m.fx.(*fakeEffects).renews) > 0 {
+			if b := mt.fx.renews[len(mt.fx.renews)-1]; b.replies == nil {
+				mt.renewReply(nil, 1)
+			}
+		}
+	}
+	if gl.state != stateReleasing || gl.heapIdx >= 0 || len(mt.fx.acquires) != acquires {
+		t.Fatalf("Add during the release: state %v, queued %v, acquire batches %d -> %d", gl.state, gl.heapIdx >= 0, acquires, len(mt.fx.acquires))
+	}
+	if len(mt.fx.notified) != 0 {
+		t.Fatalf("OnStoppedLeading before the release reply: %v", mt.fx.notified)
+	}
+	rel.errs = []error{nil}
+	m.onRelease(rel)
+	if gl.state != stateNotifying || len(mt.fx.notified) != 1 {
+		t.Fatalf("release reply: state %v, notified %v", gl.state, mt.fx.notified)
+	}
+	mt.clk.Step(5 * time.Second) // a slow OnStoppedLeading: still not tried
+	m.tick(mt.clk.Now())
+	if len(mt.fx.acquires) != acquires {
+		t.Fatalf("tried while OnStoppedLeading ran")
+	}
+	m.onNotified(gl, term)
+	if gl.state != stateIdle || !gl.next.Equal(mt.clk.Now().Add(mtLease)) {
+		t.Fatalf("after OnStoppedLeading: state %v, next in %v, want idle in LeaseDuration", gl.state, gl.next.Sub(mt.clk.Now()))
+	}
+}
+
+// TestGroupMachineSlowStopDoesNotDelayOthers is issue #12's first path: Remove(X) while Y is
+// held, and X's OnStoppedLeading takes 3 s. Y must be renewed every RetryPeriod throughout,
+// and its deadline stays where its last good renew put it.
+func TestGroupMachineSlowStopDoesNotDelayOthers(t *testing.T) {
+	mt := newMachineTest(t)
+	m := mt.m
+	x := mt.setup(rowLeading)
+	m.add("y")
+	b := mt.tickAcquire("y")
+	answer(b, acquireReply{won: true, rec: mt.rec(mtOurs), ttl: mtLease})
+	m.onAcquire(b)
+	y := mt.gl("y")
+	m.remove("x")
+	m.onWorkReturned(x, x.term)
+	m.tick(mt.clk.Now())
+	rel := mt.fx.releases[len(mt.fx.releases)-1]
+	rel.errs = make([]error, len(rel.items))
+	m.onRelease(rel)
+	if x.state != stateNotifying {
+		t.Fatalf("x: %v", x.state)
+	}
+	renews := len(mt.fx.renews)
+	start := mt.clk.Now()
+	for mt.clk.Since(start) < 3*time.Second {
+		wake := m.tick(mt.clk.Now())
+		if len(mt.fx.renews) > 0 && mt.fx.renews[len(mt.fx.renews)-1].replies == nil {
+			b := mt.fx.renews[len(mt.fx.renews)-1]
+			if len(b.items) != 1 || b.items[0].gl != y {
+				t.Fatalf("renew batch %v, want y only", b.items)
+			}
+			mt.renewReply(nil, 1)
+			wake = m.tick(mt.clk.Now())
+		}
+		if wake.Sub(mt.clk.Now()) > mtRetry {
+			t.Fatalf("loop plans to sleep %v with a lease held, more than RetryPeriod", wake.Sub(mt.clk.Now()))
+		}
+		mt.clk.SetTime(wake)
+	}
+	if y.state != stateLeading || mt.clk.Since(y.lastOK) > mtRetry {
+		t.Fatalf("y after 3 s of x's OnStoppedLeading: %v, last renew %v ago", y.state, mt.clk.Since(y.lastOK))
+	}
+	if n := len(mt.fx.renews) - renews; n < int(3*time.Second/mtRetry)-1 {
+		t.Fatalf("%d renew batches in 3 s, want one per RetryPeriod", n)
+	}
+}
+
+// TestGroupMachineDeadlineIsATimer is issue #12's second path seen from the machine: with
+// lease 1 s / renew deadline 900 ms / retry 700 ms and renew batches that never come back (a
+// stalled path), the term ends exactly at last good send + RenewDeadline, and the loop is
+// told to wake up then. Nothing here depends on a subscription.
+func TestGroupMachineDeadlineIsATimer(t *testing.T) {
+	mt := newMachineTest(t)
+	mt.cfg.LeaseDuration, mt.cfg.RenewDeadline, mt.cfg.RetryPeriod = time.Second, 900*time.Millisecond, 700*time.Millisecond
+	m := mt.m
+	gl := mt.setup(rowLeading)
+	sent := gl.lastOK
+	for {
+		wake := m.tick(mt.clk.Now())
+		if gl.state != stateLeading {
+			break
+		}
+		if wake.After(sent.Add(900 * time.Millisecond)) {
+			t.Fatalf("next wake-up %v after the last good send, past the renew deadline", wake.Sub(sent))
+		}
+		mt.clk.SetTime(wake) // renew batches stay in flight: never answered
+	}
+	if gl.state != stateDraining || !mt.clk.Now().Equal(sent.Add(900*time.Millisecond)) {
+		t.Fatalf("state %v at %v after the last good send, want draining at exactly 900ms", gl.state, mt.clk.Now().Sub(sent))
+	}
+	if mt.fx.cancels[fmt.Sprintf("x/%d", gl.term.Token)] != 1 {
+		t.Fatalf("ctx not cancelled at the deadline")
+	}
+}
+
+// TestGroupMachineLateWinStartsNoTerm: an acquire reply at or after sent + RenewDeadline
+// starts no term and is released (owner-checked); one just before starts one.
+func TestGroupMachineLateWinStartsNoTerm(t *testing.T) {
+	for _, tc := range []struct {
+		after time.Duration
+		lead  bool
+	}{{mtRenew - time.Millisecond, true}, {mtRenew, false}, {2 * mtRenew, false}} {
+		mt := newMachineTest(t)
+		mt.m.add("x")
+		b := mt.tickAcquire("x")
+		mt.clk.Step(tc.after)
+		rec := mt.rec(mtOurs)
+		answer(b, acquireReply{won: true, rec: rec, ttl: mtLease})
+		mt.m.onAcquire(b)
+		gl := mt.gl("x")
+		if led := len(mt.fx.started) == 1; led != tc.lead || (gl.state == stateLeading) != tc.lead {
+			t.Errorf("reply after %v: state %v, started %v", tc.after, gl.state, mt.fx.started)
+		}
+		if !tc.lead && (len(mt.m.releases) != 1 || mt.m.releases[0].term != rec) {
+			t.Errorf("reply after %v: release of the won record not queued: %v", tc.after, mt.m.releases)
+		}
+	}
+}
+
+// TestGroupMachineCapsAndOrder: TTLs from replies and events are capped at LeaseDuration, a
+// lease without expiry is tried every RetryPeriod, and older events are ignored.
+func TestGroupMachineCapsAndOrder(t *testing.T) {
+	for _, tc := range []struct {
+		ttl, want time.Duration
+	}{{time.Hour, mtLease}, {lease.NoExpiry, mtRetry}, {300 * time.Millisecond, 300 * time.Millisecond}} {
+		mt := newMachineTest(t)
+		mt.m.add("x")
+		b := mt.tickAcquire("x")
+		answer(b, acquireReply{rec: mt.rec(mtTheirs), ttl: tc.ttl})
+		mt.m.onAcquire(b)
+		if got := mt.gl("x").next.Sub(mt.clk.Now()); got != tc.want {
+			t.Errorf("held with TTL %v: next in %v, want %v", tc.ttl, got, tc.want)
+		}
+	}
+	mt := newMachineTest(t)
+	gl := mt.setup(rowIdle)
+	seen := gl.seen
+	next := gl.next
+	mt.m.onEvent("x", lease.Event{Kind: lease.Acquired, TTL: time.Hour, Record: lease.Record{Token: seen - 1, Instance: mtTheirs}})
+	mt.m.onEvent("x", lease.Event{Kind: lease.Released, Record: lease.Record{Token: seen - 1, Instance: mtTheirs}})
+	if !gl.next.Equal(next) {
+		t.Errorf("an older event moved the attempt by %v", gl.next.Sub(next))
+	}
+	mt.m.onEvent("x", lease.Event{Kind: lease.Released, Record: lease.Record{Token: seen, Instance: mtTheirs}})
+	if !gl.next.Equal(mt.clk.Now()) {
+		t.Errorf("release of the known term: next in %v, want now", gl.next.Sub(mt.clk.Now()))
+	}
+	mt.m.onEvent("x", lease.Event{Kind: lease.Renewed, TTL: time.Hour, Record: lease.Record{Token: seen, Instance: mtTheirs}})
+	if !gl.next.Equal(mt.clk.Now()) {
+		t.Errorf("renewed event of a term heard released moved the attempt")
+	}
+}
+
+// TestGroupMachineMaxLeases: no more acquires in flight or held than MaxLeases.
+func TestGroupMachineMaxLeases(t *testing.T) {
+	mt := newMachineTest(t)
+	mt.cfg.MaxLeases = 2
+	for _, n := range []string{"a", "b", "c", "d"} {
+		mt.m.add(n)
+	}
+	mt.m.tick(mt.clk.Now())
+	b := mt.fx.acquires[len(mt.fx.acquires)-1]
+	if len(b.items) != 2 {
+		t.Fatalf("acquire batch of %d with MaxLeases 2", len(b.items))
+	}
+	answer(b, acquireReply{won: true, rec: mt.rec(mtOurs), ttl: mtLease})
+	mt.m.onAcquire(b)
+	mt.clk.Step(mtRetry / 2)
+	mt.m.tick(mt.clk.Now())
+	if got := mt.fx.acquires[len(mt.fx.acquires)-1]; got != b {
+		t.Fatalf("another acquire batch (%d) at the cap", len(got.items))
+	}
+}
+
+// TestGroupMachineRunStop: Run stop ends every term, releases, waits for the callbacks, and
+// only then is the machine finished; nothing is tried meanwhile.
+func TestGroupMachineRunStop(t *testing.T) {
+	mt := newMachineTest(t)
+	m := mt.m
+	gl := mt.setup(rowLeading)
+	m.add("z") // idle, queued
+	m.stop()
+	if gl.state != stateStopping || m.finished() {
+		t.Fatalf("after stop: %v, finished %v", gl.state, m.finished())
+	}
+	m.onWorkReturned(gl, gl.term)
+	m.tick(mt.clk.Now())
+	if m.finished() {
+		t.Fatal("finished with a release in flight")
+	}
+	rel := mt.fx.releases[len(mt.fx.releases)-1]
+	rel.errs = make([]error, len(rel.items))
+	m.onRelease(rel)
+	if m.finished() {
+		t.Fatal("finished while OnStoppedLeading runs")
+	}
+	m.onNotified(gl, gl.term)
+	if b := mt.fx.renews[len(mt.fx.renews)-1]; b.replies == nil {
+		mt.renewReply(nil, 1)
+	}
+	if !m.finished() {
+		t.Fatalf("not finished: busy %d, renew %v acquire %v release %v", m.busy, m.renewBusy, m.acqBusy, m.releaseBusy)
+	}
+	if len(mt.fx.acquires) != 1 {
+		t.Fatalf("%d acquire batches; none after stop wanted", len(mt.fx.acquires))
+	}
+}
+
+// TestGroupMachineTableMatchesDesign checks that docs/DESIGN.md's transition table says what
+// machineTable (and so the machine) does.
+func TestGroupMachineTableMatchesDesign(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/DESIGN.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(doc)
+	start := strings.Index(text, "| event \\ state |")
+	if start < 0 {
+		t.Fatal("docs/DESIGN.md has no Group transition table (a row starting \"| event \\ state |\")")
+	}
+	lines := strings.Split(text[start:], "\n")
+	split := func(l string) []string {
+		cells := strings.Split(strings.Trim(strings.TrimSpace(l), "|"), "|")
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		return cells
+	}
+	header := split(lines[0])[1:]
+	if strings.Join(header, ",") != strings.Join(machineRows, ",") {
+		t.Fatalf("table columns %q, want %q", header, machineRows)
+	}
+	seen := map[string]bool{}
+	for _, l := range lines[2:] {
+		if !strings.HasPrefix(strings.TrimSpace(l), "|") {
+			break
+		}
+		cells := split(l)
+		ev := strings.Trim(cells[0], "*`")
+		want, ok := machineTable[ev]
+		if !ok {
+			t.Errorf("doc row %q is not an event of machineTable", ev)
+			continue
+		}
+		seen[ev] = true
+		for i, row := range machineRows {
+			cell := cells[i+1]
+			got := "—"
+			if rest, ok := strings.CutPrefix(cell, "→ "); ok {
+				got = strings.TrimSpace(strings.SplitN(rest, ";", 2)[0])
+			}
+			w := want[row]
+			if w == "" {
+				w = "—"
+			}
+			if got != w {
+				t.Errorf("doc: %s + %s is %q, machineTable says %q", row, ev, cell, w)
+			}
+		}
+	}
+	for ev := range machineTable {
+		if !seen[ev] {
+			t.Errorf("docs/DESIGN.md's table has no row for event %q", ev)
+		}
+	}
+}

@@ -1,0 +1,182 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/elector/elector/internal/luaerr"
+	"github.com/elector/elector/pkg/lease"
+)
+
+// groupRedis is the seam between a Group's run and Redis: the batch calls it needs. Each call
+// blocks; groupRun makes them on batch goroutines, never on the loop.
+type groupRedis interface {
+	acquire(ctx context.Context, b *acquireBatch)
+	renew(ctx context.Context, b *renewBatch)
+	release(ctx context.Context, b *releaseBatch)
+	// subscribe subscribes to the events of every lease under the prefix and returns once
+	// Redis confirmed it.
+	subscribe(ctx context.Context) (groupSubscription, error)
+	// leave removes this replica from the membership.
+	leave(ctx context.Context) error
+}
+
+// groupSubscription delivers the events of a pattern subscription.
+type groupSubscription interface {
+	// next blocks until the next event; an error ends the subscription.
+	next(ctx context.Context) (name string, ev lease.Event, err error)
+	close()
+}
+
+// redisGroup is groupRedis over a go-redis client.
+type redisGroup struct {
+	g *Group
+}
+
+// batchChunk is the most operations sent in one pipeline. A batch of thousands is sent as
+// several pipelines, one after the other: a client's read timeout applies to a whole
+// pipeline's replies, which a loaded machine (or Redis) may not deliver in time for thousands.
+const batchChunk = 256
+
+// chunked runs exec over [0, n) in chunks of batchChunk (a done ctx fails the rest at once).
+func chunked(n int, exec func(lo, hi int)) {
+	for lo := 0; lo < n; lo += batchChunk {
+		exec(lo, min(lo+batchChunk, n))
+	}
+}
+
+func (r redisGroup) acquire(ctx context.Context, b *acquireBatch) {
+	b.replies = make([]acquireReply, len(b.items))
+	chunked(len(b.items), func(lo, hi int) {
+		batch := lease.NewBatch(r.g.cfg.Client)
+		res := make([]*lease.AcquireResult, hi-lo)
+		for i, gl := range b.items[lo:hi] {
+			res[i] = batch.Acquire(gl.l, r.g.cfg.LeaseDuration)
+		}
+		sent := r.g.clock.Now() // a term won here counts from this pipeline's send time
+		_ = batch.Exec(ctx)     // errors are per operation
+		for i, x := range res {
+			b.replies[lo+i] = acquireReply{sent: sent, won: x.Acquired, rec: x.Status.Record, ttl: x.Status.TTL, err: x.Err}
+		}
+	})
+}
+
+func (r redisGroup) renew(ctx context.Context, b *renewBatch) {
+	b.replies = make([]renewReply, len(b.items))
+	chunked(len(b.items), func(lo, hi int) {
+		batch := lease.NewBatch(r.g.cfg.Client)
+		res := make([]*lease.Result, hi-lo)
+		for i, it := range b.items[lo:hi] {
+			res[i] = batch.Renew(it.gl.l, it.term, r.g.cfg.LeaseDuration)
+		}
+		sent := r.g.clock.Now()
+		if batch.Len() > 0 {
+			_ = batch.Exec(ctx)
+		}
+		for i, x := range res {
+			b.replies[lo+i] = renewReply{sent: sent, ok: x.OK, err: x.Err}
+		}
+	})
+	b.live, b.liveErr = r.heartbeat(ctx, "stay")
+}
+
+func (r redisGroup) release(ctx context.Context, b *releaseBatch) {
+	b.errs = make([]error, len(b.items))
+	chunked(len(b.items), func(lo, hi int) {
+		batch := lease.NewBatch(r.g.cfg.Client)
+		res := make([]*lease.Result, hi-lo)
+		for i, it := range b.items[lo:hi] {
+			res[i] = batch.Release(it.gl.l, it.term)
+		}
+		_ = batch.Exec(ctx)
+		for i, x := range res {
+			b.errs[lo+i] = x.Err
+		}
+	})
+}
+
+func (r redisGroup) leave(ctx context.Context) error {
+	_, err := r.heartbeat(ctx, "leave")
+	return err
+}
+
+// heartbeat runs the membership script; mode "leave" removes this replica.
+func (r redisGroup) heartbeat(ctx context.Context, mode string) (int, error) {
+	g := r.g
+	n, err := membersScript.Run(ctx, g.cfg.Client, []string{g.members}, g.member, g.cfg.LeaseDuration.Milliseconds(), mode).Int()
+	if err != nil {
+		return 0, fmt.Errorf("group %q membership: %w", g.cfg.Group, luaerr.Explain(membersSource, err))
+	}
+	return n, nil
+}
+
+func (r redisGroup) subscribe(ctx context.Context) (groupSubscription, error) {
+	ps := r.g.cfg.Client.PSubscribe(ctx, r.g.pattern)
+	if _, err := ps.Receive(ctx); err != nil {
+		_ = ps.Close()
+		return nil, fmt.Errorf("group %q: subscribe to lease events (PSUBSCRIBE %s): %w", r.g.cfg.Group, r.g.pattern, err)
+	}
+	return &redisGroupSub{ps: ps}, nil
+}
+
+// redisGroupSub reads its connection directly (no PubSub.Channel, which reconnects behind
+// its caller's back), like lease.Subscription: it ends when the connection breaks or a ping
+// sent after lease.HealthInterval of silence stays unanswered as long again.
+type redisGroupSub struct {
+	ps     *redis.PubSub
+	pinged bool
+}
+
+func (s *redisGroupSub) next(ctx context.Context) (string, lease.Event, error) {
+	for {
+		msg, err := s.ps.ReceiveTimeout(ctx, lease.HealthInterval)
+		var netErr net.Error
+		var redisErr redis.Error
+		switch {
+		case err == nil:
+			s.pinged = false
+		case errors.As(err, &redisErr):
+			s.pinged = false // an error reply (e.g. a refused PING): the connection works
+			continue
+		case !s.pinged && errors.As(err, &netErr) && netErr.Timeout() && ctx.Err() == nil:
+			pctx, cancel := context.WithTimeout(ctx, lease.HealthInterval)
+			err = s.ps.Ping(pctx)
+			cancel()
+			if err != nil {
+				return "", lease.Event{}, fmt.Errorf("lease events: ping: %w", err)
+			}
+			s.pinged = true
+			continue
+		default:
+			return "", lease.Event{}, fmt.Errorf("lease events: %w", err)
+		}
+		m, ok := msg.(*redis.Message)
+		if !ok {
+			continue // a pong or a subscription confirmation
+		}
+		ev, err := lease.ParseEvent(m.Payload)
+		if err != nil {
+			continue
+		}
+		if name := channelLease(m.Channel); name != "" {
+			return name, ev, nil
+		}
+	}
+}
+
+func (s *redisGroupSub) close() { _ = s.ps.Close() }
+
+// channelLease returns NAME of a channel "PREFIX:{NAME}:events".
+func channelLease(channel string) string {
+	i := strings.IndexByte(channel, '{')
+	j := strings.LastIndex(channel, "}:events")
+	if i < 0 || j <= i {
+		return ""
+	}
+	return channel[i+1 : j]
+}
