@@ -19,6 +19,18 @@ import (
 // testCallTimeout is the Redis call timeout the CLI gives the demo: half the renew deadline.
 const testCallTimeout = RenewDeadline / 2
 
+// testConfig is a demo of replicas for d on the server at addr, as the CLI configures it.
+func testConfig(addr string, replicas int, d time.Duration) Config {
+	t := testCallTimeout
+	return Config{
+		Replicas: replicas,
+		Duration: d,
+		Redis:    redisclient.Config{Addrs: []string{addr}, Mode: redisclient.ModeStandalone, DialTimeout: t, ReadTimeout: t, WriteTimeout: t},
+		Where:    "the test's server at " + addr,
+		Logger:   logr.Discard(),
+	}
+}
+
 // TestDemoHandovers runs the demo long enough for one crash and one graceful stop, and checks
 // what the demo claims: the crash takeover comes just after the lease expired on the embedded
 // server (which must expire keys in real time), the graceful handover in about a round trip,
@@ -31,14 +43,7 @@ func TestDemoHandovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	t0 := testCallTimeout
-	cfg := Config{
-		Replicas: 3,
-		Duration: demoFirstDisruption + demoInterval + time.Second, // a crash, then a graceful stop
-		Redis:    redisclient.Config{Addrs: []string{srv.Addr()}, Mode: redisclient.ModeStandalone, DialTimeout: t0, ReadTimeout: t0, WriteTimeout: t0},
-		Where:    "the test's server",
-		Logger:   logr.Discard(),
-	}
+	cfg := testConfig(srv.Addr(), 3, demoFirstDisruption+demoInterval+time.Second) // a crash, then a graceful stop
 	var out bytes.Buffer
 	start := time.Now()
 	res, err := runDemo(ctx, &out, cfg)
@@ -94,14 +99,7 @@ func TestDemoDetectsNoExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	t0 := testCallTimeout
-	cfg := Config{
-		Replicas: 2,
-		Duration: demoFirstDisruption + demoLeaseDuration + demoRestartDelay + 3*time.Second,
-		Redis:    redisclient.Config{Addrs: []string{srv.Addr()}, Mode: redisclient.ModeStandalone, DialTimeout: t0, ReadTimeout: t0, WriteTimeout: t0},
-		Where:    "the test's server",
-		Logger:   logr.Discard(),
-	}
+	cfg := testConfig(srv.Addr(), 2, demoFirstDisruption+demoLeaseDuration+demoRestartDelay+3*time.Second)
 	// Keep the lease from expiring: a stand-in for a server without real-time expiry.
 	stop := make(chan struct{})
 	defer close(stop)
@@ -149,16 +147,10 @@ func TestRunUnreachable(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close() // nothing listens there any more
-	cfg := Config{
-		Replicas: 2,
-		Duration: time.Second,
-		Redis:    redisclient.Config{Addrs: []string{addr}, Mode: redisclient.ModeStandalone, DialTimeout: testCallTimeout, ReadTimeout: testCallTimeout, WriteTimeout: testCallTimeout},
-		Where:    "the closed port " + addr,
-		Logger:   logr.Discard(),
-	}
+	cfg := testConfig(addr, 2, time.Second)
 	var out bytes.Buffer
 	failures, err := Run(context.Background(), &out, cfg)
-	if err == nil || !strings.Contains(err.Error(), "cannot reach the closed port "+addr) {
+	if err == nil || !strings.Contains(err.Error(), "cannot reach the test's server at "+addr) {
 		t.Errorf("Run on a closed port: failures %v, err %v; want an error naming it", failures, err)
 	}
 	if out.Len() != 0 {
