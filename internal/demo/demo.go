@@ -4,8 +4,8 @@
 // timeline and checks the promise (never two terms at once, a larger token for every new
 // term, every crash takeover after the lease expired).
 //
-// The package owns the demo's schedule, timeline and summary, and the keys under KeyPrefix
-// with a random lease name per run, which it removes at the end. It must not touch any other
+// The package owns the demo's schedule, timeline and summary, and its keys: prefix
+// elector-demo, a random lease name per run, removed at the end. It must not touch any other
 // key of the Redis it is given, and it parses no flags: the CLI validates its Config.
 package demo
 
@@ -42,8 +42,8 @@ const (
 	demoJobTick         = 100 * time.Millisecond // the toy job makes one fenced write per tick
 	// MaxReplicas is the largest Config.Replicas; the smallest is 2.
 	MaxReplicas = 9
-	// KeyPrefix is the key prefix of the demo's lease and keys.
-	KeyPrefix = "elector-demo"
+	// keyPrefix is the key prefix of the demo's lease and keys.
+	keyPrefix = "elector-demo"
 )
 
 // Kinds of handover in the demo's timeline and summary.
@@ -142,7 +142,7 @@ func runDemo(ctx context.Context, out io.Writer, cfg Config) (result, error) {
 		running:   map[string]int64{},
 		res:       result{tokensIncreasing: true},
 	}
-	base := KeyPrefix + ":{" + d.leaseName + "}:"
+	base := keyPrefix + ":{" + d.leaseName + "}:"
 	d.fenceKey, d.workKey = base+"fence", base+"work"
 
 	admin, err := redisclient.New(cfg.Redis)
@@ -262,7 +262,7 @@ func (d *demo) startReplica(ctx context.Context, id string) *replica {
 		r.elector, err = election.New(election.Config{
 			Client:        client,
 			LeaseName:     d.leaseName,
-			KeyPrefix:     KeyPrefix,
+			KeyPrefix:     keyPrefix,
 			Identity:      id,
 			LeaseDuration: demoLeaseDuration,
 			RenewDeadline: RenewDeadline,
@@ -509,13 +509,13 @@ func (d *demo) stopAll(reps []*replica) {
 }
 
 // leaseKey is the Redis key of the demo's lease.
-func (d *demo) leaseKey() string { return KeyPrefix + ":{" + d.leaseName + "}:lease" }
+func (d *demo) leaseKey() string { return keyPrefix + ":{" + d.leaseName + "}:lease" }
 
 // cleanup removes the demo's keys; the lease itself was released.
 func (d *demo) cleanup(admin redis.UniversalClient) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	tokenKey := KeyPrefix + ":{" + d.leaseName + "}:token"
+	tokenKey := keyPrefix + ":{" + d.leaseName + "}:token"
 	_ = admin.Del(ctx, d.leaseKey(), tokenKey, d.fenceKey, d.workKey).Err()
 }
 

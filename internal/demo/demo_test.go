@@ -127,7 +127,7 @@ func keepPersisting(t *testing.T, addr string, stop <-chan struct{}) {
 		case <-tick.C:
 		}
 		ctx := context.Background()
-		keys, err := c.Keys(ctx, KeyPrefix+":*:lease").Result()
+		keys, err := c.Keys(ctx, keyPrefix+":*:lease").Result()
 		if err != nil {
 			t.Logf("KEYS: %v", err)
 			continue
