@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
@@ -245,18 +244,42 @@ func (c *cli) parseRun(args []string) (rc *runConfig, code int, ok bool) {
 // exit code. Every way out after acquiring the lease releases it.
 func (c *cli) supervise(ctx context.Context, rc *runConfig) int {
 	const who = "elector run"
-	lo := &rc.common.lease
-	if bound := killGraceBound(lo); rc.run.killGrace > bound {
-		klog.Warningf("--kill-grace (%v) is longer than --lease-duration minus --renew-deadline minus the drift margin (%v - %v - %v = %v): after a lost leadership the command may still run when another replica's command starts",
-			rc.run.killGrace, lo.leaseDuration, lo.renewDeadline, election.DriftMargin(lo.leaseDuration), bound)
+	warnKillGrace(&rc.run, &rc.common.lease)
+	sess, stopSignals := newSession(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
+	defer stopSignals()
+	sup := c.newSupervisor(rc, sess)
+	reaperCtx, stopReaper := context.WithCancel(ctx)
+	defer stopReaper()
+	if child.NeedsReaper() {
+		sup.spec.Reaper = child.NewReaper()
+		go sup.spec.Reaper.Run(reaperCtx)
 	}
+	l, err := startLeadership(&rc.common, &rc.serve, sup.callbacks(rc.run.tryOnce), rc.run.exitOnLost)
+	if err != nil {
+		return c.runtimeError(who, err)
+	}
+	sup.elector, sess.l = l.elector, l
+	sup.hookSignals()
+	klog.InfoS("Campaigning", "lease", rc.common.lease.name, "identity", rc.common.lease.identity,
+		"redis", redisDescription(rc.common.redis), "command", rc.argv[0])
+	if d := rc.run.timeout; d > 0 {
+		t := time.AfterFunc(d, func() { sup.tryGiveUp(fmt.Sprintf("not the leader within --%s %v", flagTimeout, d)) })
+		defer t.Stop()
+	}
+	return c.exitCode(who, sess.run(ctx))
+}
 
-	// Signals are caught from here on: a SIGTERM while campaigning ends the campaign cleanly.
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
-	defer signal.Stop(sigs)
+// warnKillGrace warns when --kill-grace is longer than killGraceBound.
+func warnKillGrace(ro *runOptions, lo *leaseOptions) {
+	if bound := killGraceBound(lo); ro.killGrace > bound {
+		klog.Warningf("--kill-grace (%v) is longer than --lease-duration minus --renew-deadline minus the drift margin (%v - %v - %v = %v): after a lost leadership the command may still run when another replica's command starts",
+			ro.killGrace, lo.leaseDuration, lo.renewDeadline, election.DriftMargin(lo.leaseDuration), bound)
+	}
+}
 
-	sup := &supervisor{
+// newSupervisor returns the supervisor of rc's command, reporting to sess.
+func (c *cli) newSupervisor(rc *runConfig, sess *session) *supervisor {
+	return &supervisor{
 		spec: child.Spec{
 			Path:       rc.argv[0],
 			Args:       rc.argv[1:],
@@ -268,122 +291,44 @@ func (c *cli) supervise(ctx context.Context, rc *runConfig) int {
 			Shim:       true,
 		},
 		baseEnv:   c.environ(),
-		identity:  lo.identity,
-		leaseName: lo.name,
+		identity:  rc.common.lease.identity,
+		leaseName: rc.common.lease.name,
 		hold:      rc.run.onSuccess == onSuccessHold,
-		exited:    make(chan child.ExitStatus, 1),
-		failed:    make(chan error, 1),
-		giveUp:    make(chan string, 1),
+		sess:      sess,
 	}
-	reaperCtx, stopReaper := context.WithCancel(ctx)
-	defer stopReaper()
-	if child.NeedsReaper() {
-		sup.spec.Reaper = child.NewReaper()
-		go sup.spec.Reaper.Run(reaperCtx)
-	}
+}
 
-	l, err := startLeadership(&rc.common, &rc.serve, election.Callbacks{
-		OnStartedLeading: sup.lead,
+// callbacks are the elector's callbacks: lead runs the command; with --try-once, a holder
+// other than this replica's term means giving up.
+func (s *supervisor) callbacks(tryOnce bool) election.Callbacks {
+	return election.Callbacks{
+		OnStartedLeading: s.lead,
 		OnStoppedLeading: func() {},
 		OnNewLeader: func(identity string) {
 			logNewLeader(identity)
-			if rc.run.tryOnce {
-				sup.observed(identity)
+			if tryOnce {
+				s.observed(identity)
 			}
 		},
-	}, rc.run.exitOnLost)
-	if err != nil {
-		return c.runtimeError(who, err)
 	}
-	sup.elector = l.elector
-	klog.InfoS("Campaigning", "lease", lo.name, "identity", lo.identity,
-		"redis", redisDescription(rc.common.redis), "command", rc.argv[0])
+}
 
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errc := make(chan error, 1)
-	go func() { errc <- l.elector.Run(runCtx) }()
-	httpErr := make(chan error, 1)
-	l.serveHTTP(httpErr)
-
-	var timeout <-chan time.Time
-	if d := rc.run.timeout; d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		timeout = t.C
-	}
-
-	var (
-		received   syscall.Signal
-		childCode  = -1
-		runErr     error
-		runtimeErr error
-		gaveUp     string
-	)
-	for running := true; running; {
-		select {
-		case s := <-sigs:
-			sig, _ := s.(syscall.Signal)
-			if sig == syscall.SIGTERM || sig == syscall.SIGINT {
-				if received == 0 {
-					received = sig
-					sup.stopping.Store(int32(sig))
-					klog.InfoS("Received signal: stopping the command and releasing the lease", "signal", sig)
-					cancel()
-				} else {
-					sup.killNow(sig)
-				}
-				continue
-			}
-			sup.forward(sig)
-		case <-timeout:
-			sup.tryGiveUp(fmt.Sprintf("not the leader within --%s %v", flagTimeout, rc.run.timeout))
-		case gaveUp = <-sup.giveUp:
-			cancel()
-		case es := <-sup.exited:
-			childCode = es.ExitCode()
-			cancel()
-		case err := <-sup.failed:
-			runtimeErr = err
-			cancel()
-		case err := <-httpErr:
-			runtimeErr = err
-			cancel()
-		case runErr = <-errc:
-			running = false
+// hookSignals makes the session's signals act on the command: the first SIGTERM or SIGINT
+// becomes its stop signal, a second one kills it, others are forwarded; and releases the
+// last term after a lost leadership.
+func (s *supervisor) hookSignals() {
+	s.sess.stopMsg = "Received signal: stopping the command and releasing the lease"
+	s.sess.onStop = func(sig syscall.Signal) { s.stopping.Store(int32(sig)) }
+	s.sess.onAgain = s.killNow
+	s.sess.onOther = s.forward
+	s.sess.beforeClose = func(o *outcome) {
+		if o.lost {
+			s.releaseLast()
+		}
+		if st := s.stoppedStatus(); st != nil {
+			o.stopped = st.ExitCode()
 		}
 	}
-	select {
-	case es := <-sup.exited: // the command exited by itself just as the elector stopped
-		childCode = es.ExitCode()
-	default:
-	}
-	lost := errors.Is(runErr, election.ErrLeadershipLost)
-	if lost {
-		sup.releaseLast()
-	}
-	l.close()
-
-	switch {
-	case lost:
-		klog.InfoS("Leadership lost: exiting because of --exit-on-lost", "code", exitNoLeader)
-		return exitNoLeader
-	case gaveUp != "" && runErr == nil:
-		klog.InfoS("Giving up without leading", "reason", gaveUp, "code", exitNotLeader)
-		return exitNotLeader
-	case runErr != nil:
-		return c.runtimeError(who, runErr)
-	case runtimeErr != nil:
-		return c.runtimeError(who, runtimeErr)
-	case childCode >= 0:
-		klog.InfoS("Exiting with the exit code of the command", "code", childCode)
-		return childCode
-	}
-	if st := sup.stoppedStatus(); st != nil {
-		klog.InfoS("Exiting with the exit code of the command", "code", st.ExitCode())
-		return st.ExitCode()
-	}
-	return exitOK
 }
 
 // logNewLeader logs each leader the elector observes.
@@ -399,11 +344,9 @@ type supervisor struct {
 	leaseName string
 	hold      bool // --on-success=hold
 	elector   *election.Elector
+	sess      *session // receives the command's exit, a failed start and giving up
 
-	stopping atomic.Int32          // the signal the elector received (SIGTERM, SIGINT), 0 before
-	exited   chan child.ExitStatus // the command exited by itself
-	failed   chan error            // the command could not be started
-	giveUp   chan string           // why run gives up without leading (--timeout, --try-once)
+	stopping atomic.Int32 // the signal the elector received (SIGTERM, SIGINT), 0 before
 
 	mu       sync.Mutex
 	current  *child.Process
@@ -423,7 +366,7 @@ func (s *supervisor) tryGiveUp(reason string) {
 		return
 	}
 	s.gaveUp = true
-	s.giveUp <- reason // buffered, sent once
+	s.sess.sendEnding(ending{gaveUp: reason})
 }
 
 // observed is OnNewLeader with --try-once: a holder other than this replica's current term
@@ -450,75 +393,102 @@ func (s *supervisor) killNow(sig syscall.Signal) {
 // then stops it with the stop signal (or the signal the elector received), the grace period
 // and SIGKILL.
 func (s *supervisor) lead(ctx context.Context) {
-	st := s.elector.Status()
-	if !st.IsLeader || ctx.Err() != nil {
+	// The term's token comes with its ctx: Status may already describe a later term.
+	token := election.TokenFrom(ctx)
+	if token == 0 || ctx.Err() != nil {
 		return
 	}
-	s.mu.Lock()
-	if s.gaveUp {
-		s.mu.Unlock()
+	start, done := s.beginTerm(token)
+	switch {
+	case !start:
 		return
-	}
-	s.led = true
-	s.lastTerm = lease.Record{Token: st.Token, Instance: s.elector.Lease().Instance(), Identity: s.identity}
-	done := s.done
-	s.mu.Unlock()
-	if done {
-		klog.InfoS("Holding the lease without running the command, which succeeded in an earlier term (--on-success=hold)", "token", st.Token)
+	case done:
+		klog.InfoS("Holding the lease without running the command, which succeeded in an earlier term (--on-success=hold)", "token", token)
 		<-ctx.Done()
 		return
 	}
-	spec := s.spec
-	spec.Env = childEnv(s.baseEnv, st.Token, s.identity, s.leaseName)
-	// Stopping is done below with the right signal, so Start gets a context that never ends.
-	p, err := child.Start(context.Background(), spec)
-	if err != nil {
-		klog.ErrorS(err, "Cannot start the command", "command", spec.Path)
-		select {
-		case s.failed <- fmt.Errorf("start the command: %w", err):
-		default:
-		}
+	p, spec := s.start(token)
+	if p == nil {
 		return
 	}
-	s.setCurrent(p)
 	defer s.setCurrent(nil)
-	klog.InfoS("Started the command", "pid", p.CommandPid(), "processGroup", p.Pid(), "token", st.Token, "command", spec.Path)
-
 	select {
 	case <-p.Done():
 	case <-ctx.Done():
-		select {
-		case <-p.Done(): // it had exited by itself before we could stop it
-		default:
-			sig, reason := spec.StopSignal, "leadership lost"
-			if n := s.stopping.Load(); n != 0 {
-				sig, reason = syscall.Signal(n), "elector stopping"
-			}
-			klog.InfoS("Stopping the command", "pid", p.CommandPid(), "signal", sig, "reason", reason, "killGrace", spec.KillGrace)
-			es := p.StopWith(context.Background(), sig)
-			klog.InfoS("The command stopped", "pid", p.CommandPid(), "status", es.String(), "token", st.Token)
-			if s.stopping.Load() != 0 {
-				s.mu.Lock()
-				s.stopped = &es
-				s.mu.Unlock()
-			}
+		if s.stop(p, spec, token) {
 			return
 		}
 	}
+	s.exited(ctx, p, token)
+}
+
+// beginTerm records that the term with token begins here, unless run gave up (start false);
+// done tells that the command succeeded in an earlier term with --on-success=hold.
+func (s *supervisor) beginTerm(token int64) (start, done bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gaveUp {
+		return false, false
+	}
+	s.led = true
+	s.lastTerm = lease.Record{Token: token, Instance: s.elector.Lease().Instance(), Identity: s.identity}
+	return true, s.done
+}
+
+// start starts the command for the term with token; nil when it could not be started, which
+// ends the run.
+func (s *supervisor) start(token int64) (*child.Process, child.Spec) {
+	spec := s.spec
+	spec.Env = childEnv(s.baseEnv, token, s.identity, s.leaseName)
+	// Stopping is done by stop with the right signal, so Start gets a context that never ends.
+	p, err := child.Start(context.Background(), spec)
+	if err != nil {
+		klog.ErrorS(err, "Cannot start the command", "command", spec.Path)
+		s.sess.sendEnding(ending{err: fmt.Errorf("start the command: %w", err)})
+		return nil, spec
+	}
+	s.setCurrent(p)
+	klog.InfoS("Started the command", "pid", p.CommandPid(), "processGroup", p.Pid(), "token", token, "command", spec.Path)
+	return p, spec
+}
+
+// stop stops p at the end of its term with the stop signal, or the signal the elector
+// received; false when p had exited by itself before it could be stopped.
+func (s *supervisor) stop(p *child.Process, spec child.Spec, token int64) bool {
+	select {
+	case <-p.Done():
+		return false
+	default:
+	}
+	sig, reason := spec.StopSignal, "leadership lost"
+	if n := s.stopping.Load(); n != 0 {
+		sig, reason = syscall.Signal(n), "elector stopping"
+	}
+	klog.InfoS("Stopping the command", "pid", p.CommandPid(), "signal", sig, "reason", reason, "killGrace", spec.KillGrace)
+	es := p.StopWith(context.Background(), sig)
+	klog.InfoS("The command stopped", "pid", p.CommandPid(), "status", es.String(), "token", token)
+	if s.stopping.Load() != 0 {
+		s.mu.Lock()
+		s.stopped = &es
+		s.mu.Unlock()
+	}
+	return true
+}
+
+// exited handles the command's exit by itself: with --on-success=hold a success keeps the
+// lease until ctx ends; otherwise the run ends with the command's exit code.
+func (s *supervisor) exited(ctx context.Context, p *child.Process, token int64) {
 	es := p.Wait()
 	if s.hold && es.Signal == 0 && es.Code == 0 {
 		s.mu.Lock()
 		s.done, s.current = true, nil
 		s.mu.Unlock()
-		klog.InfoS("The command succeeded; holding the lease until SIGTERM or SIGINT (--on-success=hold)", "pid", p.CommandPid(), "token", st.Token)
+		klog.InfoS("The command succeeded; holding the lease until SIGTERM or SIGINT (--on-success=hold)", "pid", p.CommandPid(), "token", token)
 		<-ctx.Done()
 		return
 	}
-	klog.InfoS("The command exited; releasing the lease", "pid", p.CommandPid(), "status", es.String(), "token", st.Token)
-	select {
-	case s.exited <- es:
-	default:
-	}
+	klog.InfoS("The command exited; releasing the lease", "pid", p.CommandPid(), "status", es.String(), "token", token)
+	s.sess.sendEnding(ending{exited: true, code: es.ExitCode()})
 }
 
 // running returns the running command, nil when none runs.

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/signal"
 	"syscall"
 
 	"k8s.io/klog/v2"
@@ -40,10 +38,9 @@ func (c *cli) sidecarCmd(ctx context.Context, args []string) int {
 		return c.usageError(who, err)
 	}
 
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigs)
-
+	sess, stopSignals := newSession(syscall.SIGTERM, syscall.SIGINT)
+	defer stopSignals()
+	sess.stopMsg = "Received signal: releasing the lease and exiting"
 	l, err := startLeadership(&co, &so, election.Callbacks{
 		OnStartedLeading: func(ctx context.Context) { <-ctx.Done() },
 		OnStoppedLeading: func() {},
@@ -52,34 +49,7 @@ func (c *cli) sidecarCmd(ctx context.Context, args []string) int {
 	if err != nil {
 		return c.runtimeError(who, err)
 	}
+	sess.l = l
 	klog.InfoS("Campaigning", "lease", co.lease.name, "identity", co.lease.identity, "redis", redisDescription(co.redis))
-
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errc := make(chan error, 1)
-	go func() { errc <- l.elector.Run(runCtx) }()
-	httpErr := make(chan error, 1)
-	l.serveHTTP(httpErr)
-
-	var runErr, runtimeErr error
-	for running := true; running; {
-		select {
-		case s := <-sigs:
-			klog.InfoS("Received signal: releasing the lease and exiting", "signal", s)
-			cancel()
-		case err := <-httpErr:
-			runtimeErr = err
-			cancel()
-		case runErr = <-errc:
-			running = false
-		}
-	}
-	l.close()
-	switch {
-	case runErr != nil:
-		return c.runtimeError(who, runErr)
-	case runtimeErr != nil:
-		return c.runtimeError(who, runtimeErr)
-	}
-	return exitOK
+	return c.exitCode(who, sess.run(ctx))
 }

@@ -180,19 +180,25 @@ func newRedisServer(t testing.TB, bin string, extraArgs []string, busPort bool) 
 	if err := os.WriteFile(conf, nil, 0o644); err != nil {
 		t.Fatalf("write %s: %v", conf, err)
 	}
+	s.args = redisArgs(conf, s.dir, extraArgs)
+	return s
+}
+
+// redisArgs returns the command line of a redis-server with config file conf and working
+// directory dir, for a port, followed by extraArgs.
+func redisArgs(conf, dir string, extraArgs []string) func(port int) []string {
 	extra := append([]string(nil), extraArgs...)
-	s.args = func(port int) []string {
+	return func(port int) []string {
 		args := []string{conf,
 			"--port", strconv.Itoa(port),
 			"--bind", "127.0.0.1",
-			"--dir", s.dir,
+			"--dir", dir,
 			"--daemonize", "no",
 			"--save", "",
 			"--appendonly", "no",
 		}
 		return append(args, extra...)
 	}
-	return s
 }
 
 // newServer creates the directory and log file of a server and registers its cleanup.

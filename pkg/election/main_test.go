@@ -13,5 +13,5 @@ import (
 func TestMain(m *testing.M) {
 	klog.InitFlags(nil)
 	flag.Parse()
-	os.Exit(m.Run())
+	os.Exit(runWithRedis(m))
 }

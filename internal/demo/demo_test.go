@@ -1,8 +1,9 @@
-package main
+package demo
 
 import (
 	"bytes"
 	"context"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,21 @@ import (
 	"github.com/elector/elector/internal/demoredis"
 	"github.com/elector/elector/internal/redisclient"
 )
+
+// testCallTimeout is the Redis call timeout the CLI gives the demo: half the renew deadline.
+const testCallTimeout = RenewDeadline / 2
+
+// testConfig is a demo of replicas for d on the server at addr, as the CLI configures it.
+func testConfig(addr string, replicas int, d time.Duration) Config {
+	t := testCallTimeout
+	return Config{
+		Replicas: replicas,
+		Duration: d,
+		Redis:    redisclient.Config{Addrs: []string{addr}, Mode: redisclient.ModeStandalone, DialTimeout: t, ReadTimeout: t, WriteTimeout: t},
+		Where:    "the test's server at " + addr,
+		Logger:   logr.Discard(),
+	}
+}
 
 // TestDemoHandovers runs the demo long enough for one crash and one graceful stop, and checks
 // what the demo claims: the crash takeover comes just after the lease expired on the embedded
@@ -27,14 +43,7 @@ func TestDemoHandovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	t0 := callTimeout(demoRenewDeadline)
-	cfg := demoConfig{
-		replicas: 3,
-		duration: demoFirstDisruption + demoInterval + time.Second, // a crash, then a graceful stop
-		redis:    redisclient.Config{Addrs: []string{srv.Addr()}, Mode: redisclient.ModeStandalone, DialTimeout: t0, ReadTimeout: t0, WriteTimeout: t0},
-		where:    "the test's server",
-		logger:   logr.Discard(),
-	}
+	cfg := testConfig(srv.Addr(), 3, demoFirstDisruption+demoInterval+time.Second) // a crash, then a graceful stop
 	var out bytes.Buffer
 	start := time.Now()
 	res, err := runDemo(ctx, &out, cfg)
@@ -42,8 +51,8 @@ func TestDemoHandovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("demo output:\n%s", out.String())
-	if took := time.Since(start); took > cfg.duration+2*time.Second {
-		t.Errorf("a demo of %v took %v", cfg.duration, took)
+	if took := time.Since(start); took > cfg.Duration+2*time.Second {
+		t.Errorf("a demo of %v took %v", cfg.Duration, took)
 	}
 	if len(res.failures) > 0 || res.overlaps != 0 || !res.tokensIncreasing || res.fencedStale != 0 {
 		t.Fatalf("safety checks failed: %+v", res)
@@ -90,14 +99,7 @@ func TestDemoDetectsNoExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	t0 := callTimeout(demoRenewDeadline)
-	cfg := demoConfig{
-		replicas: 2,
-		duration: demoFirstDisruption + demoLeaseDuration + demoRestartDelay + 3*time.Second,
-		redis:    redisclient.Config{Addrs: []string{srv.Addr()}, Mode: redisclient.ModeStandalone, DialTimeout: t0, ReadTimeout: t0, WriteTimeout: t0},
-		where:    "the test's server",
-		logger:   logr.Discard(),
-	}
+	cfg := testConfig(srv.Addr(), 2, demoFirstDisruption+demoLeaseDuration+demoRestartDelay+3*time.Second)
 	// Keep the lease from expiring: a stand-in for a server without real-time expiry.
 	stop := make(chan struct{})
 	defer close(stop)
@@ -125,7 +127,7 @@ func keepPersisting(t *testing.T, addr string, stop <-chan struct{}) {
 		case <-tick.C:
 		}
 		ctx := context.Background()
-		keys, err := c.Keys(ctx, demoKeyPrefix+":*:lease").Result()
+		keys, err := c.Keys(ctx, keyPrefix+":*:lease").Result()
 		if err != nil {
 			t.Logf("KEYS: %v", err)
 			continue
@@ -133,5 +135,61 @@ func keepPersisting(t *testing.T, addr string, stop <-chan struct{}) {
 		for _, k := range keys {
 			_ = c.Persist(ctx, k).Err()
 		}
+	}
+}
+
+// TestRunUnreachable checks that a demo whose Redis does not answer fails with an error
+// naming the server, and prints nothing: no timeline without a Redis.
+func TestRunUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nothing listens there any more
+	cfg := testConfig(addr, 2, time.Second)
+	var out bytes.Buffer
+	failures, err := Run(context.Background(), &out, cfg)
+	if err == nil || !strings.Contains(err.Error(), "cannot reach the test's server at "+addr) {
+		t.Errorf("Run on a closed port: failures %v, err %v; want an error naming it", failures, err)
+	}
+	if out.Len() != 0 {
+		t.Errorf("Run printed without a Redis:\n%s", out.String())
+	}
+}
+
+// TestFmtDuration checks the three significant digits of the timeline and summary.
+func TestFmtDuration(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{2 * time.Second, "2.00s"},
+		{1234 * time.Millisecond, "1.23s"},
+		{456 * time.Millisecond, "456ms"},
+		{45600 * time.Microsecond, "45.6ms"},
+		{3890 * time.Microsecond, "3.89ms"},
+		{870 * time.Microsecond, "870µs"},
+		{-1500 * time.Millisecond, "-1.50s"},
+		{0, "0µs"},
+	} {
+		if got := fmtDuration(tc.d); got != tc.want {
+			t.Errorf("fmtDuration(%v) = %q, want %q", tc.d, got, tc.want)
+		}
+	}
+}
+
+// TestMedian checks the middle value, the upper one of an even count, and that the input
+// keeps its order.
+func TestMedian(t *testing.T) {
+	in := []time.Duration{3, 1, 2}
+	if got := median(in); got != 2 {
+		t.Errorf("median(3, 1, 2) = %v, want 2", got)
+	}
+	if in[0] != 3 || in[1] != 1 {
+		t.Errorf("median sorted its input: %v", in)
+	}
+	if got := median([]time.Duration{4, 1, 3, 2}); got != 3 {
+		t.Errorf("median(4, 1, 3, 2) = %v, want 3 (the upper middle)", got)
 	}
 }

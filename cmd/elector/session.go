@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/klog/v2"
+
+	"github.com/elector/elector/pkg/election"
+)
+
+// session is the loop run and sidecar share: it runs the elector of a leadership until Run
+// returns, serves the endpoints meanwhile, ends the run on the first SIGTERM or SIGINT, on a
+// failure of the HTTP server or on an ending the command reports, and closes the leadership.
+// Its outcome decides the exit code (exitCode).
+type session struct {
+	l    *leadership
+	sigs chan os.Signal
+	// ends carries the reasons the caller gives to end the run (run's supervisor); a send
+	// must not block: sendEnding.
+	ends chan ending
+
+	stopMsg     string                   // logged at the first SIGTERM or SIGINT
+	onStop      func(sig syscall.Signal) // the first SIGTERM or SIGINT, before the run is cancelled; may be nil
+	onAgain     func(sig syscall.Signal) // a later SIGTERM or SIGINT; nil: like the first
+	onOther     func(sig syscall.Signal) // any other caught signal; may be nil
+	beforeClose func(o *outcome)         // after Run returned, before the leadership closes; may be nil
+
+	received syscall.Signal // the first SIGTERM or SIGINT, 0 before
+}
+
+// ending is a reason to end the run: the command exited by itself, could not be started, or
+// run gives up without leading.
+type ending struct {
+	exited bool // the command exited by itself with code
+	code   int
+	err    error  // a runtime error
+	gaveUp string // why run gives up without leading
+}
+
+// outcome is what ended a run.
+type outcome struct {
+	runErr     error  // Run's error
+	lost       bool   // runErr is election.ErrLeadershipLost (--exit-on-lost)
+	runtimeErr error  // the HTTP server failed, or the command could not be started
+	gaveUp     string // run gave up without leading (--timeout, --try-once)
+	childCode  int    // the exit code of a command that exited by itself, -1 if none
+	stopped    int    // the exit code of a command stopped for the elector's exit, -1 if none
+}
+
+// newSession starts catching caught (SIGTERM and SIGINT end the run) and returns a session
+// for a leadership still to be started; stop ends the catching. Catching starts before the
+// campaign, so that a SIGTERM while campaigning ends the campaign cleanly.
+func newSession(caught ...os.Signal) (s *session, stop func()) {
+	s = &session{sigs: make(chan os.Signal, 8), ends: make(chan ending, 4)}
+	signal.Notify(s.sigs, caught...)
+	return s, func() { signal.Stop(s.sigs) }
+}
+
+// sendEnding reports e to the session without blocking: an ending already queued ends the
+// run as well.
+func (s *session) sendEnding(e ending) {
+	select {
+	case s.ends <- e:
+	default:
+	}
+}
+
+// run runs the elector until Run returns and returns what ended the run, after the
+// leadership (endpoints, status file, client) was closed.
+func (s *session) run(ctx context.Context) outcome {
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- s.l.elector.Run(runCtx) }()
+	httpErr := make(chan error, 1)
+	s.l.serveHTTP(httpErr)
+
+	o := outcome{childCode: -1, stopped: -1}
+	for running := true; running; {
+		select {
+		case sig := <-s.sigs:
+			s.signal(sig, cancel)
+		case e := <-s.ends:
+			o.apply(e)
+			cancel()
+		case err := <-httpErr:
+			o.runtimeErr = err
+			cancel()
+		case o.runErr = <-errc:
+			running = false
+		}
+	}
+	s.lateExit(&o)
+	o.lost = errors.Is(o.runErr, election.ErrLeadershipLost)
+	if s.beforeClose != nil {
+		s.beforeClose(&o)
+	}
+	s.l.close()
+	return o
+}
+
+// signal handles one caught signal: the first SIGTERM or SIGINT cancels the run.
+func (s *session) signal(got os.Signal, cancel context.CancelFunc) {
+	sig, _ := got.(syscall.Signal)
+	switch {
+	case sig != syscall.SIGTERM && sig != syscall.SIGINT:
+		if s.onOther != nil {
+			s.onOther(sig)
+		}
+	case s.received != 0 && s.onAgain != nil:
+		s.onAgain(sig)
+	default:
+		if s.received == 0 {
+			s.received = sig
+			if s.onStop != nil {
+				s.onStop(sig)
+			}
+		}
+		klog.InfoS(s.stopMsg, "signal", sig)
+		cancel()
+	}
+}
+
+// lateExit takes the exit of a command that exited by itself just as the elector stopped.
+func (s *session) lateExit(o *outcome) {
+	for {
+		select {
+		case e := <-s.ends:
+			if e.exited {
+				o.childCode = e.code
+			}
+		default:
+			return
+		}
+	}
+}
+
+// apply records e in o.
+func (o *outcome) apply(e ending) {
+	switch {
+	case e.exited:
+		o.childCode = e.code
+	case e.err != nil:
+		o.runtimeErr = e.err
+	case e.gaveUp != "":
+		o.gaveUp = e.gaveUp
+	}
+}
+
+// exitCode returns the exit code of o, in this order: leadership lost with --exit-on-lost
+// (3), given up without leading (4), Run's error, another runtime error (1), the exit code of
+// the command that exited by itself or was stopped for the elector's exit, and 0.
+func (c *cli) exitCode(who string, o outcome) int {
+	switch {
+	case o.lost:
+		klog.InfoS("Leadership lost: exiting because of --exit-on-lost", "code", exitNoLeader)
+		return exitNoLeader
+	case o.gaveUp != "" && o.runErr == nil:
+		klog.InfoS("Giving up without leading", "reason", o.gaveUp, "code", exitNotLeader)
+		return exitNotLeader
+	case o.runErr != nil:
+		return c.runtimeError(who, o.runErr)
+	case o.runtimeErr != nil:
+		return c.runtimeError(who, o.runtimeErr)
+	case o.childCode >= 0:
+		klog.InfoS("Exiting with the exit code of the command", "code", o.childCode)
+		return o.childCode
+	case o.stopped >= 0:
+		klog.InfoS("Exiting with the exit code of the command", "code", o.stopped)
+		return o.stopped
+	}
+	return exitOK
+}
