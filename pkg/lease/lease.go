@@ -27,6 +27,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/luaerr"
+	"github.com/elector/elector/internal/redisclient"
 )
 
 // DefaultPrefix is the key prefix used when Options.Prefix is empty.
@@ -257,11 +258,11 @@ func (l *Lease) Get(ctx context.Context) (Status, error) {
 		pttl = p.PTTL(ctx, l.keys[0])
 		return nil
 	})
-	if errors.Is(err, redis.Nil) {
+	if redisclient.IsNil(err) {
 		return Status{}, nil
 	}
 	if err != nil {
-		return Status{}, fmt.Errorf("get lease %q: %w", l.name, err)
+		return Status{}, fmt.Errorf("get lease %q: %w", l.name, luaerr.ExplainTx(err, get, pttl))
 	}
 	rec, err := ParseRecord(get.Val())
 	if err != nil {
@@ -273,7 +274,7 @@ func (l *Lease) Get(ctx context.Context) (Status, error) {
 // LastToken returns the last fencing token handed out for this lease, 0 if none is recorded.
 func (l *Lease) LastToken(ctx context.Context) (int64, error) {
 	s, err := l.client.Get(ctx, l.keys[1]).Result()
-	if errors.Is(err, redis.Nil) {
+	if redisclient.IsNil(err) {
 		return 0, nil
 	}
 	if err != nil {
