@@ -75,7 +75,7 @@ type Lease struct {
 	identity string
 	instance string
 	owner    string   // "<instance>:<identity>": the record after its version and token
-	keys     []string // lease key, token key: all scripts take a prefix of these
+	keys     []string // lease key, token key, terms key: all scripts take a prefix of these
 	channel  string
 	announce bool
 	leaseArgs
@@ -118,11 +118,11 @@ func New(client redis.UniversalClient, name string, opts Options) (*Lease, error
 		identity: opts.Identity,
 		instance: instance,
 		owner:    instance + ":" + opts.Identity,
-		keys:     []string{base + "lease", base + "token"},
+		keys:     []string{base + "lease", base + "token", base + "terms"},
 		channel:  base + "events",
 		announce: opts.AnnounceRenewals,
 	}
-	l.leaseArgs.key, l.leaseArgs.tokenKey = l.keys[0], l.keys[1]
+	l.leaseArgs.key, l.leaseArgs.tokenKey, l.leaseArgs.termsKey = l.keys[0], l.keys[1], l.keys[2]
 	l.leaseArgs.owner, l.leaseArgs.channel = l.owner, l.channel
 	return l, nil
 }
@@ -190,7 +190,7 @@ func (l *Lease) Acquire(ctx context.Context, ttl time.Duration) (acquired bool, 
 
 // acquireArgs, renewArgs and releaseArgs build the script calls, for one call or a Batch.
 func (l *Lease) acquireArgs(ms int64) []any {
-	return acquireScript.args(twoKeys, l.leaseArgs.key, l.leaseArgs.tokenKey, l.leaseArgs.owner, l.ttlArg(ms), l.leaseArgs.channel)
+	return acquireScript.args(threeKeys, l.leaseArgs.key, l.leaseArgs.tokenKey, l.leaseArgs.termsKey, l.leaseArgs.owner, l.ttlArg(ms), l.leaseArgs.channel)
 }
 
 func (l *Lease) renewArgs(term Record, ms int64) []any {
