@@ -326,13 +326,11 @@ func (c *cli) statusWatch(ctx context.Context, who string, co *commonOptions, l 
 				continue
 			case lease.Acquired:
 				s = newLeaseStatus(co.lease.name, l.Key(), lease.Status{Held: true, Record: ev.Record, TTL: ev.TTL})
-				w.armExpiry(expiry, ev.TTL.Milliseconds())
-			case lease.Released:
-				expiry.Stop()
 			}
 			if err := w.print(ev.Kind.String(), s); err != nil {
 				return c.runtimeError(who, err)
 			}
+			w.armExpiry(expiry, s.TTLMs) // stops it after a release
 		case <-expiry.C:
 			st, err := readStatus(ctx, co, l)
 			if err != nil {
