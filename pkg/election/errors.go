@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/luaerr"
-	"github.com/elector/elector/internal/redisclient"
+	"github.com/elector/elector/internal/rediserr"
 	"github.com/elector/elector/pkg/lease"
 )
 
@@ -136,7 +136,7 @@ func Reason(err error) string {
 	switch {
 	case err == nil:
 		return ""
-	case redisclient.IsUnknownMaster(err):
+	case rediserr.IsUnknownMaster(err):
 		return "unknown_master"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
 		return "timeout"
@@ -152,7 +152,7 @@ func Reason(err error) string {
 		return "noperm"
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "refused"
-	case redisclient.IsSentinelLookup(err):
+	case rediserr.IsSentinelLookup(err):
 		return "sentinel"
 	case redis.IsReadOnlyError(err):
 		return "readonly"

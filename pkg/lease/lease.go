@@ -27,7 +27,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/luaerr"
-	"github.com/elector/elector/internal/redisclient"
+	"github.com/elector/elector/internal/rediserr"
 )
 
 // DefaultPrefix is the key prefix used when Options.Prefix is empty.
@@ -258,7 +258,7 @@ func (l *Lease) Get(ctx context.Context) (Status, error) {
 		pttl = p.PTTL(ctx, l.keys[0])
 		return nil
 	})
-	if redisclient.IsNil(err) {
+	if rediserr.IsNil(err) {
 		return Status{}, nil
 	}
 	if err != nil {
@@ -274,7 +274,7 @@ func (l *Lease) Get(ctx context.Context) (Status, error) {
 // LastToken returns the last fencing token handed out for this lease, 0 if none is recorded.
 func (l *Lease) LastToken(ctx context.Context) (int64, error) {
 	s, err := l.client.Get(ctx, l.keys[1]).Result()
-	if redisclient.IsNil(err) {
+	if rediserr.IsNil(err) {
 		return 0, nil
 	}
 	if err != nil {

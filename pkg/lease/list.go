@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/redisclient"
+	"github.com/elector/elector/internal/rediserr"
 )
 
 // Listed is a lease found by List.
@@ -62,7 +62,7 @@ func List(ctx context.Context, client redis.UniversalClient, prefix string) ([]L
 	for i, k := range keys {
 		gets[i], pttls[i] = pipe.Get(ctx, k), pipe.PTTL(ctx, k)
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !redisclient.IsNil(err) {
+	if _, err := pipe.Exec(ctx); err != nil && !rediserr.IsNil(err) {
 		return nil, fmt.Errorf("list leases under %q: read: %w", prefix, err)
 	}
 	out := make([]Listed, 0, len(keys))

@@ -77,7 +77,7 @@ func (l *Lease) ttlArg(ms int64) any {
 // leaseArgs holds a Lease's keys, owner and channel boxed once.
 type leaseArgs struct {
 	key, tokenKey, termsKey, owner, channel any
-	ttl                           atomic.Pointer[boxedTTL]
+	ttl                                     atomic.Pointer[boxedTTL]
 
 	// The record of the last term this Lease acquired, boxed as Redis returned it: its
 	// renewals and release send it without formatting it again. A mutex, not an atomic

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/elector/elector/internal/redisclient"
+	"github.com/elector/elector/internal/rediserr"
 )
 
 // TermsKey returns the Redis key that counts the terms begun on this lease: the acquire
@@ -18,7 +18,7 @@ func (l *Lease) TermsKey() string { return l.keys[2] }
 // ran, and is lost with Redis's data like the token key.
 func (l *Lease) Terms(ctx context.Context) (int64, error) {
 	s, err := l.client.Get(ctx, l.keys[2]).Result()
-	if redisclient.IsNil(err) {
+	if rediserr.IsNil(err) {
 		return 0, nil
 	}
 	if err != nil {

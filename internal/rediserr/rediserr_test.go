@@ -1,29 +1,39 @@
-package redisclient
+package rediserr
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/redistest"
 )
+
+// sentinelClient builds a client of the Sentinels at addrs for master, as the elector does.
+func sentinelClient(t *testing.T, addrs []string, master string) redis.UniversalClient {
+	t.Helper()
+	c, err := redisclient.New(redisclient.Config{Addrs: addrs, Mode: redisclient.ModeSentinel, SentinelMaster: master,
+		DialTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
 
 // TestIsNilUnknownMaster: with a master name no Sentinel knows, go-redis's lookup error wraps
 // the Sentinels' nil replies; IsNil must not take it for an absent key, IsUnknownMaster must
 // recognise it. A real absent key through the right name stays IsNil.
 func TestIsNilUnknownMaster(t *testing.T) {
 	s := redistest.StartSentinel(t, "mymaster", 0, 1)
-	addrs := strings.Join(s.SentinelAddrs(), ",")
-	ctx := testCtx(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 
-	wrong, err := newClient(t, "", "--redis-mode=sentinel", "--sentinel-master=wrong", "--redis-addr="+addrs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = wrong.Get(ctx, "absent").Err()
+	err := sentinelClient(t, s.SentinelAddrs(), "wrong").Get(ctx, "absent").Err()
 	if err == nil {
 		t.Fatal("GET through an unknown master succeeded")
 	}
@@ -35,11 +45,7 @@ func TestIsNilUnknownMaster(t *testing.T) {
 			err, IsNil(err), IsUnknownMaster(err), IsSentinelLookup(err))
 	}
 
-	right, err := newClient(t, "", "--redis-mode=sentinel", "--sentinel-master=mymaster", "--redis-addr="+addrs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = right.Get(ctx, "absent").Err()
+	err = sentinelClient(t, s.SentinelAddrs(), "mymaster").Get(ctx, "absent").Err()
 	if !IsNil(err) || IsUnknownMaster(err) {
 		t.Errorf("absent key: IsNil(%v) = %v, IsUnknownMaster = %v; want true, false", err, IsNil(err), IsUnknownMaster(err))
 	}
