@@ -39,6 +39,7 @@ type Metrics struct {
 //	elector_redis_errors_total{name,op,reason}   failed Redis calls (op: acquire, renew, release, subscribe,
 //	                                             heartbeat; reason: see Reason)
 //	elector_redis_up{name}                       1 while Redis answers this replica's calls, 0 while they fail
+//	                                             (a Group's series appears at its first failed call)
 //	elector_fencing_token{name}                  token of the current term, 0 when not leading
 //	elector_seconds_since_last_renew{name}       age of the last successful renew (only while leading)
 //	elector_group_leases_held{group}             leases a Group holds
