@@ -4,16 +4,24 @@
 # dependency at the version the adapter's go.mod requires, from a module proxy directory
 # (GOPROXY=file://...) built from this tree. A consumer module then `go get`s each adapter
 # from that proxy and builds it, as `go get github.com/elector/elector/adapters/NAME` does.
-# Other modules come from the usual GOPROXY. Nothing in the tree is modified: the adapters
-# are built from copies.
+# Nothing in the tree or in the shared module cache is modified: the adapters are built from
+# copies, with a private module cache.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 core=github.com/elector/elector
 upstream=$(GOWORK=off go env GOPROXY)
-export GOWORK=off GONOSUMDB="$core" GONOSUMCHECK=1 GOFLAGS=-mod=mod
-export GOPROXY="file://$work/proxy,$upstream"
+shared=$(go env GOMODCACHE)
+# A private module cache: the proxy's versions of the core are snapshots of the tree, which
+# must neither land in the shared cache (where a module version is immutable, so that later
+# builds would get a stale tree) nor be served from it. Other modules come from the shared
+# cache's download directory, which is a proxy directory itself, then from the usual proxy.
+export GOMODCACHE="$work/modcache" GOWORK=off GONOSUMDB="$core" GOFLAGS="-mod=mod -modcacherw"
+export GOPROXY="file://$work/proxy,file://$shared/cache/download,$upstream"
+# The tree as git sees it (tracked and untracked files, not ignored ones: no bin/, no .git).
+mkdir "$work/tree"
+(cd "$root" && git ls-files -co --exclude-standard -z | tar --null -T - -cf -) | tar -xf - -C "$work/tree"
 
 adapters=()
 for dir in "$root"/adapters/*/; do
@@ -36,13 +44,13 @@ for a in "${adapters[@]}"; do
 	case "$v" in
 	v0.0.0-*) echo "check-adapters: adapters/$a requires $core $v, a version that does not exist; require a released version" >&2; exit 1 ;;
 	esac
-	entries+=("$core@$v=$root" "$core/adapters/$a@v0.0.0-check=$root/adapters/$a")
+	entries+=("$core@$v=$work/tree" "$core/adapters/$a@v0.0.0-check=$work/tree/adapters/$a")
 done
-(cd "$root/hack/modproxy" && go run . -out "$work/proxy" "${entries[@]}")
+(cd "$work/tree/hack/modproxy" && go run . -out "$work/proxy" "${entries[@]}")
 
 for a in "${adapters[@]}"; do
 	echo "check-adapters: adapters/$a with GOWORK=off against $core from the proxy"
-	cp -r "$root/adapters/$a" "$work/$a"
+	cp -r "$work/tree/adapters/$a" "$work/$a"
 	(cd "$work/$a" && go build ./... && go vet ./...)
 	mkdir "$work/consumer-$a"
 	(cd "$work/consumer-$a" &&

@@ -14,6 +14,11 @@ import (
 	"github.com/elector/elector/pkg/lease"
 )
 
+// slowTiming overrides the test timing of leaseArgs (the last value of a flag wins) where a
+// test waits for the reason of a failure: calls get 3s, so that a loaded machine cannot turn
+// every attempt into a timeout.
+var slowTiming = []string{"--lease-duration", "10s", "--renew-deadline", "6s", "--retry-period", "500ms"}
+
 // redisErrorJSON is "redisError" of GET /leader.
 type redisErrorJSON struct {
 	Op     string `json:"op"`
@@ -114,15 +119,16 @@ func TestUnknownSentinelMaster(t *testing.T) {
 		t.Errorf("status through the right master: exit %d, %s %s", code, out, stderr)
 	}
 
-	car := startSidecar(t, addrs, "sx", "a", t.TempDir(), nil, wrong...)
-	waitFor(t, 10*time.Second, "the sidecar to report the unknown master", func() bool {
+	// Calls of 3s (--renew-deadline/2): a loaded machine must not turn the lookup into a timeout.
+	car := startSidecar(t, addrs, "sx", "a", t.TempDir(), nil, append(slowTiming, "--redis-mode", "sentinel", "--sentinel-master", "wrong")...)
+	waitFor(t, 30*time.Second, "the sidecar to report the unknown master", func() bool {
 		e := car.redisError(t)
 		return e != nil && e.Reason == "unknown_master" && strings.Contains(e.Fix, "--sentinel-master")
 	})
 	if !strings.Contains(car.stderr.String(), `reason="unknown_master"`) || strings.Contains(car.stderr.String(), "unreachable: redis: nil\" reason=\"server\"") {
 		t.Errorf("the sidecar's log does not name the unknown master:\n%s", car.stderr.String())
 	}
-	time.Sleep(time.Second) // several retry periods
+	time.Sleep(3 * time.Second) // several retry periods
 	if !car.running() {
 		t.Fatalf("the sidecar gave up: %s", car.stderr.String())
 	}
@@ -151,8 +157,8 @@ func TestMisconfigurationIsLoud(t *testing.T) {
 		{"noperm", "pw", "noperm", "+evalsha"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			car := startSidecar(t, srv.Addr(), tc.name, "a", t.TempDir(), []string{"REDIS_PASSWORD=" + tc.password}, "--redis-username", "noscript")
-			waitFor(t, 10*time.Second, "/leader to carry the "+tc.reason+" error", func() bool {
+			car := startSidecar(t, srv.Addr(), tc.name, "a", t.TempDir(), []string{"REDIS_PASSWORD=" + tc.password}, append(slowTiming, "--redis-username", "noscript")...)
+			waitFor(t, 30*time.Second, "/leader to carry the "+tc.reason+" error", func() bool {
 				e := car.redisError(t)
 				return e != nil && e.Reason == tc.reason && strings.Contains(e.Fix, tc.fix)
 			})
