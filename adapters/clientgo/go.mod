@@ -2,10 +2,8 @@ module github.com/elector/elector/adapters/clientgo
 
 go 1.26.0
 
-replace github.com/elector/elector => ../..
-
 require (
-	github.com/elector/elector v0.0.0-00010101000000-000000000000
+	github.com/elector/elector v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2

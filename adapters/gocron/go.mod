@@ -2,10 +2,8 @@ module github.com/elector/elector/adapters/gocron
 
 go 1.26.0
 
-replace github.com/elector/elector => ../..
-
 require (
-	github.com/elector/elector v0.0.0-00010101000000-000000000000
+	github.com/elector/elector v0.1.0
 	github.com/go-co-op/gocron/v2 v2.21.2
 	github.com/redis/go-redis/v9 v9.23.0
 	k8s.io/klog/v2 v2.140.0

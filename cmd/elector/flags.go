@@ -17,10 +17,12 @@ import (
 // flagSet holds the flags of one command in titled groups, so that help lists them by topic;
 // parse merges them into one pflag.FlagSet.
 type flagSet struct {
-	cmd    command
-	all    *pflag.FlagSet
-	groups []flagGroup
-	help   bool
+	cmd       command
+	all       *pflag.FlagSet
+	groups    []flagGroup
+	help      bool
+	logging   bool   // addKlogFlags was called
+	logFormat string // --log-format
 }
 
 type flagGroup struct {
@@ -37,25 +39,33 @@ func newFlagSet(cmd command) *flagSet {
 	return &flagSet{cmd: cmd, all: all}
 }
 
-// group returns a new, empty group of flags titled title.
+// group returns the group of flags titled title, new and empty the first time: flags added
+// under one title from several places are listed under one heading.
 func (f *flagSet) group(title string) *pflag.FlagSet {
+	for _, g := range f.groups {
+		if g.title == title {
+			return g.fs
+		}
+	}
 	fs := pflag.NewFlagSet(title, pflag.ContinueOnError)
 	fs.SortFlags = false
 	f.groups = append(f.groups, flagGroup{title: title, fs: fs})
 	return fs
 }
 
-// addKlogFlags adds klog's flags (-v, --vmodule, ...) as the last group.
+// addKlogFlags adds --log-format and klog's flags (-v, --vmodule, ...) as the last group.
 func (f *flagSet) addKlogFlags() {
 	gofs := goflag.NewFlagSet("klog", goflag.ContinueOnError)
 	klog.InitFlags(gofs)
 	g := f.group("Logging flags (klog; its other flags such as --log_file and --logtostderr work too)")
+	g.StringVar(&f.logFormat, flagLogFormat, logFormatText, "log `format`: text (klog's) or json (one JSON object per line, through log/slog)")
 	g.AddGoFlagSet(gofs)
 	g.VisitAll(func(fl *pflag.Flag) {
-		if fl.Name != "v" && fl.Name != "vmodule" {
+		if fl.Name != "v" && fl.Name != "vmodule" && fl.Name != flagLogFormat {
 			fl.Hidden = true
 		}
 	})
+	f.logging = true
 }
 
 // errHelp is returned by parse when --help was given; the help has been printed.
@@ -72,17 +82,27 @@ func (f *flagSet) parse(c *cli, args []string) error {
 	if err := envflag.MarkNoEnv(f.all, "help"); err != nil {
 		return err
 	}
+	if c.flagSink != nil { // completion: only the flags are wanted
+		c.flagSink(f)
+		return errHelp
+	}
 	if err := rejectPasswordFlag(args); err != nil {
 		return err
 	}
 	if err := f.all.Parse(args); err != nil {
-		return err
+		return suggestFlag(f.all, err)
 	}
 	if f.help {
 		fmt.Fprint(c.stdout, f.usage())
 		return errHelp
 	}
-	return envflag.Apply(f.all, envPrefix, c.lookupEnv)
+	if err := envflag.Apply(f.all, envPrefix, c.lookupEnv); err != nil {
+		return err
+	}
+	if f.logging {
+		return setupLogging(c.stderr, f.logFormat, f.all.Lookup("v"))
+	}
+	return nil
 }
 
 // rejectPasswordFlag explains why there is no --redis-password instead of calling it unknown.

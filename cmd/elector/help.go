@@ -77,17 +77,25 @@ With --http-addr the endpoints of 'elector sidecar' are served as well.`
 		return `Campaign for the lease and tell a neighbouring container whether this replica leads:
 
   GET /leader    200 JSON {"name": current leader ("" if none), "identity", "isLeader", "lease",
-                 "token"}; "name" as in the classic Kubernetes leader-elector sidecar
-  GET /healthz   liveness: 200 unless the elector is wedged (never tied to leadership)
+                 "token"}; "name" as in the classic Kubernetes leader-elector sidecar; while
+                 Redis calls fail also "redisError" {"op", "reason", "error", "fix", "since"}
+  GET /healthz   liveness: 200 unless the elector is wedged (never tied to leadership or to
+                 Redis: restarting cannot fix Redis, and would restart every replica at once)
   GET /readyz    200 while this replica leads, else 503
   GET /metrics   Prometheus metrics, including leader_election_master_status{name}
 
 --status-file is rewritten atomically with "leader" or "follower" on every change.
 SIGTERM or SIGINT releases the lease and exits 0.`
 	case "status":
-		return `Print the holder of the lease, its fencing token and remaining time (JSON fields lease, key,
-holder, instance, token, ttlMs). Exit 0 when the lease is held, 3 when it has no holder, 1 when
-Redis cannot be read (the message names the address).`
+		return `Print the holder of the lease, its fencing token, remaining time, when its term began and
+how many terms the lease had (JSON and YAML fields lease, key, holder, instance, token, ttlMs,
+acquiredAt, transitions). Exit 0 when the lease is held, 3 when it has no holder, 1 when Redis
+cannot be read (the message names the address, the cause and its fix: for example a Sentinel
+master name that no Sentinel knows, or the ACL permission to add).
+
+With --watch (-w), print the state and then a line per change as it happens — acquired,
+released, expired — from the lease's events channel (no polling), until SIGINT or SIGTERM
+(exit 0). With -o json or yaml each change is one object (fields time, event and the above).`
 	case "demo":
 		return `Start an embedded Redis-compatible server on loopback (or use --redis-addr) and --replicas
 electors in this process, each leading with a toy singleton job that makes fenced writes.
@@ -102,6 +110,11 @@ Uses lease duration 2s, renew deadline 1.2s, retry period 300ms.`
 atomically (a temporary file renamed over PATH). For init containers of images without cp.`
 	case "help":
 		return `Show the help of elector, or of COMMAND.`
+	case "completion":
+		return `Print a script that completes elector's commands, flags and flag values in bash, zsh or fish:
+  bash   source <(elector completion bash)      or save it in /etc/bash_completion.d/elector
+  zsh    source <(elector completion zsh)       (uses zsh's bashcompinit)
+  fish   elector completion fish > ~/.config/fish/completions/elector.fish`
 	}
 	return ""
 }
@@ -117,7 +130,7 @@ func (c *cli) helpCmd(_ context.Context, args []string) int {
 	}
 	cmd, ok := findCommand(args[0])
 	if !ok {
-		return c.usageError("elector help", fmt.Errorf("unknown command %q; commands: %s", args[0], commandNames()))
+		return c.usageError("elector help", errUnknownCommand(args[0]))
 	}
 	if cmd.name == "help" {
 		fmt.Fprint(c.stdout, mainHelp())

@@ -6,6 +6,7 @@
 //	elector demo                           watch an election with failovers, no Redis needed
 //	elector version                        print the version
 //	elector install PATH                   copy this executable to PATH
+//	elector completion bash|zsh|fish       print a shell completion script
 //
 // Every flag can also be set from the environment as ELECTOR_<FLAG>; see docs/CLI.md for the
 // flags, endpoints, signals and exit codes.
@@ -45,6 +46,9 @@ type cli struct {
 	environ        func() []string
 	hostname       func() (string, error)
 	executable     func() (string, error)
+	// flagSink, when set, receives the flag set of a command instead of parsing: completion
+	// runs each command with it to learn its flags.
+	flagSink func(*flagSet)
 }
 
 // getenv returns the value of an environment variable, "" when unset.
@@ -66,10 +70,11 @@ func commands() []command {
 	return []command{
 		{"run", "run [flags] -- CMD [ARGS...]", "run CMD only while this replica leads the lease (singleton job runner)", (*cli).runCmd},
 		{"sidecar", "sidecar [flags]", "serve this replica's leadership over HTTP and a status file, for a neighbouring container", (*cli).sidecarCmd},
-		{"status", "status [flags] [-o text|json]", "print the holder, fencing token and remaining time of a lease", (*cli).statusCmd},
+		{"status", "status [flags] [-o text|json|yaml] [--watch]", "print the holder, fencing token and remaining time of a lease", (*cli).statusCmd},
 		{"demo", "demo [flags]", "watch replicas elect a leader through crashes and graceful stops; needs no Redis", (*cli).demoCmd},
 		{"version", "version", "print the version, commit and Go version", (*cli).versionCmd},
 		{"install", "install PATH", "copy this executable to PATH with mode 0755 (for init containers)", (*cli).installCmd},
+		{"completion", "completion bash|zsh|fish", "print a shell completion script for bash, zsh or fish", (*cli).completionCmd},
 		{"help", "help [COMMAND]", "show help for elector or one command", (*cli).helpCmd},
 	}
 }
@@ -115,12 +120,14 @@ func (c *cli) main(ctx context.Context, args []string) int {
 	case name == child.ShimArg:
 		// Hidden: elector run re-executes itself as the shim between it and CMD.
 		return child.RunShim(args[1:])
+	case name == "--version":
+		return c.versionCmd(ctx, args[1:])
 	case strings.HasPrefix(name, "-"):
 		return c.usageError("elector", fmt.Errorf("unknown flag %s: the command comes first, as in 'elector run --lease-name=NAME -- CMD'", name))
 	default:
 		cmd, ok := findCommand(name)
 		if !ok {
-			return c.usageError("elector", fmt.Errorf("unknown command %q; commands: %s", name, commandNames()))
+			return c.usageError("elector", errUnknownCommand(name))
 		}
 		return cmd.run(c, ctx, args[1:])
 	}

@@ -41,7 +41,7 @@ func flagsInHelp(t *testing.T, cmd string) []string {
 			names = append(names, m[1])
 		}
 	}
-	if len(names) == 0 && cmd != "version" && cmd != "install" && cmd != "help" {
+	if len(names) == 0 && cmd != "version" && cmd != "install" && cmd != "help" && cmd != "completion" {
 		t.Fatalf("no flags found in the help of %s:\n%s", cmd, stdout)
 	}
 	return names
@@ -60,6 +60,9 @@ func TestDocsListEveryFlag(t *testing.T) {
 		if !strings.Contains(doc, "elector "+cmd.name) {
 			t.Errorf("docs/CLI.md does not mention elector %s", cmd.name)
 		}
+		if !strings.Contains(doc, "elector "+cmd.synopsis) {
+			t.Errorf("docs/CLI.md does not show the synopsis of the help, elector %s", cmd.synopsis)
+		}
 		for _, name := range flagsInHelp(t, cmd.name) {
 			flag := "`--" + name + "`"
 			if name == "v" {
@@ -72,6 +75,11 @@ func TestDocsListEveryFlag(t *testing.T) {
 			if !strings.Contains(doc, env) {
 				t.Errorf("docs/CLI.md does not name %s, the variable of %s", env, flag)
 			}
+		}
+	}
+	for _, s := range []string{"elector --version", "`--log-format`", "did you mean"} {
+		if !strings.Contains(doc, s) {
+			t.Errorf("docs/CLI.md does not mention %s", s)
 		}
 	}
 	for _, code := range []string{"| 0 |", "| 1 |", "| 2 |", "| 3 |", "| N |"} {

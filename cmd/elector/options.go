@@ -34,6 +34,7 @@ type leaseOptions struct {
 	leaseDuration, renewDeadline, retryPeriod time.Duration
 	identitySource                            string // where identity came from, for errors
 	nameOptional                              bool   // status --all lists every lease
+	observer                                  bool   // status: no identity or timing flags
 }
 
 // addFlags registers the lease flags on fs.
@@ -46,10 +47,19 @@ func (o *leaseOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.retryPeriod, flagRetryPeriod, election.DefaultRetryPeriod, "interval between renewals, and between attempts while Redis fails; --renew-deadline must exceed 1.2 × this")
 }
 
+// addObserverFlags registers only --lease-name and --key-prefix, for commands that read a
+// lease without campaigning; the timing keeps its defaults.
+func (o *leaseOptions) addObserverFlags(fs *pflag.FlagSet) {
+	o.observer = true
+	fs.StringVar(&o.name, flagLeaseName, "", "`name` of the lease to read (required)")
+	fs.StringVar(&o.prefix, flagKeyPrefix, lease.DefaultPrefix, "`prefix` of the lease's Redis keys: PREFIX:{NAME}:lease, PREFIX:{NAME}:token")
+	o.leaseDuration, o.renewDeadline, o.retryPeriod = election.DefaultLeaseDuration, election.DefaultRenewDeadline, election.DefaultRetryPeriod
+}
+
 // complete fills in the default identity: $POD_NAME, else the host name.
 func (o *leaseOptions) complete(c *cli) error {
 	o.identitySource = "--" + flagIdentity
-	if o.identity != "" {
+	if o.identity != "" || o.observer {
 		return nil
 	}
 	if pod := c.getenv("POD_NAME"); pod != "" {
@@ -74,6 +84,9 @@ func (o *leaseOptions) validate() error {
 	}
 	if err := lease.ValidateName(o.prefix); err != nil {
 		return fmt.Errorf("--%s: %q %v", flagKeyPrefix, o.prefix, err)
+	}
+	if o.observer {
+		return nil
 	}
 	if err := lease.ValidateIdentity(o.identity); err != nil {
 		return fmt.Errorf("%s: %q %v", o.identitySource, o.identity, err)
@@ -171,12 +184,36 @@ func (o *commonOptions) complete(c *cli) error {
 	if err := o.redis.LoadPassword(c.getenv); err != nil {
 		return err
 	}
+	if err := requirePasswords(o.redis); err != nil {
+		return err
+	}
 	if err := o.validateAck(); err != nil {
 		return err
 	}
 	t := callTimeout(o.lease.renewDeadline)
 	o.redis.DialTimeout, o.redis.ReadTimeout, o.redis.WriteTimeout = t, t, t
 	return o.redis.Validate()
+}
+
+// requirePasswords refuses a user name without a password: go-redis sends no AUTH without a
+// password, so Redis would serve the connection as its default user instead — a
+// misconfiguration that looks healthy while the default user is open.
+func requirePasswords(rc redisclient.Config) error {
+	if rc.Username != "" && rc.Password == "" {
+		return fmt.Errorf("--%s %q: no password: set the %s environment variable or --%s (without one, Redis would serve the default user, not %q)",
+			redisclient.FlagUsername, rc.Username, redisclient.PasswordEnv, redisclient.FlagPasswordFile, rc.Username)
+	}
+	if rc.SentinelUsername != "" && rc.SentinelPassword == "" {
+		return fmt.Errorf("--%s %q: no password: set the %s environment variable or --%s",
+			redisclient.FlagSentinelUsername, rc.SentinelUsername, redisclient.SentinelPasswordEnv, redisclient.FlagSentinelPasswordFile)
+	}
+	return nil
+}
+
+// addObserverFlags registers the observer lease flags and the Redis flags, each in its group.
+func (o *commonOptions) addObserverFlags(fs *flagSet) {
+	o.lease.addObserverFlags(fs.group("Lease flags"))
+	o.redis.AddFlags(fs.group("Redis flags"))
 }
 
 // newClient builds the Redis client; complete must have succeeded.

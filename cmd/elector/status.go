@@ -5,17 +5,24 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/yaml"
 
+	"github.com/elector/elector/pkg/election"
 	"github.com/elector/elector/pkg/lease"
 )
 
 const (
 	flagOutput = "output"
 	flagAll    = "all"
+	flagWatch  = "watch"
 )
 
 // leaseStatus is the output of elector status; its JSON form is documented in docs/CLI.md.
@@ -33,6 +40,21 @@ type leaseStatus struct {
 	// TTLMs is the remaining time of the lease in milliseconds: 0 when nobody holds it, -1
 	// when the key has no expiry.
 	TTLMs int64 `json:"ttlMs"`
+	// AcquiredAt is when the holder's term began (read from its token), absent when nobody
+	// holds the lease or the token is no time.
+	AcquiredAt *time.Time `json:"acquiredAt,omitempty"`
+	// Transitions is how many terms began on the lease (single-lease status only).
+	Transitions *int64 `json:"transitions,omitempty"`
+}
+
+// watchEvent is one line of elector status --watch.
+type watchEvent struct {
+	// Time is when the event arrived.
+	Time time.Time `json:"time"`
+	// Event is "held" or "free" (the state when the watch began), "acquired", "released" or
+	// "expired" (the lease's time ran out without a renewal).
+	Event string `json:"event"`
+	leaseStatus
 }
 
 // statusCmd is `elector status`.
@@ -41,11 +63,13 @@ func (c *cli) statusCmd(ctx context.Context, args []string) int {
 	const who = "elector status"
 	fs := newFlagSet(cmd)
 	var output string
-	var all bool
-	fs.group("Status flags").StringVarP(&output, flagOutput, "o", "text", "output `format`: text or json")
-	fs.group("Status flags").BoolVar(&all, flagAll, false, "list every held lease under --key-prefix (for election.Group) instead of one --lease-name")
+	var all, watch bool
+	sf := fs.group("Status flags")
+	sf.StringVarP(&output, flagOutput, "o", "text", "output `format`: text, json or yaml")
+	sf.BoolVar(&all, flagAll, false, "list every held lease under --key-prefix (for election.Group) instead of one --lease-name")
+	sf.BoolVarP(&watch, flagWatch, "w", false, "after the status, print a line per change (acquired, released, expired) as it happens, until interrupted")
 	var co commonOptions
-	co.addFlags(fs)
+	co.addObserverFlags(fs)
 	fs.addKlogFlags()
 	if code, done := c.parseArgs(fs, args); done {
 		return code
@@ -54,10 +78,12 @@ func (c *cli) statusCmd(ctx context.Context, args []string) int {
 	switch {
 	case fs.all.NArg() > 0:
 		err = fmt.Errorf("unexpected argument %q: elector status takes only flags", fs.all.Arg(0))
-	case output != "text" && output != "json":
-		err = fmt.Errorf("--%s: unknown format %q; allowed: text, json", flagOutput, output)
+	case output != "text" && output != "json" && output != "yaml":
+		err = fmt.Errorf("--%s: unknown format %q; allowed: text, json, yaml", flagOutput, output)
 	case all && co.lease.name != "":
 		err = fmt.Errorf("--%s lists every lease under --%s: do not give --%s with it", flagAll, flagKeyPrefix, flagLeaseName)
+	case all && watch:
+		err = fmt.Errorf("--%s watches one --%s: do not give --%s with it", flagWatch, flagLeaseName, flagAll)
 	}
 	if err == nil {
 		co.lease.nameOptional = all
@@ -79,25 +105,52 @@ func (c *cli) statusCmd(ctx context.Context, args []string) int {
 	if err != nil {
 		return c.usageError(who, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, callTimeout(co.lease.renewDeadline))
-	defer cancel()
-	st, err := l.Get(ctx)
-	if err != nil {
-		return c.runtimeError(who, fmt.Errorf("cannot read lease %q from %s: %w", co.lease.name, redisDescription(co.redis), err))
+	if watch {
+		return c.statusWatch(ctx, who, &co, l, output)
 	}
-	out := newLeaseStatus(co.lease.name, l.Key(), st)
-	if output == "json" {
-		err = json.NewEncoder(c.stdout).Encode(out)
-	} else {
-		err = printStatus(c.stdout, out, st.Held)
+	out, err := readStatus(ctx, &co, l)
+	if err != nil {
+		return c.runtimeError(who, err)
+	}
+	switch output {
+	case "text":
+		err = printStatus(c.stdout, out)
+	default:
+		err = encode(c.stdout, output, out)
 	}
 	if err != nil {
 		return c.runtimeError(who, fmt.Errorf("write the status: %w", err))
 	}
-	if !st.Held {
+	if out.Holder == "" {
 		return exitNoLeader
 	}
 	return exitOK
+}
+
+// readStatus reads the lease and its count of terms.
+func readStatus(ctx context.Context, co *commonOptions, l *lease.Lease) (leaseStatus, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout(co.lease.renewDeadline))
+	defer cancel()
+	st, err := l.Get(ctx)
+	if err != nil {
+		return leaseStatus{}, readError(fmt.Sprintf("cannot read lease %q", co.lease.name), co, err)
+	}
+	terms, err := l.Terms(ctx)
+	if err != nil {
+		return leaseStatus{}, readError(fmt.Sprintf("cannot read lease %q", co.lease.name), co, err)
+	}
+	out := newLeaseStatus(co.lease.name, l.Key(), st)
+	out.Transitions = &terms
+	return out, nil
+}
+
+// readError describes a failed read: what, from which Redis, the error and its fix.
+func readError(what string, co *commonOptions, err error) error {
+	err = fmt.Errorf("%s from %s: %w", what, redisDescription(co.redis), err)
+	if fix := election.Hint(err); fix != "" {
+		err = fmt.Errorf("%w; fix: %s", err, fix)
+	}
+	return err
 }
 
 // newLeaseStatus converts what lease.Get or lease.List found.
@@ -109,8 +162,24 @@ func newLeaseStatus(name, key string, st lease.Status) leaseStatus {
 		if st.TTL == lease.NoExpiry {
 			out.TTLMs = -1
 		}
+		if t, ok := st.Record.AcquiredAt(); ok {
+			out.AcquiredAt = &t
+		}
 	}
 	return out
+}
+
+// encode writes v as one JSON line or as a YAML document.
+func encode(w io.Writer, format string, v any) error {
+	if format == "json" {
+		return json.NewEncoder(w).Encode(v)
+	}
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
 }
 
 // statusAll is `elector status --all`: one line (or JSON object) per held lease. It exits 3
@@ -120,23 +189,19 @@ func (c *cli) statusAll(ctx context.Context, who string, co *commonOptions, clie
 	defer cancel()
 	found, err := lease.List(ctx, client, co.lease.prefix)
 	if err != nil {
-		return c.runtimeError(who, fmt.Errorf("cannot list the leases under %q from %s: %w", co.lease.prefix, redisDescription(co.redis), err))
+		return c.runtimeError(who, readError(fmt.Sprintf("cannot list the leases under %q", co.lease.prefix), co, err))
 	}
 	list := make([]leaseStatus, 0, len(found))
 	for _, f := range found {
 		list = append(list, newLeaseStatus(f.Name, co.lease.prefix+":{"+f.Name+"}:lease", f.Status))
 	}
-	if output == "json" {
-		err = json.NewEncoder(c.stdout).Encode(list)
+	if output != "text" {
+		err = encode(c.stdout, output, list)
 	} else {
 		tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintf(tw, "LEASE\tHOLDER\tTOKEN\tTTL\n")
+		fmt.Fprintf(tw, "LEASE\tHOLDER\tTOKEN\tTTL\tACQUIRED\n")
 		for _, s := range list {
-			ttl := (time.Duration(s.TTLMs) * time.Millisecond).String()
-			if s.TTLMs < 0 {
-				ttl = "none"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", s.Lease, s.Holder, s.Token, ttl)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", s.Lease, s.Holder, s.Token, ttlText(s.TTLMs), acquiredText(s.AcquiredAt))
 		}
 		err = tw.Flush()
 	}
@@ -149,22 +214,203 @@ func (c *cli) statusAll(ctx context.Context, who string, co *commonOptions, clie
 	return exitOK
 }
 
+func ttlText(ms int64) string {
+	if ms < 0 {
+		return "none"
+	}
+	return (time.Duration(ms) * time.Millisecond).String()
+}
+
+func acquiredText(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.Format(time.RFC3339Nano)
+}
+
 // printStatus writes the text form of elector status.
-func printStatus(w io.Writer, s leaseStatus, held bool) error {
+func printStatus(w io.Writer, s leaseStatus) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "lease:\t%s\n", s.Lease)
 	fmt.Fprintf(tw, "key:\t%s\n", s.Key)
-	if !held {
+	if s.Transitions != nil {
+		fmt.Fprintf(tw, "transitions:\t%d\n", *s.Transitions)
+	}
+	if s.Holder == "" {
 		fmt.Fprintf(tw, "holder:\t(none)\n")
 		return tw.Flush()
 	}
 	fmt.Fprintf(tw, "holder:\t%s\n", s.Holder)
 	fmt.Fprintf(tw, "instance:\t%s\n", s.Instance)
 	fmt.Fprintf(tw, "token:\t%d\n", s.Token)
+	if s.AcquiredAt != nil {
+		fmt.Fprintf(tw, "acquired:\t%s (%v ago)\n", acquiredText(s.AcquiredAt), time.Since(*s.AcquiredAt).Round(time.Millisecond))
+	}
 	if s.TTLMs < 0 {
 		fmt.Fprintf(tw, "ttl:\tnone (the key has no expiry)\n")
 	} else {
 		fmt.Fprintf(tw, "ttl:\t%v\n", time.Duration(s.TTLMs)*time.Millisecond)
 	}
 	return tw.Flush()
+}
+
+// statusWatch is `elector status --watch`: the current state, then a line per change from
+// the lease's events channel. Expiry is announced by nobody, so at the expiry the last event
+// announced, one read tells whether the lease expired. SIGINT or SIGTERM ends it with 0.
+func (c *cli) statusWatch(ctx context.Context, who string, co *commonOptions, l *lease.Lease, output string) int {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	w := &statusWatcher{c: c, co: co, l: l, output: output}
+	if output == "text" {
+		tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+		w.table = tw
+		fmt.Fprintf(tw, "TIME\tEVENT\tHOLDER\tTOKEN\tTTL\tACQUIRED\n")
+	}
+	sub, err := l.Subscribe(ctx)
+	if err != nil {
+		return c.runtimeError(who, readError(fmt.Sprintf("cannot watch lease %q", co.lease.name), co, err))
+	}
+	defer func() { _ = sub.Close() }()
+	st, err := readStatus(ctx, co, l) // after subscribing: no change between is missed
+	if err != nil {
+		return c.runtimeError(who, err)
+	}
+	first := "held"
+	if st.Holder == "" {
+		first = "free"
+	}
+	if err := w.print(first, st); err != nil {
+		return c.runtimeError(who, err)
+	}
+	expiry := time.NewTimer(time.Hour)
+	defer expiry.Stop()
+	w.armExpiry(expiry, st.TTLMs)
+	for {
+		select {
+		case <-ctx.Done():
+			return exitOK
+		case ev, open := <-sub.Events():
+			if !open {
+				if ctx.Err() != nil {
+					return exitOK
+				}
+				// The connection failed: subscribe again, then read the state once, since
+				// events published meanwhile are lost.
+				_ = sub.Close()
+				if sub, err = w.resubscribe(ctx); err != nil {
+					return c.runtimeError(who, err)
+				}
+				if sub == nil {
+					return exitOK
+				}
+				st, err := readStatus(ctx, co, l)
+				if err != nil {
+					return c.runtimeError(who, err)
+				}
+				if st.Holder != w.last.Holder || st.Token != w.last.Token {
+					kind := "acquired"
+					if st.Holder == "" {
+						kind = "expired"
+					}
+					if err := w.print(kind, st); err != nil {
+						return c.runtimeError(who, err)
+					}
+				}
+				w.armExpiry(expiry, st.TTLMs)
+				continue
+			}
+			s := leaseStatus{Lease: co.lease.name, Key: l.Key()}
+			switch ev.Kind {
+			case lease.Renewed:
+				w.armExpiry(expiry, ev.TTL.Milliseconds())
+				continue
+			case lease.Acquired:
+				s = newLeaseStatus(co.lease.name, l.Key(), lease.Status{Held: true, Record: ev.Record, TTL: ev.TTL})
+			}
+			if err := w.print(ev.Kind.String(), s); err != nil {
+				return c.runtimeError(who, err)
+			}
+			w.armExpiry(expiry, s.TTLMs) // stops it after a release
+		case <-expiry.C:
+			st, err := readStatus(ctx, co, l)
+			if err != nil {
+				if ctx.Err() != nil {
+					return exitOK
+				}
+				return c.runtimeError(who, err)
+			}
+			if st.Holder == "" {
+				if err := w.print("expired", st); err != nil {
+					return c.runtimeError(who, err)
+				}
+				continue
+			}
+			if st.Holder != w.last.Holder || st.Token != w.last.Token {
+				if err := w.print("acquired", st); err != nil {
+					return c.runtimeError(who, err)
+				}
+			}
+			w.armExpiry(expiry, st.TTLMs)
+		}
+	}
+}
+
+// statusWatcher prints the lines of status --watch.
+type statusWatcher struct {
+	c      *cli
+	co     *commonOptions
+	l      *lease.Lease
+	output string
+	table  *tabwriter.Writer // text only
+	last   leaseStatus
+}
+
+// print writes one event and remembers the state it describes.
+func (w *statusWatcher) print(kind string, s leaseStatus) error {
+	w.last = s
+	now := time.Now()
+	if w.table == nil {
+		return encode(w.c.stdout, w.output, watchEvent{Time: now, Event: kind, leaseStatus: s})
+	}
+	holder := s.Holder
+	if holder == "" {
+		holder = "-"
+	}
+	fmt.Fprintf(w.table, "%s\t%s\t%s\t%d\t%s\t%s\n", now.Format("15:04:05.000"), kind, holder, s.Token, ttlText(s.TTLMs), acquiredText(s.AcquiredAt))
+	if err := w.table.Flush(); err != nil {
+		return fmt.Errorf("write the status: %w", err)
+	}
+	return nil
+}
+
+// armExpiry sets the timer to the lease's expiry, ttlMs from now, plus a little, so that the
+// read finds the key gone; a lease without holder or expiry stops it.
+func (w *statusWatcher) armExpiry(t *time.Timer, ttlMs int64) {
+	t.Stop()
+	if ttlMs > 0 && w.last.Holder != "" {
+		t.Reset(time.Duration(ttlMs)*time.Millisecond + 5*time.Millisecond)
+	}
+}
+
+// resubscribe subscribes again, every retry period until it succeeds; nil, nil when ctx ended.
+func (w *statusWatcher) resubscribe(ctx context.Context) (*lease.Subscription, error) {
+	for {
+		sub, err := w.l.Subscribe(ctx)
+		if err == nil {
+			return sub, nil
+		}
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		switch election.Reason(err) {
+		case "auth", "noperm", "unknown_master": // retrying cannot help
+			return nil, readError(fmt.Sprintf("cannot watch lease %q", w.co.lease.name), w.co, err)
+		}
+		klog.V(2).InfoS("Cannot subscribe again; retrying", "lease", w.co.lease.name, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(w.co.lease.retryPeriod):
+		}
+	}
 }

@@ -19,8 +19,12 @@ var (
 )
 
 // Explain returns err wrapped with the name of the command that the script source runs at the
-// line the error points to, when Redis refused it for lack of permission; otherwise err.
+// line the error points to, when Redis refused it for lack of permission, or with the advice
+// to allow the keys when Redis refused the script a key; otherwise err.
 func Explain(source string, err error) error {
+	if err != nil && strings.Contains(err.Error(), "can't access at least one of the keys") {
+		return fmt.Errorf("%w (the Redis user may not access the lease's keys: allow their key pattern, such as ~elector:* for the default --key-prefix)", err)
+	}
 	if err == nil || !strings.Contains(err.Error(), "can't run this command") {
 		return err
 	}

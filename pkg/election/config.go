@@ -67,7 +67,8 @@ type Config struct {
 	LeaseName string
 	// KeyPrefix starts the Redis keys of the lease; lease.DefaultPrefix when empty.
 	KeyPrefix string
-	// Identity names this replica, e.g. the pod name. Required.
+	// Identity names this replica, e.g. the pod name. Empty: DefaultIdentity ($POD_NAME, else
+	// the host name).
 	Identity string
 
 	// LeaseDuration is how long a lease lasts without renewal: followers wait this long
@@ -126,6 +127,11 @@ func (c *Config) validate() error {
 			return fmt.Errorf("election config: KeyPrefix %q %w", c.KeyPrefix, err)
 		}
 	}
+	id, err := identityOrDefault(c.Identity)
+	if err != nil {
+		return fmt.Errorf("election config: %w", err)
+	}
+	c.Identity = id
 	if err := lease.ValidateIdentity(c.Identity); err != nil {
 		return fmt.Errorf("election config: Identity %q %w", c.Identity, err)
 	}

@@ -404,7 +404,6 @@ func TestConfigValidation(t *testing.T) {
 		{"no lease name", func(c *election.Config) { c.LeaseName = "" }, "LeaseName"},
 		{"brace in lease name", func(c *election.Config) { c.LeaseName = "a{b}" }, "LeaseName"},
 		{"bad prefix", func(c *election.Config) { c.KeyPrefix = "a b" }, "KeyPrefix"},
-		{"no identity", func(c *election.Config) { c.Identity = "" }, "Identity"},
 		{"identity with newline", func(c *election.Config) { c.Identity = "a\nb" }, "Identity"},
 		{"negative lease", func(c *election.Config) { c.LeaseDuration = -time.Second }, "LeaseDuration"},
 		{"negative retry", func(c *election.Config) { c.RetryPeriod = -time.Second }, "RetryPeriod"},
@@ -429,7 +428,7 @@ func TestConfigValidation(t *testing.T) {
 		}
 	}()
 	bad := valid()
-	bad.Identity = ""
+	bad.LeaseName = ""
 	election.RunOrDie(context.Background(), bad)
 }
 

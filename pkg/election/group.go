@@ -46,7 +46,8 @@ type GroupConfig struct {
 	Group string
 	// KeyPrefix starts every Redis key; lease.DefaultPrefix when empty.
 	KeyPrefix string
-	// Identity names this replica, e.g. the pod name. Required.
+	// Identity names this replica, e.g. the pod name. Empty: DefaultIdentity ($POD_NAME, else
+	// the host name).
 	Identity string
 	// Leases are the lease names to campaign for; Add and Remove change them at run time.
 	Leases []string
@@ -159,6 +160,11 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 	if err := lease.ValidateName(cfg.KeyPrefix); err != nil {
 		return nil, fmt.Errorf("group config: KeyPrefix %q %w", cfg.KeyPrefix, err)
 	}
+	id, err := identityOrDefault(cfg.Identity)
+	if err != nil {
+		return nil, fmt.Errorf("group config: %w", err)
+	}
+	cfg.Identity = id
 	if err := lease.ValidateIdentity(cfg.Identity); err != nil {
 		return nil, fmt.Errorf("group config: Identity %q %w", cfg.Identity, err)
 	}

@@ -12,12 +12,14 @@ import (
 //	{"name":"pod-b","identity":"pod-a","isLeader":false,"lease":"my-job","token":0}
 //
 // name is the current leader, as the classic Kubernetes leader-elector sidecar reports it.
+// While the elector's Redis calls fail, "redisError" carries the failure (RedisError): a
+// replica that cannot reach Redis, or that Redis refuses, says so instead of only "name":"".
 func (e *Elector) LeaderHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !allowRead(w, r) {
 			return
 		}
-		body, err := json.Marshal(e.Status())
+		body, err := json.Marshal(leaderBody{Status: e.Status(), RedisError: e.RedisError()})
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
@@ -26,6 +28,12 @@ func (e *Elector) LeaderHandler() http.Handler {
 		w.Header().Set("Cache-Control", "no-store")
 		_, _ = w.Write(append(body, '\n'))
 	})
+}
+
+// leaderBody is the JSON of LeaderHandler: Status's fields and the current Redis failure.
+type leaderBody struct {
+	Status
+	RedisError *RedisFailure `json:"redisError,omitempty"`
 }
 
 // allowRead answers anything but GET and HEAD with 405 and reports whether to go on.

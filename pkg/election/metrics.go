@@ -17,6 +17,7 @@ type Metrics struct {
 	transitions  *prometheus.CounterVec
 	renewLatency *prometheus.HistogramVec
 	errors       *prometheus.CounterVec
+	redisUpG     *prometheus.GaugeVec
 	token        *prometheus.GaugeVec
 	sinceRenew   *prometheus.Desc
 	groupLeases  *prometheus.GaugeVec
@@ -35,7 +36,10 @@ type Metrics struct {
 //	elector_is_leader{name}                      1 while leading, else 0
 //	elector_leadership_transitions_total{name}   terms this replica began
 //	elector_renew_duration_seconds{name}         latency of successful renewals
-//	elector_redis_errors_total{name,op,reason}   failed Redis calls (op: acquire, renew, release, subscribe)
+//	elector_redis_errors_total{name,op,reason}   failed Redis calls (op: acquire, renew, release, subscribe,
+//	                                             heartbeat; reason: see Reason)
+//	elector_redis_up{name}                       1 while Redis answers this replica's calls, 0 while they fail
+//	                                             (a Group's series appears at its first failed call)
 //	elector_fencing_token{name}                  token of the current term, 0 when not leading
 //	elector_seconds_since_last_renew{name}       age of the last successful renew (only while leading)
 //	elector_group_leases_held{group}             leases a Group holds
@@ -65,6 +69,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "elector_redis_errors_total",
 			Help: "Failed Redis calls by operation (acquire, renew, release, subscribe) and reason.",
 		}, []string{"name", "op", "reason"}),
+		redisUpG: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "elector_redis_up",
+			Help: "1 while Redis answers this replica's calls for the named election or Group, 0 while they fail (see elector_redis_errors_total for the reason).",
+		}, []string{"name"}),
 		token: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "elector_fencing_token",
 			Help: "Fencing token of this replica's current term, 0 when it does not lead.",
@@ -91,7 +99,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"group", "op"}),
 		electors: map[string]*Elector{},
 	}
-	for _, c := range []prometheus.Collector{m.masterStatus, m.isLeader, m.transitions, m.renewLatency, m.errors, m.token,
+	for _, c := range []prometheus.Collector{m.masterStatus, m.isLeader, m.transitions, m.renewLatency, m.errors, m.redisUpG, m.token,
 		(*sinceRenewCollector)(m), m.groupLeases, m.groupTerms, m.groupSheds, m.groupBatches} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register elector metrics: %w", err)
@@ -107,6 +115,7 @@ func (m *Metrics) add(e *Elector) {
 	m.mu.Unlock()
 	m.setLeading(e.cfg.Name, false, 0)
 	m.transitions.WithLabelValues(e.cfg.Name)
+	e.errs.metrics, e.errs.name = m, e.cfg.Name // elector_redis_up from the first call on
 }
 
 func (m *Metrics) setLeading(name string, leading bool, token int64) {
@@ -135,6 +144,17 @@ func (m *Metrics) redisError(name, op string, err error) {
 		return
 	}
 	m.errors.WithLabelValues(name, op, Reason(err)).Inc()
+}
+
+func (m *Metrics) redisUp(name string, up bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if up {
+		v = 1
+	}
+	m.redisUpG.WithLabelValues(name).Set(v)
 }
 
 // sinceRenewCollector computes elector_seconds_since_last_renew at scrape time.

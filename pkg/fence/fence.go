@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/luaerr"
+	"github.com/elector/elector/internal/rediserr"
 )
 
 //go:embed fence.lua
@@ -102,7 +103,7 @@ func (f *Fence) Set(ctx context.Context, token int64, key string, value any) err
 // Seen returns the largest token the fence has accepted, 0 if none.
 func (f *Fence) Seen(ctx context.Context) (int64, error) {
 	s, err := f.client.Get(ctx, f.key).Result()
-	if errors.Is(err, redis.Nil) {
+	if rediserr.IsNil(err) {
 		return 0, nil
 	}
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/luaerr"
+	"github.com/elector/elector/internal/rediserr"
 )
 
 // DefaultPrefix is the key prefix used when Options.Prefix is empty.
@@ -80,7 +81,7 @@ type Lease struct {
 	identity string
 	instance string
 	owner    string   // "<instance>:<identity>": the record after its version and token
-	keys     []string // lease key, token key: all scripts take a prefix of these
+	keys     []string // lease key, token key, terms key: all scripts take a prefix of these
 	channel  string
 	announce bool
 	leaseArgs
@@ -123,11 +124,11 @@ func New(client redis.UniversalClient, name string, opts Options) (*Lease, error
 		identity: opts.Identity,
 		instance: instance,
 		owner:    instance + ":" + opts.Identity,
-		keys:     []string{base + "lease", base + "token"},
+		keys:     []string{base + "lease", base + "token", base + "terms"},
 		channel:  base + "events",
 		announce: opts.AnnounceRenewals,
 	}
-	l.leaseArgs.key, l.leaseArgs.tokenKey = l.keys[0], l.keys[1]
+	l.leaseArgs.key, l.leaseArgs.tokenKey, l.leaseArgs.termsKey = l.keys[0], l.keys[1], l.keys[2]
 	l.leaseArgs.owner, l.leaseArgs.channel = l.owner, l.channel
 	return l, nil
 }
@@ -204,7 +205,7 @@ func acquireError(name string, err error) error {
 
 // acquireArgs, renewArgs and releaseArgs build the script calls, for one call or a Batch.
 func (l *Lease) acquireArgs(ms int64) []any {
-	return acquireScript.args(twoKeys, l.leaseArgs.key, l.leaseArgs.tokenKey, l.leaseArgs.owner, l.ttlArg(ms), l.leaseArgs.channel)
+	return acquireScript.args(threeKeys, l.leaseArgs.key, l.leaseArgs.tokenKey, l.leaseArgs.termsKey, l.leaseArgs.owner, l.ttlArg(ms), l.leaseArgs.channel)
 }
 
 func (l *Lease) renewArgs(term Record, ms int64) []any {
@@ -272,11 +273,11 @@ func (l *Lease) Get(ctx context.Context) (Status, error) {
 		pttl = p.PTTL(ctx, l.keys[0])
 		return nil
 	})
-	if errors.Is(err, redis.Nil) {
+	if rediserr.IsNil(err) {
 		return Status{}, nil
 	}
 	if err != nil {
-		return Status{}, fmt.Errorf("get lease %q: %w", l.name, err)
+		return Status{}, fmt.Errorf("get lease %q: %w", l.name, luaerr.ExplainTx(err, get, pttl))
 	}
 	rec, err := ParseRecord(get.Val())
 	if err != nil {
@@ -288,7 +289,7 @@ func (l *Lease) Get(ctx context.Context) (Status, error) {
 // LastToken returns the last fencing token handed out for this lease, 0 if none is recorded.
 func (l *Lease) LastToken(ctx context.Context) (int64, error) {
 	s, err := l.client.Get(ctx, l.keys[1]).Result()
-	if errors.Is(err, redis.Nil) {
+	if rediserr.IsNil(err) {
 		return 0, nil
 	}
 	if err != nil {

@@ -2,13 +2,14 @@ package lease
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/elector/elector/internal/rediserr"
 )
 
 // Listed is a lease found by List.
@@ -61,7 +62,7 @@ func List(ctx context.Context, client redis.UniversalClient, prefix string) ([]L
 	for i, k := range keys {
 		gets[i], pttls[i] = pipe.Get(ctx, k), pipe.PTTL(ctx, k)
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	if _, err := pipe.Exec(ctx); err != nil && !rediserr.IsNil(err) {
 		return nil, fmt.Errorf("list leases under %q: read: %w", prefix, err)
 	}
 	out := make([]Listed, 0, len(keys))

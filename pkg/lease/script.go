@@ -33,7 +33,7 @@ var (
 	wordEvalSha any = "evalsha"
 	wordEval    any = "eval"
 	oneKey      any = 1
-	twoKeys     any = 2
+	threeKeys   any = 3
 )
 
 // args returns the whole EVALSHA command of s: rest is the key count, the keys and the
@@ -76,8 +76,8 @@ func (l *Lease) ttlArg(ms int64) any {
 
 // leaseArgs holds a Lease's keys, owner and channel boxed once.
 type leaseArgs struct {
-	key, tokenKey, owner, channel any
-	ttl                           atomic.Pointer[boxedTTL]
+	key, tokenKey, termsKey, owner, channel any
+	ttl                                     atomic.Pointer[boxedTTL]
 
 	// The record of the last term this Lease acquired, boxed as Redis returned it: its
 	// renewals and release send it without formatting it again. A mutex, not an atomic

@@ -1,11 +1,15 @@
 package e2e
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/elector/elector/internal/redistest"
 )
 
 // TestBadInput checks every kind of bad input: exit code 2 and one line on stderr that names
@@ -85,8 +89,17 @@ func TestBadInput(t *testing.T) {
 		{"bad http port", []string{"sidecar", "--lease-name", "x", "--http-addr", ":http-alt"}, nil, "--http-addr"},
 		{"status file in missing dir", []string{"sidecar", "--lease-name", "x", "--status-file", filepath.Join(missing, "status")}, nil, "--status-file"},
 		{"sidecar argument", []string{"sidecar", "--lease-name", "x", "extra"}, nil, `unexpected argument "extra"`},
-		{"bad output format", []string{"status", "--lease-name", "x", "-o", "yaml"}, nil, `--output: unknown format "yaml"`},
-		{"bad value in environment", []string{"status", "--lease-name", "x"}, []string{"ELECTOR_RETRY_PERIOD=soon"}, "ELECTOR_RETRY_PERIOD (flag --retry-period)"},
+		{"bad output format", []string{"status", "--lease-name", "x", "-o", "xml"}, nil, `--output: unknown format "xml"; allowed: text, json, yaml`},
+		{"mistyped command", []string{"statsu"}, nil, `did you mean "status"?`},
+		{"mistyped flag", []string{"status", "--lease-nme", "x"}, nil, "unknown flag: --lease-nme; did you mean --lease-name?"},
+		{"timing flag in status", []string{"status", "--lease-name", "x", "--lease-duration", "5s"}, nil, "unknown flag: --lease-duration"},
+		{"username without password", []string{"sidecar", "--lease-name", "x", "--redis-username", "bob"}, nil, `--redis-username "bob": no password`},
+		{"sentinel username without password", []string{"status", "--lease-name", "x", "--redis-mode", "sentinel", "--sentinel-master", "m", "--sentinel-username", "s"}, nil, `--sentinel-username "s": no password`},
+		{"watch with all", []string{"status", "--all", "--watch"}, nil, "--watch"},
+		{"bad log format", []string{"status", "--lease-name", "x", "--log-format", "xml"}, nil, `--log-format: unknown format "xml"`},
+		{"completion without shell", []string{"completion"}, nil, "want exactly one shell"},
+		{"completion unknown shell", []string{"completion", "tcsh"}, nil, `unknown shell "tcsh"`},
+		{"bad value in environment", []string{"sidecar", "--lease-name", "x"}, []string{"ELECTOR_RETRY_PERIOD=soon"}, "ELECTOR_RETRY_PERIOD (flag --retry-period)"},
 		{"bad mode in environment", []string{"status", "--lease-name", "x"}, []string{"ELECTOR_REDIS_MODE=ring"}, "--redis-mode"},
 		{"bad verbosity", []string{"status", "--lease-name", "x", "-v", "loud"}, nil, "-v"},
 		{"demo replicas", []string{"demo", "--replicas", "1"}, nil, "--replicas: must be from 2 to 9"},
@@ -124,6 +137,39 @@ func TestVersion(t *testing.T) {
 	code, out, _ := runElector(t, 10*time.Second, nil, "version")
 	if code != 0 || !strings.HasPrefix(out, "elector ") || !strings.Contains(out, "go1.") {
 		t.Errorf("elector version: exit code %d, output %q", code, out)
+	}
+	code, out2, _ := runElector(t, 10*time.Second, nil, "--version")
+	if code != 0 || out2 != out {
+		t.Errorf("elector --version: exit code %d, output %q; want %q", code, out2, out)
+	}
+}
+
+// TestLogFormatJSON: with --log-format=json every log line is a JSON object with the
+// message and the structured values, and -v still sets the verbosity.
+func TestLogFormatJSON(t *testing.T) {
+	srv := redistest.Start(t)
+	s := startSidecar(t, srv.Addr(), "json-logs", "a", t.TempDir(), nil, "--log-format=json", "-v=4")
+	waitFor(t, 10*time.Second, "a to lead", s.ready)
+	s.signal(syscall.SIGTERM)
+	if code := s.wait(5 * time.Second); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+	lines := strings.Split(strings.TrimSpace(s.stderr.String()), "\n")
+	var started, verbose bool
+	for _, l := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("log line is not JSON: %q (%v)", l, err)
+		}
+		if m["msg"] == "Campaigning" && m["lease"] == "json-logs" {
+			started = true
+		}
+		if lvl, _ := m["level"].(string); strings.HasPrefix(lvl, "DEBUG") {
+			verbose = true
+		}
+	}
+	if !started || !verbose {
+		t.Errorf("no Campaigning line with its lease (%v) or no -v=4 line (%v):\n%s", started, verbose, s.stderr.String())
 	}
 }
 

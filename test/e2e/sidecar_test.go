@@ -326,29 +326,7 @@ func TestMinimalACL(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	ctx := context.Background()
-	readme, err := os.ReadFile("../../README.md") // go test runs in the package directory
-	if err != nil {
-		t.Fatal(err)
-	}
-	for user, password := range map[string]string{"elector": "pw-elector", "elector-observer": "pw-viewer"} {
-		prefix := "ACL SETUSER " + user + " on >PASSWORD "
-		var line string
-		for _, l := range strings.Split(string(readme), "\n") {
-			if strings.HasPrefix(l, prefix) {
-				line = l
-			}
-		}
-		if line == "" {
-			t.Fatalf("README.md has no line %q", prefix+"...")
-		}
-		args := []any{"ACL", "SETUSER", user, "on", ">" + password}
-		for _, rule := range strings.Fields(strings.TrimPrefix(line, prefix)) {
-			args = append(args, rule)
-		}
-		if err := client.Do(ctx, args...).Err(); err != nil {
-			t.Fatalf("%v: %v", args, err)
-		}
-	}
+	createREADMEUsers(t, ctx, srv)
 	dir := t.TempDir()
 	const name = "acl"
 	env := []string{"REDIS_PASSWORD=pw-elector"}

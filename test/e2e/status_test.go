@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -168,5 +169,154 @@ func TestStatusAll(t *testing.T) {
 	code, _, stderr = runElector(t, 10*time.Second, nil, "status", "--redis-addr", srv.Addr(), "--all", "--lease-name", "x")
 	if code != 2 || !strings.Contains(stderr, "--all") {
 		t.Fatalf("--all with --lease-name: exit %d, stderr %q; want 2 naming --all", code, stderr)
+	}
+}
+
+// TestStatusTermsAndAcquireTime: status shows how many terms the lease had (counted by the
+// acquire script) and when the current one began (from its token), in every format.
+func TestStatusTermsAndAcquireTime(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	var term lease.Record
+	before := time.Now()
+	for i := 0; i < 3; i++ {
+		l, err := lease.New(client, "counted", lease.Options{Identity: "pod-" + strconv.Itoa(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok, st, err := l.Acquire(ctx, time.Minute)
+		if err != nil || !ok {
+			t.Fatalf("acquire %d: %v %v", i, ok, err)
+		}
+		term = st.Record
+		if i < 2 {
+			if _, err := l.Release(ctx, term); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	code, out, stderr := runElector(t, 10*time.Second, nil, "status", "--redis-addr", srv.Addr(), "--lease-name", "counted", "-o", "json")
+	var got struct {
+		statusJSON
+		AcquiredAt  time.Time `json:"acquiredAt"`
+		Transitions int64     `json:"transitions"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil || code != 0 {
+		t.Fatalf("exit %d, %v: %s %s", code, err, out, stderr)
+	}
+	// The token is Redis's clock in µs; the test runs on the same machine as Redis.
+	if got.Transitions != 3 || got.Holder != "pod-2" || !got.AcquiredAt.Equal(time.UnixMicro(term.Token)) ||
+		got.AcquiredAt.Before(before.Add(-time.Second)) || got.AcquiredAt.After(time.Now().Add(time.Second)) {
+		t.Errorf("status %+v, want 3 transitions and the acquire time of token %d (about now)", got, term.Token)
+	}
+	code, out, _ = runElector(t, 10*time.Second, nil, "status", "--redis-addr", srv.Addr(), "--lease-name", "counted")
+	if code != 0 || !strings.Contains(out, "transitions:") || !strings.Contains(out, "acquired:") || !strings.Contains(out, got.AcquiredAt.Format(time.RFC3339Nano)) {
+		t.Errorf("text: exit %d\n%s", code, out)
+	}
+	code, out, _ = runElector(t, 10*time.Second, nil, "status", "--redis-addr", srv.Addr(), "--lease-name", "counted", "-o", "yaml")
+	if code != 0 || !strings.Contains(out, "holder: pod-2\n") || !strings.Contains(out, "transitions: 3\n") || !strings.Contains(out, "ttlMs: ") {
+		t.Errorf("yaml: exit %d\n%s", code, out)
+	}
+	code, out, _ = runElector(t, 10*time.Second, nil, "status", "--redis-addr", srv.Addr(), "--all", "-o", "yaml")
+	if code != 0 || !strings.HasPrefix(out, "- acquiredAt: ") || !strings.Contains(out, "lease: counted\n") {
+		t.Errorf("--all yaml: exit %d\n%s", code, out)
+	}
+}
+
+// TestStatusWatch: status --watch prints the state and then one line per change — acquired,
+// released, expired — from the events channel, without polling Redis in between.
+func TestStatusWatch(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	w := startElector(t, "status --watch", nil, "status", "--redis-addr", srv.Addr(), "--lease-name", "watched", "-w", "-o", "json")
+	type line struct {
+		statusJSON
+		Event string    `json:"event"`
+		Time  time.Time `json:"time"`
+	}
+	lines := func() []line {
+		var out []line
+		for _, s := range strings.Split(strings.TrimSpace(w.stdout.String()), "\n") {
+			var l line
+			if s != "" && json.Unmarshal([]byte(s), &l) == nil {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	waitLines := func(n int, what string) []line {
+		t.Helper()
+		waitFor(t, 10*time.Second, what, func() bool { return len(lines()) >= n })
+		return lines()
+	}
+	if got := waitLines(1, "the first line"); got[0].Event != "free" {
+		t.Fatalf("first line %+v, want free", got[0])
+	}
+	a, err := lease.New(client, "watched", lease.Options{Identity: "a", AnnounceRenewals: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, st, err := a.Acquire(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := waitLines(2, "acquired"); got[1].Event != "acquired" || got[1].Holder != "a" || got[1].Token != st.Record.Token {
+		t.Fatalf("line %+v, want acquired by a with token %d", got[1], st.Record.Token)
+	}
+	// Renewals are no change, and nothing is read while the lease is held: no polling.
+	stats := func() int64 {
+		info, err := client.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		for _, l := range strings.Split(info, "\n") {
+			// status reads with MULTI GET PTTL EXEC; the scripts' own GETs count as GETs.
+			for _, cmd := range []string{"cmdstat_multi:"} {
+				if strings.HasPrefix(l, cmd) {
+					v, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(l, cmd), "calls="), ",")
+					c, _ := strconv.ParseInt(v, 10, 64)
+					n += c
+				}
+			}
+		}
+		return n
+	}
+	reads := stats()
+	for i := 0; i < 5; i++ {
+		if ok, err := a.Renew(ctx, st.Record, time.Minute); err != nil || !ok {
+			t.Fatalf("renew: %v %v", ok, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if n := stats() - reads; n != 0 {
+		t.Errorf("%d reads of the lease while it was held and renewed: the watch polls", n)
+	}
+	if _, err := a.Release(ctx, st.Record); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitLines(3, "released"); got[2].Event != "released" || got[2].Holder != "" {
+		t.Fatalf("line %+v, want released", got[2])
+	}
+	// A lease nobody renews expires without an announcement: the watch notices at its expiry.
+	b, err := lease.New(client, "watched", lease.Options{Identity: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.Acquire(ctx, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	got := waitLines(5, "acquired by b, then expired")
+	if got[3].Event != "acquired" || got[3].Holder != "b" || got[4].Event != "expired" || got[4].Holder != "" {
+		t.Fatalf("lines %+v, want acquired by b, then expired", got[3:])
+	}
+	if len(got) != 5 {
+		t.Errorf("%d lines, want 5 (a line per change, none for renewals): %s", len(got), w.stdout.String())
+	}
+	w.signal(syscall.SIGTERM)
+	if code := w.wait(5 * time.Second); code != 0 {
+		t.Errorf("exit %d after SIGTERM; stderr %s", code, w.stderr.String())
 	}
 }

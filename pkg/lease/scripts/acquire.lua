@@ -2,6 +2,7 @@
 --
 -- KEYS[1]  lease key   P:{NAME}:lease
 -- KEYS[2]  token key   P:{NAME}:token
+-- KEYS[3]  terms key   P:{NAME}:terms (optional): counts the terms begun, for observers
 -- ARGV[1]  owner       "<instance>:<identity>" (the record without its version and token)
 -- ARGV[2]  ttl         lease time to live in milliseconds
 -- ARGV[3]  channel     P:{NAME}:events, where "acquired <ttl> <record>" is published
@@ -54,5 +55,8 @@ token = string.format('%.0f', token)
 local record = 'v1:' .. token .. ':' .. ARGV[1]
 redis.call('SET', KEYS[1], record, 'NX', 'PX', ARGV[2])
 redis.call('SET', KEYS[2], token)
+if KEYS[3] then
+  redis.call('SET', KEYS[3], string.format('%.0f', (tonumber(redis.call('GET', KEYS[3])) or 0) + 1))
+end
 redis.call('PUBLISH', ARGV[3], 'acquired ' .. ARGV[2] .. ' ' .. record)
 return {1, record, tonumber(ARGV[2])}

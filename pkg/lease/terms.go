@@ -1,0 +1,49 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/elector/elector/internal/rediserr"
+)
+
+// TermsKey returns the Redis key that counts the terms begun on this lease: the acquire
+// script increments it in the same round trip that begins a term.
+func (l *Lease) TermsKey() string { return l.keys[2] }
+
+// Terms returns how many terms began on this lease (the transitions of `kubectl get lease`),
+// 0 when none is recorded. The count starts when the first acquire of this protocol version
+// ran, and is lost with Redis's data like the token key.
+func (l *Lease) Terms(ctx context.Context) (int64, error) {
+	s, err := l.client.Get(ctx, l.keys[2]).Result()
+	if rediserr.IsNil(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the terms of lease %q: %w", l.name, err)
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("read the terms of lease %q: %s holds %q, not an integer", l.name, l.keys[2], s)
+	}
+	return n, nil
+}
+
+// minClockToken is the smallest token read as a time: 2001-09-09 in microseconds since 1970.
+// A token handed out from Redis's clock is a time far above it; a counter continued by
+// "previous + 1" (only when the clock went backwards) or a record written by hand is below.
+const minClockToken = 1_000_000_000_000_000
+
+// AcquiredAt returns the time a term began, read from its fencing token: the token is
+// max(previous + 1, Redis's TIME in microseconds) when the term began, so it is that time —
+// unless Redis's clock was behind the previous token (a failover to a server whose clock is
+// behind), when it is the previous term's time plus 1µs: earlier than the true time, never
+// later. ok is false for a token that is no time (below 2001, e.g. a record set by hand).
+func (r Record) AcquiredAt() (t time.Time, ok bool) {
+	if r.Token < minClockToken {
+		return time.Time{}, false
+	}
+	return time.UnixMicro(r.Token).UTC(), true
+}
