@@ -146,6 +146,7 @@ bit  repfresh[N];         /* the pending HELD reply reflects the latest acquire/
 byte lastst;              /* token of the last term started (S2) */
 byte lastown;
 bit  tickp;               /* flips at every tick (non-Zeno assumption of L1) */
+bit  nterms;             /* S4 scenario: a term began before the loss */
 bit  relpend;             /* a release was executed while a follower listened: L1b */
 
 #define LEADS (lead[0] || lead[1] NTH2)
@@ -299,7 +300,11 @@ end:
 #ifndef MUTANT_LATE_START
 			:: el[i] >= RD - DRIFT -> cur = 0  /* late: reply at or after sent + RenewDeadline (local clock) */
 #endif
+#ifdef MUTANT_LATE_START
+			:: true -> cur = 1                 /* the old bug: any won reply starts the term */
+#else
 			:: el[i] < RD + DRIFT -> cur = 1
+#endif
 			fi;
 			if
 			:: !cur -> send(i, Q_REL, ttok[i]); aft[i] = A_RETRY; st[i] = RELW
@@ -451,7 +456,12 @@ inline exec(k) {
 			reply(ri, rid, R_HELD, ktok, kttl);
 #endif
 			if :: rpk[ri] == R_HELD -> repfresh[ri] = 1 :: else fi
+#ifdef S4SCEN
+		:: ktok == 0 && losses == 0 && nterms >= 1 -> reply(ri, rid, R_ERR, 0, 0)  /* S4 scenario: one term before the loss */
+		:: ktok == 0 && (losses > 0 || nterms < 1) -> nterms = 1;
+#else
 		:: ktok == 0 ->                     /* SET NX: a new term */
+#endif
 #ifdef MUTANT_TOKEN_NO_TIME
 			nt = tokkey + 1;                /* token = previous + 1, without TIME */
 #else
@@ -556,13 +566,23 @@ end:	do
 #define ANYHOLD (HOLD(0) || HOLD(1))
 #endif
 
+#if N == 3
+#define PRELEAD ((lead[0] && epoch[0] == 0) || (lead[1] && epoch[1] == 0) || (lead[2] && epoch[2] == 0))
+#else
+#define PRELEAD ((lead[0] && epoch[0] == 0) || (lead[1] && epoch[1] == 0))
+#endif
 inline sat(v) { v = (v < CAP -> v + 1 : CAP) }
 inline down(v) { v = (v > 0 -> v - 1 : 0) }
 
 active proctype Clock() {
 	byte c;
 end:	do
+#ifdef S4SCEN
+	/* S4 scenario: the run ends when no term of the old epoch is trusted any more */
+	:: d_step { !ANYHOLD && !(losses > 0 && !PRELEAD) ->
+#else
 	:: d_step { !ANYHOLD ->
+#endif
 #ifdef LIVE
 		assert(!relpend);   /* L1b */
 #endif
