@@ -13,8 +13,8 @@
  * independently for every timer and every measurement (an over-approximation of a clock whose
  * rate is within +-rho of Redis's).
  *
- * Fencing tokens are small integers renormalised (shifted down together) when they would
- * exceed MAXTOK, which keeps their order and equality and the state space finite.
+ * Fencing tokens are small integers re-coded at every new term by their rank among all token
+ * values in the state (renorm), which keeps their order and equality and the state space finite.
  *
  * Compile-time switches: N (replicas), LIVE (the liveness configuration: zero network delay,
  * finitely many faults), and the mutants MUTANT_RENEW_FROM_REPLY, MUTANT_LATE_START,
