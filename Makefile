@@ -4,7 +4,7 @@ GOFLAGS ?=
 export GOFLAGS
 
 .PHONY: test test-deps lint build check-static helm-test bench-quick adapters-test fuzz-smoke demo ci \
-	test-under-load model compat k8s-e2e
+	test-under-load model compat k8s-e2e check-adapters
 
 ## test: install redis-server/sentinel/cli if missing (as root, with apt-get), then run every
 ## test of the main module with the race detector against real Redis processes.
@@ -39,6 +39,11 @@ adapters-test: test-deps
 	cd adapters/clientgo && $(GO) vet ./... && $(GO) test -count=1 -timeout 15m ./...
 	cd adapters/gocron && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 
+## check-adapters: build each adapter with GOWORK=off against the core from a file:// proxy
+## of the tree, as a user's `go get` does.
+check-adapters:
+	hack/check-adapters.sh
+
 ## fuzz-smoke: every fuzz target for a bounded number of executions; a crasher lands in
 ## testdata/fuzz. A count, not a duration: with a duration, Go 1.26's fuzz coordinator can
 ## report a spurious "context deadline exceeded" when the deadline races a busy worker
@@ -61,7 +66,7 @@ test-under-load: test-deps
 	hack/under-load.sh $(GO) test -race -count=1 -timeout 20m $(LOAD_PKGS)
 
 ## model: the Promela models of the protocol checked by spin, and every mutant refuted.
-model:
+model: test-deps
 	hack/model.sh
 
 ## compat: the real-server suites against Redis 7.0 (Debian), Redis 7.2 and Valkey 8
@@ -78,4 +83,4 @@ k8s-e2e:
 demo:
 	$(GO) run ./cmd/elector demo
 
-ci: lint test build helm-test adapters-test fuzz-smoke bench-quick
+ci: lint test build helm-test adapters-test check-adapters fuzz-smoke bench-quick

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Makes sure the programs the tests start are installed: redis-server, redis-sentinel and
-# redis-cli (Debian packages redis-server, redis-sentinel, redis-tools). Installs them with
-# apt-get when run as root; otherwise says what to install and fails.
+# redis-cli (Debian packages redis-server, redis-sentinel, redis-tools), and spin with a C
+# compiler for the model (make model). Installs them with apt-get when run as root; otherwise
+# says what to install and fails.
 set -euo pipefail
 
 missing=()
-for bin in redis-server redis-sentinel redis-cli; do
+for bin in redis-server redis-sentinel redis-cli spin gcc; do
 	command -v "$bin" >/dev/null 2>&1 || missing+=("$bin")
 done
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 
-packages="redis-server redis-sentinel redis-tools"
+packages="redis-server redis-sentinel redis-tools spin gcc"
 if [[ $(id -u) -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
 	echo "missing ${missing[*]}: install the packages $packages (e.g. sudo apt-get install $packages) and run again" >&2
 	exit 1
