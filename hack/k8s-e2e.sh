@@ -110,11 +110,35 @@ install_packages() {
 	exit 1
 }
 
+# backstop: if the test binary died without its teardown (it tears down on failures, signals
+# and before its own timeout), stop what its cluster's pid file lists, by PID, and the
+# containerd shims of that cluster's socket; remove the bridge.
+backstop() {
+	local dir pid name
+	for dir in /var/lib/elector-e2e-*; do
+		[[ -f $dir/pids ]] || continue
+		log "leftover cluster in $dir: stopping its processes"
+		while read -r pid name; do
+			if [[ -r /proc/$pid/cmdline ]] && tr '\0' ' ' </proc/$pid/cmdline | grep -q -- "$name"; then
+				kill -9 "$pid" 2>/dev/null || true
+			fi
+		done <"$dir/pids"
+		for pid in $(grep -l -- "$dir/containerd/containerd.sock" /proc/[0-9]*/cmdline 2>/dev/null | cut -d/ -f3); do
+			kill -9 "$pid" 2>/dev/null || true
+		done
+		grep " $dir" /proc/self/mountinfo | awk '{print $5}' | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+	done
+	ip link del elk8s0 2>/dev/null || true
+}
+
 run_tests() {
 	export E2E_K8S_BIN=$k8s_bin E2E_HELM=$helm_bin/helm E2E_CACHE=$cache E2E_REPO=$repo_root
 	export E2E_K8S_VERSION=$K8S_VERSION E2E_HELM_VERSION=$HELM_VERSION
+	export E2E_RESULTS=${E2E_RESULTS:-$cache/results.json}
+	(cd "$repo_root/hack/image" && go vet ./... && go test -count=1 ./...)
 	cd "$repo_root/test/k8s"
 	go vet ./...
+	trap backstop EXIT
 	go test -count=1 -v -timeout 20m ${E2E_RUN:+-run "$E2E_RUN"} ./...
 }
 
