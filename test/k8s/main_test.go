@@ -163,7 +163,8 @@ func (e *env) prepare(ctx context.Context, work string) error {
 		return fmt.Errorf("hack/build.sh: %w: %s", err, out)
 	}
 	for _, p := range []string{"pause", "worker", "clientgo-elector"} {
-		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(binDir, p), "./cmd/"+p)
+		// Without -trimpath and with CGO off, as the test binary: the build cache is shared.
+		cmd := exec.CommandContext(ctx, "go", "build", "-ldflags=-s -w", "-o", filepath.Join(binDir, p), "./cmd/"+p)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("build %s: %w: %s", p, err, out)

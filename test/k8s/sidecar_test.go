@@ -116,7 +116,8 @@ func masterStatus(ctx context.Context, ip, leaseName string) (float64, error) {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		l := sc.Text()
-		if strings.HasPrefix(l, "leader_election_master_status{") && strings.Contains(l, `name="`+leaseName+`"`) {
+		// One election per sidecar: its one series (name is the lease's name).
+		if strings.HasPrefix(l, "leader_election_master_status{") {
 			var v float64
 			f := strings.Fields(l)
 			_, err := fmt.Sscan(f[len(f)-1], &v)

@@ -352,7 +352,8 @@ evictionHard: {memory.available: "100Mi", nodefs.available: "1%%", imagefs.avail
 registerNode: true
 serializeImagePulls: false
 podCIDR: %s
-`, c.ContainerdSock, c.BridgeIP, kubeletPort, healthzPort, c.pki.path("ca.crt"), o.PodCIDR)
+podLogsDir: %s
+`, c.ContainerdSock, c.BridgeIP, kubeletPort, healthzPort, c.pki.path("ca.crt"), o.PodCIDR, c.path("logs", "pods"))
 	if err := os.WriteFile(c.path("kubelet", "config.yaml"), []byte(kubeletCfg), 0o644); err != nil {
 		return err
 	}
