@@ -41,7 +41,7 @@ func (e *env) helmCmd(ctx context.Context, args ...string) (string, error) {
 func (e *env) baseValues() []string {
 	return []string{
 		"--set", "image.repository=localhost/elector", "--set", "image.tag=e2e",
-		"--set", "app.image.repository=localhost/elector-e2e/worker", "--set", "app.image.tag=1",
+		"--set", "app.image.repository=localhost/elector-e2e/worker", "--set-string", "app.image.tag=1",
 		"--set", "redis.addr=" + e.redisAddr,
 		"--set", "lease.duration=" + leaseDuration.String(),
 		"--set", "lease.renewDeadline=" + renewDeadline.String(),

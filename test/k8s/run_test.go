@@ -98,7 +98,7 @@ func TestRunMode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(out, "/worker job") {
+		if runsJob(out) {
 			running = append(running, p.Name)
 		}
 		if !strings.Contains(out, "/elector-bin/elector run") {
@@ -189,7 +189,7 @@ func TestRunMode(t *testing.T) {
 		if err != nil {
 			continue // a pod still starting
 		}
-		if strings.Contains(out, "/worker job") {
+		if runsJob(out) {
 			running = append(running, p.Name)
 		}
 	}
@@ -204,4 +204,16 @@ func TestRunMode(t *testing.T) {
 	e.figure("run_pod_gone_s", secs(gone.Sub(t0)))
 	e.figure("run_new_job_first_write_s", secs(firstNew.Sub(t0)))
 	e.figure("run_gap_between_jobs_s", secs(firstNew.Sub(lastOld)))
+}
+
+// runsJob reports whether `worker ps` output lists the job itself ("PID /worker job"), not
+// only elector run's command line that ends in it.
+func runsJob(ps string) bool {
+	for _, l := range strings.Split(ps, "\n") {
+		f := strings.Fields(l)
+		if len(f) == 3 && f[1] == "/worker" && f[2] == "job" {
+			return true
+		}
+	}
+	return false
 }

@@ -135,13 +135,8 @@ func testHelmTest(t *testing.T, ctx context.Context, r *release) {
 		t.Logf("helm test:\n%s", out)
 	}
 	// With no replica, the lease is released and the hook must fail.
-	scale := func(n int32) {
-		sc, err := e.cs.AppsV1().Deployments("default").GetScale(ctx, r.deployment.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc.Spec.Replicas = n
-		if _, err := e.cs.AppsV1().Deployments("default").UpdateScale(ctx, r.deployment.Name, sc, metav1.UpdateOptions{}); err != nil {
+	scale := func(n int) {
+		if _, err := e.c.Kubectl(ctx, "scale", "deployment", r.deployment.Name, fmt.Sprintf("--replicas=%d", n)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -245,7 +240,7 @@ func testRollingUpdate(t *testing.T, ctx context.Context, r *release, tg target)
 	}()
 
 	t0 := time.Now()
-	if _, err := e.helmCmd(ctx, "upgrade", r.name, e.repo+"/charts/elector", "--reuse-values", "--set", "podAnnotations.e2e/rollout=1"); err != nil {
+	if _, err := e.helmCmd(ctx, "upgrade", r.name, e.repo+"/charts/elector", "--reuse-values", "--set-string", "podAnnotations.e2e/rollout=1"); err != nil {
 		t.Fatal(err)
 	}
 	// Complete: every pod of the new template, none of the old, exactly one Ready.

@@ -215,6 +215,8 @@ func (c *Cluster) start(ctx context.Context) error {
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file="+p("sa.pub"), "--service-account-signing-key-file="+p("sa.key"),
 		"--authorization-mode=RBAC", "--allow-privileged=false", "--profiling=false",
+		// The node name does not resolve: reach the kubelet (exec, logs) at its address.
+		"--kubelet-preferred-address-types=InternalIP",
 		"--cert-dir="+c.path("pki", "apiserver-generated")); err != nil {
 		return err
 	}
