@@ -199,7 +199,7 @@ func (e *env) prepare(ctx context.Context, work string) error {
 	logf("binaries and images in %.1fs", time.Since(t0).Seconds())
 
 	// Redis on the host, bound to the bridge's address only: the pods reach it directly.
-	port, err := freePort(e.c.BridgeIP.String())
+	port, err := cluster.FreePort(e.c.BridgeIP.String())
 	if err != nil {
 		return err
 	}
@@ -223,15 +223,6 @@ func (e *env) prepare(ctx context.Context, work string) error {
 	cfg.QPS, cfg.Burst = 100, 200
 	e.cs, err = kubernetes.NewForConfig(cfg)
 	return err
-}
-
-func freePort(addr string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func waitUntil(ctx context.Context, limit time.Duration, f func() error) error {

@@ -68,8 +68,8 @@ type proc struct {
 	done chan struct{}
 }
 
-// freePort returns a TCP port free on addr.
-func freePort(addr string) (int, error) {
+// FreePort returns a TCP port free on addr.
+func FreePort(addr string) (int, error) {
 	l, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
 	if err != nil {
 		return 0, err
@@ -176,11 +176,11 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 
 	// etcd.
-	etcdClient, err := freePort("127.0.0.1")
+	etcdClient, err := FreePort("127.0.0.1")
 	if err != nil {
 		return err
 	}
-	etcdPeer, err := freePort("127.0.0.1")
+	etcdPeer, err := FreePort("127.0.0.1")
 	if err != nil {
 		return err
 	}
@@ -194,7 +194,7 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 
 	// kube-apiserver.
-	apiPort, err := freePort(c.BridgeIP.String())
+	apiPort, err := FreePort(c.BridgeIP.String())
 	if err != nil {
 		return err
 	}
@@ -227,7 +227,7 @@ func (c *Cluster) start(ctx context.Context) error {
 		return err
 	}
 
-	cmPort, err := freePort("127.0.0.1")
+	cmPort, err := FreePort("127.0.0.1")
 	if err != nil {
 		return err
 	}
@@ -239,7 +239,7 @@ func (c *Cluster) start(ctx context.Context) error {
 		"--cert-dir="+c.path("pki", "cm-generated")); err != nil {
 		return err
 	}
-	schedPort, err := freePort("127.0.0.1")
+	schedPort, err := FreePort("127.0.0.1")
 	if err != nil {
 		return err
 	}
@@ -323,11 +323,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 // waits for the node to be Ready.
 func (c *Cluster) StartNode(ctx context.Context) error {
 	o := c.opts
-	kubeletPort, err := freePort(c.BridgeIP.String())
+	kubeletPort, err := FreePort(c.BridgeIP.String())
 	if err != nil {
 		return err
 	}
-	healthzPort, err := freePort("127.0.0.1")
+	healthzPort, err := FreePort("127.0.0.1")
 	if err != nil {
 		return err
 	}
@@ -365,11 +365,11 @@ podLogsDir: %s
 		"--hostname-override="+c.NodeName, "--node-ip="+c.BridgeIP.String()); err != nil {
 		return err
 	}
-	proxyHealthz, err := freePort("127.0.0.1")
+	proxyHealthz, err := FreePort("127.0.0.1")
 	if err != nil {
 		return err
 	}
-	proxyMetrics, err := freePort("127.0.0.1")
+	proxyMetrics, err := FreePort("127.0.0.1")
 	if err != nil {
 		return err
 	}
