@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# The Kubernetes e2e (make k8s-e2e): builds a real one-node Kubernetes from the Go module
+# proxy's k8s.io/kubernetes source and helm (both cached outside the repo, keyed by version,
+# so a warm machine skips the build), installs the Debian packages the cluster needs, then
+# runs the test module test/k8s, which brings the cluster up, installs the chart with helm and
+# runs the scenarios, tearing everything down by PID at the end, even when a test fails.
+#
+# Usage: hack/k8s-e2e.sh [build|test|all]   (default all)
+#
+# Environment (all optional):
+#   K8S_VERSION    Kubernetes version to build (default v1.37.2)
+#   HELM_VERSION   helm version to build (default v3.22.0)
+#   E2E_CACHE      cache dir (default ${XDG_CACHE_HOME:-$HOME/.cache}/elector-e2e)
+#   E2E_RUN        -run pattern for the test module
+set -euo pipefail
+
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+K8S_VERSION=${K8S_VERSION:-v1.37.2}
+HELM_VERSION=${HELM_VERSION:-v3.22.0}
+cache=${E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/elector-e2e}
+k8s_bin=$cache/k8s-$K8S_VERSION/bin
+helm_bin=$cache/helm-$HELM_VERSION/bin
+mode=${1:-all}
+
+log() { printf '%s k8s-e2e: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+
+k8s_binaries=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
+
+build_k8s() {
+	local missing=0 b
+	for b in "${k8s_binaries[@]}"; do [[ -x $k8s_bin/$b ]] || missing=1; done
+	if ((missing == 0)); then
+		log "kubernetes $K8S_VERSION: cached in $k8s_bin"
+		return
+	fi
+	log "kubernetes $K8S_VERSION: building into $k8s_bin (cold: several minutes)"
+	local dir src
+	dir=$(GOFLAGS=-mod=mod GOWORK=off go mod download -json "k8s.io/kubernetes@$K8S_VERSION" |
+		sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+	[[ -d $dir ]] || { log "go mod download gave no source dir"; exit 1; }
+	# The module cache is read-only: build from a patched copy.
+	src=$cache/k8s-$K8S_VERSION/src
+	rm -rf "$src" && mkdir -p "$src"
+	cp -r "$dir"/. "$src"/ && chmod -R u+w "$src"
+	# The module zip has no staging/ modules but ships a go.work naming them: drop it, the
+	# vendor dir and the replace block, and require the published staging modules instead.
+	rm -rf "$src/go.work" "$src/go.work.sum" "$src/vendor"
+	local minor=${K8S_VERSION#v1.}
+	local staging=v0.$minor
+	awk -v staging="$staging" '
+		/^replace \($/ { skip = 1; next }
+		skip && /^\)$/ { skip = 0; next }
+		skip { next }
+		/^replace k8s\.io\/.* => \.\/staging/ { next }
+		$1 ~ /^k8s\.io\// && $2 == "v0.0.0" { sub(/v0\.0\.0$/, staging) }
+		{ print }
+	' "$src/go.mod" >"$src/go.mod.new"
+	mv "$src/go.mod.new" "$src/go.mod"
+	local major=1 minor_n=${minor%%.*}
+	local ld="-s -w"
+	local p
+	for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+		ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=$major -X $p.gitMinor=$minor_n"
+		ld+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+	done
+	mkdir -p "$k8s_bin.tmp"
+	(cd "$src" && CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=mod go build -trimpath -ldflags "$ld" \
+		-o "$k8s_bin.tmp/" ./cmd/kube-apiserver ./cmd/kube-controller-manager \
+		./cmd/kube-scheduler ./cmd/kubelet ./cmd/kube-proxy ./cmd/kubectl)
+	rm -rf "$k8s_bin" && mv "$k8s_bin.tmp" "$k8s_bin"
+	rm -rf "$src"
+	"$k8s_bin/kubectl" version --client
+}
+
+build_helm() {
+	if [[ -x $helm_bin/helm ]]; then
+		log "helm $HELM_VERSION: cached in $helm_bin"
+		return
+	fi
+	log "helm $HELM_VERSION: building into $helm_bin"
+	local minor=${K8S_VERSION#v1.}
+	minor=${minor%%.*}
+	local ld="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+	# helm's default Kubernetes version for `helm template` comes from these.
+	ld+=" -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1"
+	ld+=" -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$minor"
+	ld+=" -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1"
+	ld+=" -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$minor"
+	mkdir -p "$helm_bin"
+	CGO_ENABLED=0 GOBIN="$helm_bin" GOWORK=off GOFLAGS=-mod=mod \
+		go install -trimpath -ldflags "$ld" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+	"$helm_bin/helm" version
+}
+
+install_packages() {
+	local need=() p
+	for p in containerd runc containernetworking-plugins iptables etcd-server iproute2 util-linux; do
+		dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+	done
+	((${#need[@]} == 0)) && return
+	log "installing ${need[*]}"
+	local i
+	for i in 1 2 3 4 5 6 7 8 9 10; do
+		if DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}"; then
+			return
+		fi
+		log "apt-get failed (dpkg lock busy?), retry $i"
+		sleep 10
+	done
+	exit 1
+}
+
+# backstop: if the test binary died without its teardown (it tears down on failures, signals
+# and before its own timeout), stop what its cluster's pid file lists, by PID, and the
+# containerd shims of that cluster's socket; remove the bridge.
+backstop() {
+	local dir pid name
+	for dir in /var/lib/elector-e2e-*; do
+		[[ -f $dir/pids ]] || continue
+		log "leftover cluster in $dir: stopping its processes"
+		while read -r pid name; do
+			if [[ -r /proc/$pid/cmdline ]] && tr '\0' ' ' </proc/$pid/cmdline | grep -q -- "$name"; then
+				kill -9 "$pid" 2>/dev/null || true
+			fi
+		done <"$dir/pids"
+		for pid in $(grep -l -- "$dir/containerd/containerd.sock" /proc/[0-9]*/cmdline 2>/dev/null | cut -d/ -f3); do
+			kill -9 "$pid" 2>/dev/null || true
+		done
+		grep " $dir" /proc/self/mountinfo | awk '{print $5}' | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+	done
+	ip link del elk8s0 2>/dev/null || true
+}
+
+run_tests() {
+	export E2E_K8S_BIN=$k8s_bin E2E_HELM=$helm_bin/helm E2E_CACHE=$cache E2E_REPO=$repo_root
+	export E2E_K8S_VERSION=$K8S_VERSION E2E_HELM_VERSION=$HELM_VERSION
+	export E2E_RESULTS=${E2E_RESULTS:-$cache/results.json}
+	(cd "$repo_root/hack/image" && go vet ./... && go test -count=1 ./...)
+	cd "$repo_root/test/k8s"
+	# CGO off for the test binary too: the programs it builds into images are static, and
+	# with one setting they share the build cache (client-go is compiled once).
+	export CGO_ENABLED=0
+	go vet ./...
+	trap backstop EXIT
+	go test -count=1 -v -timeout 20m ${E2E_RUN:+-run "$E2E_RUN"} ./...
+}
+
+start=$(date +%s)
+case "$mode" in
+build) build_k8s; build_helm ;;
+test) run_tests ;;
+all) install_packages; build_k8s; build_helm; run_tests ;;
+*) echo "usage: $0 [build|test|all]" >&2; exit 2 ;;
+esac
+log "done in $(($(date +%s) - start)) s"

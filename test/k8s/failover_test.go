@@ -1,0 +1,186 @@
+package k8s
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// target is what the failover scenarios act on: a set of pods electing through some lease.
+type target struct {
+	label    string // for the figures: "elector-native", "clientgo", ...
+	replicas int
+	selector labels.Selector
+	service  string // the Service whose EndpointSlice must hold only the leader
+	holder   func(context.Context) (string, int64, error)
+	// procMarker is an argument of the electing process's command line, to find it on the
+	// host for the crash case.
+	procMarker string
+}
+
+// steady waits for REPLICAS running pods, exactly one of them Ready, that one the lease's
+// holder and the only ready endpoint of the Service, and checks it stays so for 3 s.
+func steady(t *testing.T, s *sampler, tg target, after time.Time) sample {
+	t.Helper()
+	ok := func(x sample) bool {
+		live := 0
+		for _, p := range x.pods {
+			if !p.terminating && p.ip != "" {
+				live++
+			}
+		}
+		rp := x.readyPods()
+		if live != tg.replicas || len(rp) != 1 || x.holder != rp[0] {
+			return false
+		}
+		p, _ := x.pod(rp[0])
+		return slices.Equal(x.ready, []string{p.ip})
+	}
+	first := s.waitFor(t, after, 3*time.Minute, fmt.Sprintf("%s: %d pods, exactly one Ready, the holder, the only endpoint", tg.label, tg.replicas), ok)
+	time.Sleep(3 * time.Second)
+	for _, x := range s.since(first.at) {
+		if len(x.readyPods()) > 1 || len(x.ready) > 1 {
+			t.Fatalf("%s: two pods ready at once at %s: pods %+v, endpoints %v", tg.label, x.at.Format(time.RFC3339Nano), x.pods, x.ready)
+		}
+	}
+	return first
+}
+
+// failoverResult is what one delete measured.
+type failoverResult struct {
+	// Handover: from the delete (or kill) until the lease has a new holder (token).
+	Handover time.Duration
+	// Ready: until another pod is Ready and the only ready endpoint.
+	Ready time.Duration
+	// NoEndpoint: how long the Service had no ready endpoint.
+	NoEndpoint time.Duration
+}
+
+// failover deletes (or kills) the leader and measures the takeover.
+func failover(t *testing.T, ctx context.Context, s *sampler, tg target, how string) failoverResult {
+	t.Helper()
+	st := steady(t, s, tg, time.Now())
+	old := st.readyPods()[0]
+	oldPod, _ := st.pod(old)
+	oldToken := st.token
+	t0 := time.Now()
+	switch how {
+	case "delete":
+		e.kubectlDelete(t, ctx, old, false)
+	case "force":
+		e.kubectlDelete(t, ctx, old, true)
+	case "kill":
+		pids := electingPIDs(old, tg.procMarker)
+		if len(pids) != 1 {
+			t.Fatalf("%s: want the one electing process of pod %s on the host, found %v", tg.label, old, pids)
+		}
+		t0 = time.Now()
+		if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The old leader stops counting: deleted (terminating), or, killed, unready until its
+	// container restarts.
+	gone := s.waitFor(t, t0, time.Minute, tg.label+": the old leader not ready", func(x sample) bool {
+		p, ok := x.pod(old)
+		return !ok || p.terminating || !p.ready || x.token != oldToken
+	})
+	// A killed client-go replica restarts with the same identity and may resume its own
+	// term (same Lease holder, same acquire time): accept that as the recovery of a kill.
+	newLeader := s.waitFor(t, gone.at, 2*time.Minute, tg.label+": one pod Ready, the holder, the only endpoint", func(x sample) bool {
+		rp := x.readyPods()
+		if len(rp) != 1 || x.holder != rp[0] || (x.token == oldToken && how != "kill") {
+			return false
+		}
+		p, _ := x.pod(rp[0])
+		return slices.Equal(x.ready, []string{p.ip})
+	})
+	handover, newTerm := newLeader, false
+	for _, x := range s.since(t0) {
+		if x.holderOK && x.holder != "" && x.token != oldToken {
+			handover, newTerm = x, true
+			break
+		}
+	}
+	if handover.at.After(newLeader.at) {
+		handover, newTerm = newLeader, false
+	}
+	res := failoverResult{Handover: handover.at.Sub(t0), Ready: newLeader.at.Sub(t0)}
+	var emptySince time.Time
+	for _, x := range s.since(t0) {
+		if x.at.After(newLeader.at) {
+			break
+		}
+		if len(x.readyPods()) > 1 || len(x.ready) > 1 {
+			t.Errorf("%s %s: two pods ready at once at +%v: pods %+v, endpoints %v", tg.label, how, x.at.Sub(t0), x.pods, x.ready)
+		}
+		if len(x.ready) == 0 && emptySince.IsZero() {
+			emptySince = x.at
+		}
+		// The old leader's address must not be a ready endpoint once the new one leads.
+		if x.holder != "" && x.holder != old && slices.Contains(x.ready, oldPod.ip) && how != "kill" {
+			t.Errorf("%s %s: the old leader %s still a ready endpoint at +%v while %s holds the lease", tg.label, how, old, x.at.Sub(t0), x.holder)
+		}
+	}
+	if !emptySince.IsZero() {
+		res.NoEndpoint = newLeader.at.Sub(emptySince)
+	}
+	if how == "kill" && !newTerm {
+		t.Logf("%s: after SIGKILL, the restarted process of %s resumed its own term (same identity, no new term) after %v", tg.label, old, res.Ready)
+		e.figure(tg.label+"_kill_resumed_same_term", true)
+	}
+	if how == "kill" && newTerm {
+		// Nobody may take over before the killed leader's lease expired: at least
+		// leaseDuration after its last renew, which was at most retryPeriod (plus the jitter
+		// and a round trip) before the kill.
+		if min := leaseDuration - retryPeriod - retryPeriod/5 - 200*time.Millisecond; res.Handover < min {
+			t.Errorf("%s: takeover %v after SIGKILL of the leader, before its lease could expire (>= %v)", tg.label, res.Handover, min)
+		}
+	}
+	t.Logf("%s %s of leader %s: new holder %s after %v, Ready and sole endpoint after %v, no ready endpoint for %v",
+		tg.label, how, old, newLeader.holder, res.Handover, res.Ready, res.NoEndpoint)
+	e.figure(tg.label+"_"+how+"_handover_s", secs(res.Handover))
+	e.figure(tg.label+"_"+how+"_ready_s", secs(res.Ready))
+	e.figure(tg.label+"_"+how+"_no_endpoint_s", secs(res.NoEndpoint))
+	return res
+}
+
+// electingPIDs finds, by PID on the host, the processes of pod whose environment says
+// POD_NAME=pod and whose command line has marker.
+func electingPIDs(pod, marker string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, en := range entries {
+		pid, err := strconv.Atoi(en.Name())
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", en.Name(), "environ"))
+		if err != nil || !slices.Contains(strings.Split(string(env), "\x00"), "POD_NAME="+pod) {
+			continue
+		}
+		cmd, _ := os.ReadFile(filepath.Join("/proc", en.Name(), "cmdline"))
+		if slices.Contains(strings.Split(string(cmd), "\x00"), marker) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func (e *env) runFailovers(t *testing.T, ctx context.Context, tg target) {
+	s := e.startSampler(ctx, tg.selector, tg.service, tg.holder)
+	defer s.Stop()
+	for _, how := range []string{"delete", "force", "kill"} {
+		t.Run(how, func(t *testing.T) { failover(t, ctx, s, tg, how) })
+	}
+	steady(t, s, tg, time.Now())
+}
