@@ -84,8 +84,12 @@ func TestBadInput(t *testing.T) {
 		_, err = election.New(electionConfig(client, func(c *election.Config) { c.Identity = tc.identity }))
 		checkErr(t, "election.New Identity", err, "Identity", tc.want)
 	}
-	_, err := election.New(electionConfig(client, func(c *election.Config) { c.Identity = "" }))
-	checkErr(t, "election.New without Identity", err, "Identity", "must not be empty")
+	// An empty Identity takes election.DefaultIdentity ($POD_NAME, else the host name).
+	if e, err := election.New(electionConfig(client, func(c *election.Config) { c.Identity = "" })); err != nil {
+		t.Errorf("election.New without Identity: %v, want the default identity", err)
+	} else if want, _ := election.DefaultIdentity(); e.Identity() != want {
+		t.Errorf("election.New without Identity: identity %q, want the default %q", e.Identity(), want)
+	}
 	for _, ok := range []string{long(lease.MaxIdentityLen), "ns/pod:with:colons and spaces", "ünïcode-pod"} {
 		if _, err := election.New(electionConfig(client, func(c *election.Config) { c.Identity = ok })); err != nil {
 			t.Errorf("identity %q refused: %v", ok, err)
