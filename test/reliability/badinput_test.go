@@ -97,7 +97,7 @@ func TestBadInput(t *testing.T) {
 	}
 
 	// Nil clients.
-	_, err = lease.New(nil, "job", lease.Options{})
+	_, err := lease.New(nil, "job", lease.Options{})
 	checkErr(t, "lease.New nil client", err, "client is nil")
 	_, err = election.New(electionConfig(nil, nil))
 	checkErr(t, "election.New nil Client", err, "Client")
