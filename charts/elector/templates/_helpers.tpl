@@ -214,10 +214,10 @@ milliseconds.
 {{- end }}
 
 {{/*
-Flags shared by `elector sidecar` and `elector run`, one per line of a YAML
-list.
+Flags that every elector command takes, `elector status` (the helm test) included:
+how to reach Redis and which lease to read, one per line of a YAML list.
 */}}
-{{- define "elector.commonArgs" -}}
+{{- define "elector.readArgs" -}}
 {{- $addr := .Values.redis.addr }}
 {{- if kindIs "slice" $addr }}{{ $addr = join "," $addr }}{{ end }}
 - --redis-addr={{ $addr }}
@@ -257,10 +257,18 @@ list.
 {{- end }}
 - --lease-name={{ include "elector.leaseName" . }}
 - --key-prefix={{ .Values.lease.keyPrefix }}
+- --v={{ .Values.logVerbosity }}
+{{- end }}
+
+{{/*
+Arguments of the elector that campaigns (sidecar and run): how to read the lease
+(elector.readArgs) and the timing of a term.
+*/}}
+{{- define "elector.commonArgs" -}}
+{{ include "elector.readArgs" . }}
 - --lease-duration={{ .Values.lease.duration }}
 - --renew-deadline={{ .Values.lease.renewDeadline }}
 - --retry-period={{ .Values.lease.retryPeriod }}
-- --v={{ .Values.logVerbosity }}
 {{- end }}
 
 {{/*
