@@ -737,3 +737,76 @@ func TestGroupMachineTableMatchesDesign(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupMachineStaleReleaseResumeStartsNoTerm is docs/MODEL.md's finding 1: a release
+// whose reply is an error may still run later. An acquire that then resumes the same record
+// (the script renews a record its owner holds) must not start a term, for the stale release
+// would delete the key under it and another replica acquire. It is taken as held by another
+// (no term, no second release, next attempt when it expired); a reply with another record
+// ends the suspicion. Both release paths: a late win (no term started) and a term given up
+// (Remove, then Add).
+func TestGroupMachineStaleReleaseResumeStartsNoTerm(t *testing.T) {
+	for _, path := range []string{"late win", "term released"} {
+		t.Run(path, func(t *testing.T) {
+			mt := newMachineTest(t)
+			m := mt.m
+			var rec lease.Record
+			switch path {
+			case "late win":
+				gl := mt.setup(rowReleasingNew)
+				rec = gl.term
+			case "term released":
+				gl := mt.setup(rowLeading)
+				rec = gl.term
+				m.remove("x")
+				m.onWorkReturned(gl, rec)
+			}
+			m.tick(mt.clk.Now())
+			if len(mt.fx.releases) != 1 || mt.fx.releases[0].items[0].term != rec {
+				t.Fatalf("release of %v not sent: %v", rec, mt.fx.releases)
+			}
+			rel := mt.fx.releases[0]
+			rel.errs = []error{errors.New("i/o timeout")} // sent; it may run at any time
+			m.onRelease(rel)
+			if path == "term released" {
+				gl := mt.gl("x")
+				m.onNotified(gl, rec) // forgotten (removed)...
+				if mt.gl("x") != nil {
+					t.Fatal("removed lease not forgotten")
+				}
+				m.add("x") // ...and added again: a new groupLease
+			}
+			gl := mt.gl("x")
+			started, releases := len(mt.fx.started), len(mt.fx.releases)
+			mt.clk.SetTime(gl.next)
+			b := mt.tickAcquire("x")
+			answer(b, acquireReply{won: true, rec: rec, ttl: mtLease}) // the resume
+			m.onAcquire(b)
+			m.tick(mt.clk.Now())
+			if len(mt.fx.started) != started {
+				t.Fatalf("term started on a resumed record whose release failed: %v", mt.fx.started)
+			}
+			if gl.state != stateIdle || !gl.next.Equal(mt.clk.Now().Add(mtLease)) {
+				t.Fatalf("after the resume: state %v, next in %v, want idle, next in LeaseDuration", gl.state, gl.next.Sub(mt.clk.Now()))
+			}
+			if len(mt.fx.releases) != releases || len(m.releases) != 0 {
+				t.Fatalf("the resumed record was released again")
+			}
+			// Expired meanwhile: a new record is a new term, trusted.
+			mt.clk.SetTime(gl.next)
+			if n := len(mt.fx.renews); n > 0 && mt.fx.renews[n-1].replies == nil {
+				mt.renewReply(nil, 1)
+			}
+			b = mt.tickAcquire("x")
+			fresh := mt.rec(mtOurs)
+			answer(b, acquireReply{won: true, rec: fresh, ttl: mtLease})
+			m.onAcquire(b)
+			if gl.state != stateLeading || gl.term != fresh {
+				t.Fatalf("new record: state %v, term %v, want leading %v", gl.state, gl.term, fresh)
+			}
+			if _, ok := m.poisoned["x"]; ok {
+				t.Fatal("poisoned record not forgotten after another record was seen")
+			}
+		})
+	}
+}
