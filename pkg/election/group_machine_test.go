@@ -206,6 +206,18 @@ var machineEvents = []struct {
 		answer(b, acquireReply{won: true, rec: mt.rec(mtOurs), ttl: mtLease})
 		mt.m.onAcquire(b)
 	}},
+	{"acquire resumes a record whose release failed", func(mt *machineTest, gl *groupLease) {
+		// The record is set as poisoned directly; TestGroupMachineStaleReleaseResumeStartsNoTerm
+		// reaches it through a failed release.
+		rec := mt.rec(mtOurs)
+		mt.m.poisoned["x"] = rec
+		b := &acquireBatch{sent: mt.clk.Now(), items: []*groupLease{gl}}
+		if n := len(mt.fx.acquires); gl.state == stateAcquiring && n > 0 {
+			b = mt.fx.acquires[n-1]
+		}
+		answer(b, acquireReply{won: true, rec: rec, ttl: mtLease})
+		mt.m.onAcquire(b)
+	}},
 	{"acquire held by another", func(mt *machineTest, gl *groupLease) {
 		b := &acquireBatch{sent: mt.clk.Now(), items: []*groupLease{gl}}
 		if n := len(mt.fx.acquires); gl.state == stateAcquiring && n > 0 {
@@ -275,10 +287,11 @@ var machineEvents = []struct {
 // cannot happen in that state), "gone" that the lease was forgotten. TestGroupMachineTableMatchesDesign
 // checks that the doc says the same.
 var machineTable = map[string]map[string]string{
-	"due":                       {rowIdle: "acquiring"},
-	"acquire won":               {rowAcquiring: "leading"},
-	"acquire won, late":         {rowAcquiring: "releasing (no term started)"},
-	"acquire held by another":   {rowAcquiring: "idle"},
+	"due":                     {rowIdle: "acquiring"},
+	"acquire won":             {rowAcquiring: "leading"},
+	"acquire won, late":       {rowAcquiring: "releasing (no term started)"},
+	"acquire held by another": {rowAcquiring: "idle"},
+	"acquire resumes a record whose release failed": {rowAcquiring: "idle"},
 	"acquire error":             {rowAcquiring: "idle"},
 	"renew ok":                  {},
 	"renew says 0":              {rowLeading: "draining", rowLeadingDone: "notifying", rowStopping: "draining"},
@@ -411,6 +424,10 @@ func (mt *machineTest) checkEffects(row, ev string, gl *groupLease, nextBefore t
 	case row == rowAcquiring && ev == "acquire held by another":
 		if !gl.next.Equal(now.Add(mtHeldTTL)) {
 			t.Errorf("held: next in %v, want the holder's TTL", gl.next.Sub(now))
+		}
+	case row == rowAcquiring && ev == "acquire resumes a record whose release failed":
+		if !gl.next.Equal(now.Add(mtLease)) || len(mt.m.releases) != 0 {
+			t.Errorf("resume of a poisoned record: next in %v, releases queued %d; want its TTL, none", gl.next.Sub(now), len(mt.m.releases))
 		}
 	case row == rowAcquiring && ev == "acquire error":
 		if !gl.next.Equal(now.Add(mtRetry)) {
