@@ -78,9 +78,11 @@ run mutant mutant-token-no-time       election.pml $E_LOSS -DMUTANT_TOKEN_NO_TIM
 run pass   group-1-lease              group.pml -DL=1
 run mutant mutant-group-add-resume    group.pml -DL=1 -DMUTANT_ADD_RESUME
 run mutant mutant-group-loop-block    group.pml -DL=2 -DMUTANT_LOOP_BLOCK
-# A finding, not a mutant: a release whose reply is an error (timeout) may still execute
-# later; the spec'd machine then lets Add acquire (resume) the same record. See docs/MODEL.md.
-run mutant finding-group-stale-release group.pml -DL=1 -DSTALE=1
+# Finding 1 (docs/MODEL.md), fixed: a release whose reply is an error (timeout) may still
+# execute later; an acquire that resumes its record must not start a term. With one abandoned
+# request that may execute late (STALE=1); the mutant undoes the fix.
+run pass   finding-group-stale-release group.pml -DL=1 -DSTALE=1
+run mutant mutant-group-trust-stale-resume group.pml -DL=1 -DSTALE=1 -DMUTANT_TRUST_STALE_RESUME
 
 # L1 (liveness) in the LIVE configuration: zero network delay, one failed call, no restart,
 # drop or cancel. About a minute more; opt in with MODEL_LIVE=1.

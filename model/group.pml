@@ -13,7 +13,14 @@
  *
  * Mutants: MUTANT_ADD_RESUME (Add during releasing acquires again while the release is still
  * queued: the old "Add after Remove" bug), MUTANT_LOOP_BLOCK (OnStoppedLeading runs on the
- * loop: while it runs no lease's deadline is checked).
+ * loop: while it runs no lease's deadline is checked), MUTANT_TRUST_STALE_RESUME (an acquire that
+ * resumes the record of a release given up on starts a term: docs/MODEL.md finding 1, the fix
+ * undone).
+ *
+ * The fix of finding 1: a release given up on (its outcome unknown: it may still execute) leaves
+ * its record poisoned (ptok); an acquire that resumes that record is taken as held by another (no
+ * term, no second release); the poison is dropped when a reply shows another record, or when the
+ * release's outcome becomes known (its reply read).
  */
 
 #ifndef L
@@ -75,6 +82,7 @@ bit cb[L];                /* OnStoppedLeading running */
 byte el[L];               /* ticks since the acquire's send (ACQ) / lastOK's send (leading, stopping) */
 byte rel[L];              /* ticks since the in-flight renew's send */
 byte gtok[L];             /* G's record for the lease (its token), 0 none */
+byte ptok[L];             /* G's poisoned record: a release of it was given up on, 0 none */
 byte call[L];             /* the call the loop waits for */
 byte rpk[L];
 byte rpt[L];
@@ -99,10 +107,17 @@ byte stale = STALE;
 #define BLOCKED false
 #endif
 
+/* a won acquire reply that resumes the poisoned record (never, in the mutant) */
+#ifdef MUTANT_TRUST_STALE_RESUME
+#define RESUMES_POISONED(x) false
+#else
+#define RESUMES_POISONED(x) (ptok[x] != 0 && rpt[x] == ptok[x])
+#endif
+
 /* a fresh token for a new record of lease l: the smallest value no variable of l holds
  * (only equality of records matters to the scripts) */
 byte nt, j;
-#define USED(v) (ktok[l] == v || gtok[l] == v || rpt[l] == v || rqt[2*l] == v || rqt[2*l+1] == v)
+#define USED(v) (ktok[l] == v || gtok[l] == v || ptok[l] == v || rpt[l] == v || rqt[2*l] == v || rqt[2*l+1] == v)
 inline fresh(l) {
 	nt = 1;
 	do
@@ -232,8 +247,12 @@ proctype Lease(byte x) {
 end:	do
 	/* idle + due -> acquiring (any moment: covers next attempts, events, shares) */
 	:: atomic { !BLOCKED && gs[x] == IDLE && !runstop -> el[x] = 0; send(x, Q_ACQ, 0); gs[x] = ACQ }
+	/* acquiring + won, resuming the poisoned record: as held by another (the fix of finding 1) */
+	:: atomic { !BLOCKED && gs[x] == ACQ && rpk[x] == R_WON && RESUMES_POISONED(x) ->
+		call[x] = 0; rpk[x] = 0; rpt[x] = 0; toidle(x) }
 	/* acquiring + won */
-	:: atomic { !BLOCKED && gs[x] == ACQ && rpk[x] == R_WON ->
+	:: atomic { !BLOCKED && gs[x] == ACQ && rpk[x] == R_WON && !RESUMES_POISONED(x) ->
+		ptok[x] = 0;                           /* another record: the poisoned one is gone */
 		gtok[x] = rpt[x]; call[x] = 0; rpk[x] = 0; rpt[x] = 0;
 		if
 		:: removed[x] || runstop -> notify[x] = 0; send(x, Q_REL, gtok[x]); gs[x] = RELEASING
@@ -243,7 +262,7 @@ end:	do
 			assert(!work[x] && !cb[x]);        /* callbacks of one lease never overlap */
 			trust[x] = 1; work[x] = 1; gs[x] = LEADING
 		fi }
-	:: atomic { !BLOCKED && gs[x] == ACQ && rpk[x] == R_HELD -> call[x] = 0; rpk[x] = 0; toidle(x) }
+	:: atomic { !BLOCKED && gs[x] == ACQ && rpk[x] == R_HELD -> call[x] = 0; rpk[x] = 0; ptok[x] = 0; toidle(x) }
 	:: atomic { !BLOCKED && gs[x] == ACQ && (rpk[x] == R_ERR || (rpk[x] == 0 && giveups > 0)) ->
 		if :: rpk[x] == 0 -> giveups-- :: else fi; abandon(x); toidle(x) }
 	/* leading|stopping: a renew goes out (in a batch) */
@@ -261,7 +280,11 @@ end:	do
 	:: atomic { !BLOCKED && gs[x] == STOPPING && !work[x] -> stop(x) }
 	/* releasing + reply (released, not owner, error, or given up) */
 	:: atomic { !BLOCKED && gs[x] == RELEASING && (rpk[x] != 0 || giveups > 0) ->
-		if :: rpk[x] == 0 -> giveups-- :: else fi; abandon(x);
+		if
+		:: rpk[x] == 0 -> giveups--; ptok[x] = gtok[x]   /* outcome unknown: poisoned */
+		:: else -> if :: ptok[x] == gtok[x] -> ptok[x] = 0 :: else fi
+		fi;
+		abandon(x);
 		if :: notify[x] -> gs[x] = NOTIFYING; cb[x] = 1 :: else -> toidle(x) fi }
 	/* draining + work returned */
 	:: atomic { !BLOCKED && gs[x] == DRAINING && !work[x] -> gs[x] = NOTIFYING; cb[x] = 1 }

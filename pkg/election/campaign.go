@@ -73,6 +73,16 @@ func (f *follower) attempt(ctx context.Context) (attempt, bool) {
 	cancel()
 	late := !e.clock.Now().Before(a.sent.Add(e.cfg.RenewDeadline))
 	switch {
+	case err == nil && e.resumesPoisoned(won, st.Record):
+		// A resume of our record whose release failed: that release may still run and
+		// delete the key during the term. Not ours: neither a term nor a second release;
+		// try again once the record (renewed by this very acquire) expired. Not observed
+		// either: it would name this replica leader.
+		f.logger.Info("Acquire resumed a record whose release failed; not trusted, waiting for it to expire", "token", st.Record.Token)
+		a.wait = e.cfg.RetryPeriod
+		if st.TTL != lease.NoExpiry && st.TTL >= 0 {
+			a.wait = min(st.TTL, e.cfg.LeaseDuration)
+		}
 	case err == nil && won && (ctx.Err() != nil || late):
 		// A term that never started: release it whatever ReleaseOnCancel says (no work
 		// can overlap), rather than make followers wait for its expiry.

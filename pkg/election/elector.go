@@ -64,6 +64,12 @@ type Elector struct {
 	term     lease.Record // this replica's term while it leads
 	leading  bool
 	lastRenw time.Time // send time of the last successful acquire or renew of the current term
+	// poisoned is this replica's record whose release failed (zero: none). The release may
+	// still run later, so an acquire that resumes the record (the script renews a record its
+	// owner holds) must not start a term: the stale release would delete the key under it.
+	// Forgotten when an acquire reply shows another record (a record once gone never comes
+	// back), never by time: a delayed release can run at any time. Kept across Runs.
+	poisoned lease.Record
 
 	notify *notifier
 	errs   errorLog
@@ -156,6 +162,13 @@ func (e *Elector) release(ctx context.Context, logger klog.Logger, term lease.Re
 	rctx, cancel := context.WithTimeout(ctx, e.callTimeout())
 	defer cancel()
 	released, err := e.store.release(rctx, term)
+	e.mu.Lock()
+	if err != nil {
+		e.poisoned = term // its outcome is unknown: never resume this record
+	} else if e.poisoned == term {
+		e.poisoned = lease.Record{}
+	}
+	e.mu.Unlock()
 	switch {
 	case err != nil:
 		logger.Error(err, "Failed to release the lease; followers take over when it expires", "token", term.Token)
@@ -165,6 +178,21 @@ func (e *Elector) release(ctx context.Context, logger klog.Logger, term lease.Re
 	default:
 		logger.V(2).Info("Released the lease", "token", term.Token)
 	}
+}
+
+// resumesPoisoned reports whether an acquire reply (won, rec) resumes the record whose
+// release failed, and forgets that record once a reply shows another one.
+func (e *Elector) resumesPoisoned(won bool, rec lease.Record) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.poisoned == (lease.Record{}) {
+		return false
+	}
+	if won && rec == e.poisoned {
+		return true
+	}
+	e.poisoned = lease.Record{}
+	return false
 }
 
 // callTimeout bounds one Redis call: max(RetryPeriod, RenewDeadline/2), so that a round trip

@@ -90,8 +90,11 @@ type Group struct {
 	running bool
 	wake    chan struct{}
 
-	view   *groupView
-	maxLag atomic.Int64 // the latest the loop woke up after it planned to, in ns (tests)
+	view *groupView
+	// poisoned is the machine's (groupMachine.poisoned), kept across Runs: a release that
+	// failed at the end of one Run may still run during the next. Used by one Run at a time.
+	poisoned map[string]lease.Record
+	maxLag   atomic.Int64 // the latest the loop woke up after it planned to, in ns (tests)
 }
 
 type groupChange struct {
@@ -206,6 +209,7 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 		pattern:  cfg.KeyPrefix + ":{*}:events",
 		names:    map[string]struct{}{},
 		wake:     make(chan struct{}, 1),
+		poisoned: map[string]lease.Record{},
 	}
 	if g.clock == nil {
 		g.clock = clock.RealClock{}

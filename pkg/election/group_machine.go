@@ -140,6 +140,14 @@ type groupMachine struct {
 	acquiring int                      // leases in stateAcquiring
 	busy      int                      // leases not idle
 	releases  []termItem               // releases not yet sent
+	// poisoned holds, per lease name, our record whose release failed: the release may still
+	// run later (a command sent is not a command undone), so an acquire that resumes that
+	// record (the script renews a record this owner already holds) must not start a term: the
+	// stale release would delete the key under it. Forgotten only when a reply or event shows
+	// another record: a record once gone never comes back (tokens grow), while a clock cannot
+	// tell when a delayed release or renew will have run. It is the Group's (Run sets it), so
+	// that it outlives Remove/Add and a new Run. One record per lease name at most.
+	poisoned map[string]lease.Record
 
 	stopping                        bool // Run's ctx was cancelled
 	membersKnown                    bool // the first heartbeat came back (or failed)
@@ -162,7 +170,7 @@ func newGroupMachine(cfg *GroupConfig, clk clock.PassiveClock, fx groupEffects, 
 	instance string, newLease func(string) (*lease.Lease, error)) *groupMachine {
 	return &groupMachine{
 		cfg: cfg, clock: clk, jitter: jitter, fx: fx, view: view, logger: logger, newLease: newLease, instance: instance,
-		leases: map[string]*groupLease{}, held: map[*groupLease]struct{}{},
+		leases: map[string]*groupLease{}, held: map[*groupLease]struct{}{}, poisoned: map[string]lease.Record{},
 		retry: backoff{min: 50 * time.Millisecond, max: cfg.RetryPeriod},
 		live:  1,
 	}
@@ -474,7 +482,13 @@ func (m *groupMachine) onAcquire(b *acquireBatch) {
 			sent = b.sent
 		}
 		late := !now.Before(sent.Add(cfg.RenewDeadline))
-		if late && r.won {
+		stale := false
+		if p, ok := m.poisoned[gl.name]; ok && r.err == nil {
+			if stale = r.won && r.rec == p; !stale {
+				delete(m.poisoned, gl.name) // another record: ours is gone for good
+			}
+		}
+		if late && r.won && !stale {
 			lateWins++
 		}
 		switch {
@@ -482,6 +496,13 @@ func (m *groupMachine) onAcquire(b *acquireBatch) {
 			failed = true
 			m.errs.failed(m.logger, cfg.Metrics, cfg.Group, "acquire", r.err)
 			m.toIdle(gl, now.Add(cfg.RetryPeriod+m.jitter()))
+		case stale:
+			// A resume of the record whose release failed: that release may still run and
+			// delete the key during the term. Not ours: neither a term nor a second release;
+			// try again once the record (renewed by this very acquire) expired.
+			gl.observeToken(r.rec.Token)
+			m.logger.Info("Acquire resumed a record whose release failed; not trusted, waiting for it to expire", "lease", gl.name, "token", r.rec.Token)
+			m.toIdle(gl, now.Add(m.untilExpiry(r.ttl)+m.jitter()))
 		case r.won && (gl.removed || m.stopping || late):
 			// No term was started, so no callbacks: release it as a failed attempt.
 			gl.observeToken(r.rec.Token)
@@ -491,11 +512,7 @@ func (m *groupMachine) onAcquire(b *acquireBatch) {
 			m.begin(gl, r.rec, sent)
 		default:
 			gl.observeToken(r.rec.Token)
-			wait := r.ttl
-			if wait == lease.NoExpiry || wait < 0 {
-				wait = cfg.RetryPeriod
-			}
-			m.toIdle(gl, now.Add(min(wait, cfg.LeaseDuration)+m.jitter()))
+			m.toIdle(gl, now.Add(m.untilExpiry(r.ttl)+m.jitter()))
 		}
 	}
 	if lateWins > 0 {
@@ -504,6 +521,15 @@ func (m *groupMachine) onAcquire(b *acquireBatch) {
 	if lateWins == 0 && !failed {
 		m.errs.succeeded(m.logger)
 	}
+}
+
+// untilExpiry is how long to wait for a record held for ttl: at most LeaseDuration, and
+// RetryPeriod for one without expiry.
+func (m *groupMachine) untilExpiry(ttl time.Duration) time.Duration {
+	if ttl == lease.NoExpiry || ttl < 0 {
+		return m.cfg.RetryPeriod
+	}
+	return min(ttl, m.cfg.LeaseDuration)
 }
 
 // onRenew handles a renew batch's replies and the heartbeat.
@@ -575,6 +601,9 @@ func (m *groupMachine) onRelease(b *releaseBatch) {
 		if err != nil {
 			m.logger.Error(err, "Failed to release the lease; others take over when it expires", "lease", gl.name, "token", it.term.Token)
 			m.cfg.Metrics.redisError(m.cfg.Group, "release", err)
+			m.poisoned[gl.name] = it.term // its outcome is unknown: never resume it
+		} else if m.poisoned[gl.name] == it.term {
+			delete(m.poisoned, gl.name)
 		}
 		if gl.notify {
 			gl.relErr = err != nil
@@ -582,7 +611,9 @@ func (m *groupMachine) onRelease(b *releaseBatch) {
 			continue
 		}
 		// A won acquire that started no term. If the release failed, it may still run
-		// (a command sent is not a command undone): wait until the record expired.
+		// (a command sent is not a command undone): wait until the record expired. The
+		// wait is for the others' sake (an earlier attempt would only resume the record,
+		// which poisoned makes untrusted, and extend its life); safety is poisoned's.
 		wait := m.cfg.RetryPeriod
 		if err != nil {
 			wait = m.cfg.LeaseDuration
@@ -633,6 +664,9 @@ func (m *groupMachine) onEvent(name string, ev lease.Event) {
 	gl := m.leases[name]
 	if gl == nil || m.stopping || ev.Record.Instance == m.instance {
 		return
+	}
+	if p, ok := m.poisoned[name]; ok && ev.Record.Token > p.Token {
+		delete(m.poisoned, name) // a newer term of another replica: ours is gone for good
 	}
 	switch gl.state {
 	case stateIdle:

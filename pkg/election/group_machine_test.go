@@ -206,6 +206,18 @@ var machineEvents = []struct {
 		answer(b, acquireReply{won: true, rec: mt.rec(mtOurs), ttl: mtLease})
 		mt.m.onAcquire(b)
 	}},
+	{"acquire resumes a record whose release failed", func(mt *machineTest, gl *groupLease) {
+		// The record is set as poisoned directly; TestGroupMachineStaleReleaseResumeStartsNoTerm
+		// reaches it through a failed release.
+		rec := mt.rec(mtOurs)
+		mt.m.poisoned["x"] = rec
+		b := &acquireBatch{sent: mt.clk.Now(), items: []*groupLease{gl}}
+		if n := len(mt.fx.acquires); gl.state == stateAcquiring && n > 0 {
+			b = mt.fx.acquires[n-1]
+		}
+		answer(b, acquireReply{won: true, rec: rec, ttl: mtLease})
+		mt.m.onAcquire(b)
+	}},
 	{"acquire held by another", func(mt *machineTest, gl *groupLease) {
 		b := &acquireBatch{sent: mt.clk.Now(), items: []*groupLease{gl}}
 		if n := len(mt.fx.acquires); gl.state == stateAcquiring && n > 0 {
@@ -275,10 +287,11 @@ var machineEvents = []struct {
 // cannot happen in that state), "gone" that the lease was forgotten. TestGroupMachineTableMatchesDesign
 // checks that the doc says the same.
 var machineTable = map[string]map[string]string{
-	"due":                       {rowIdle: "acquiring"},
-	"acquire won":               {rowAcquiring: "leading"},
-	"acquire won, late":         {rowAcquiring: "releasing (no term started)"},
-	"acquire held by another":   {rowAcquiring: "idle"},
+	"due":                     {rowIdle: "acquiring"},
+	"acquire won":             {rowAcquiring: "leading"},
+	"acquire won, late":       {rowAcquiring: "releasing (no term started)"},
+	"acquire held by another": {rowAcquiring: "idle"},
+	"acquire resumes a record whose release failed": {rowAcquiring: "idle"},
 	"acquire error":             {rowAcquiring: "idle"},
 	"renew ok":                  {},
 	"renew says 0":              {rowLeading: "draining", rowLeadingDone: "notifying", rowStopping: "draining"},
@@ -411,6 +424,10 @@ func (mt *machineTest) checkEffects(row, ev string, gl *groupLease, nextBefore t
 	case row == rowAcquiring && ev == "acquire held by another":
 		if !gl.next.Equal(now.Add(mtHeldTTL)) {
 			t.Errorf("held: next in %v, want the holder's TTL", gl.next.Sub(now))
+		}
+	case row == rowAcquiring && ev == "acquire resumes a record whose release failed":
+		if !gl.next.Equal(now.Add(mtLease)) || len(mt.m.releases) != 0 {
+			t.Errorf("resume of a poisoned record: next in %v, releases queued %d; want its TTL, none", gl.next.Sub(now), len(mt.m.releases))
 		}
 	case row == rowAcquiring && ev == "acquire error":
 		if !gl.next.Equal(now.Add(mtRetry)) {
@@ -735,5 +752,78 @@ func TestGroupMachineTableMatchesDesign(t *testing.T) {
 		if !seen[ev] {
 			t.Errorf("docs/DESIGN.md's table has no row for event %q", ev)
 		}
+	}
+}
+
+// TestGroupMachineStaleReleaseResumeStartsNoTerm is docs/MODEL.md's finding 1: a release
+// whose reply is an error may still run later. An acquire that then resumes the same record
+// (the script renews a record its owner holds) must not start a term, for the stale release
+// would delete the key under it and another replica acquire. It is taken as held by another
+// (no term, no second release, next attempt when it expired); a reply with another record
+// ends the suspicion. Both release paths: a late win (no term started) and a term given up
+// (Remove, then Add).
+func TestGroupMachineStaleReleaseResumeStartsNoTerm(t *testing.T) {
+	for _, path := range []string{"late win", "term released"} {
+		t.Run(path, func(t *testing.T) {
+			mt := newMachineTest(t)
+			m := mt.m
+			var rec lease.Record
+			switch path {
+			case "late win":
+				gl := mt.setup(rowReleasingNew)
+				rec = gl.term
+			case "term released":
+				gl := mt.setup(rowLeading)
+				rec = gl.term
+				m.remove("x")
+				m.onWorkReturned(gl, rec)
+			}
+			m.tick(mt.clk.Now())
+			if len(mt.fx.releases) != 1 || mt.fx.releases[0].items[0].term != rec {
+				t.Fatalf("release of %v not sent: %v", rec, mt.fx.releases)
+			}
+			rel := mt.fx.releases[0]
+			rel.errs = []error{errors.New("i/o timeout")} // sent; it may run at any time
+			m.onRelease(rel)
+			if path == "term released" {
+				gl := mt.gl("x")
+				m.onNotified(gl, rec) // forgotten (removed)...
+				if mt.gl("x") != nil {
+					t.Fatal("removed lease not forgotten")
+				}
+				m.add("x") // ...and added again: a new groupLease
+			}
+			gl := mt.gl("x")
+			started, releases := len(mt.fx.started), len(mt.fx.releases)
+			mt.clk.SetTime(gl.next)
+			b := mt.tickAcquire("x")
+			answer(b, acquireReply{won: true, rec: rec, ttl: mtLease}) // the resume
+			m.onAcquire(b)
+			m.tick(mt.clk.Now())
+			if len(mt.fx.started) != started {
+				t.Fatalf("term started on a resumed record whose release failed: %v", mt.fx.started)
+			}
+			if gl.state != stateIdle || !gl.next.Equal(mt.clk.Now().Add(mtLease)) {
+				t.Fatalf("after the resume: state %v, next in %v, want idle, next in LeaseDuration", gl.state, gl.next.Sub(mt.clk.Now()))
+			}
+			if len(mt.fx.releases) != releases || len(m.releases) != 0 {
+				t.Fatalf("the resumed record was released again")
+			}
+			// Expired meanwhile: a new record is a new term, trusted.
+			mt.clk.SetTime(gl.next)
+			if n := len(mt.fx.renews); n > 0 && mt.fx.renews[n-1].replies == nil {
+				mt.renewReply(nil, 1)
+			}
+			b = mt.tickAcquire("x")
+			fresh := mt.rec(mtOurs)
+			answer(b, acquireReply{won: true, rec: fresh, ttl: mtLease})
+			m.onAcquire(b)
+			if gl.state != stateLeading || gl.term != fresh {
+				t.Fatalf("new record: state %v, term %v, want leading %v", gl.state, gl.term, fresh)
+			}
+			if _, ok := m.poisoned["x"]; ok {
+				t.Fatal("poisoned record not forgotten after another record was seen")
+			}
+		})
 	}
 }

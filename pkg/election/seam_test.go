@@ -712,3 +712,67 @@ func TestReasonTokenRange(t *testing.T) {
 		t.Fatalf("Reason of a late reply = %q, want timeout", r)
 	}
 }
+
+// docs/MODEL.md's finding 1: a release whose reply is an error may still run later. An
+// acquire that then resumes the same record (the script renews a record its owner holds)
+// must not start a term, for the stale release would delete the key under it and another
+// replica acquire. It is taken as held (no term, no second release, next attempt when it
+// expired); a reply with another record is trusted again. Both releases an acquire of the
+// same Elector can follow: a late win's, and ReleaseOnCancel's at the end of a Run followed
+// by another Run.
+func TestSeamStaleReleaseResumeStartsNoTerm(t *testing.T) {
+	for _, path := range []string{"late win", "ReleaseOnCancel, Run again"} {
+		t.Run(path, func(t *testing.T) {
+			h := startHarness(t, func(c *Config) { c.ReleaseOnCancel = true })
+			switch path {
+			case "late win":
+				c := h.next("acquire")
+				h.clk.Step(seamRenew)
+				c.answer(reply{ok: true, st: held(mine(7), seamLease)})
+				r := h.next("release")
+				r.answer(reply{err: fmt.Errorf("release: %w", context.DeadlineExceeded)})
+				h.armFor(50*time.Millisecond, true) // backoff from 50ms
+				h.clk.Step(50*time.Millisecond + maxJitter)
+			case "ReleaseOnCancel, Run again":
+				h.lead(7)
+				h.arm() // deadline
+				h.arm() // tick
+				h.cancel()
+				r := h.next("release")
+				r.answer(reply{err: fmt.Errorf("release: %w", context.DeadlineExceeded)})
+				h.waitStop()
+				if err := h.waitRun(); err != nil {
+					t.Fatalf("Run = %v", err)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				h.cancel, h.done = cancel, make(chan error, 1)
+				go func() { h.done <- h.e.Run(ctx) }()
+				if at := h.arm(); at.Sub(h.clk.Now()) != time.Hour {
+					t.Fatalf("first timer of the new Run armed for %v", at.Sub(h.clk.Now()))
+				}
+			}
+			c := h.next("acquire")
+			c.answer(reply{ok: true, st: held(mine(7), seamLease)}) // the resume
+			// As if held by another: the next timer is the wait for its expiry, not a term's
+			// deadline timer (RenewDeadline) from OnStartedLeading's start.
+			if got := h.arm().Sub(h.clk.Now()); got < seamLease || got > seamLease+maxJitter {
+				select {
+				case s := <-h.started:
+					t.Fatalf("OnStartedLeading ran (token %d) on a resumed record whose release failed", s.token)
+				case <-time.After(within):
+				}
+				t.Fatalf("timer armed for %v, want the record's TTL %v", got, seamLease)
+			}
+			h.noStart()
+			if h.e.IsLeader() {
+				t.Fatal("IsLeader on a resumed record whose release failed")
+			}
+			h.clk.Step(seamLease + maxJitter)
+			c = h.next("acquire")
+			c.answer(reply{ok: true, st: held(mine(9), seamLease)})
+			if s := h.waitStart(); s.token != 9 {
+				t.Fatalf("term started with token %d, want the new record's 9", s.token)
+			}
+		})
+	}
+}
