@@ -120,9 +120,13 @@ func TestRunLogsStoppedCommand(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	const name = "stopped"
-	pidFile := filepath.Join(t.TempDir(), "pid")
+	dir := t.TempDir()
+	pidFile, goOn := filepath.Join(dir, "pid"), filepath.Join(dir, "go-on")
+	// After SIGCONT the command waits for goOn, which the test creates once the elector has
+	// logged the continue: a command that exited at once could be reaped before its
+	// "continued" state was seen (waitpid reports the exit instead), so the log would race.
 	args := append([]string{"run"}, leaseArgs(srv.Addr(), name, "a")...)
-	args = append(args, "--", "sh", "-c", `echo $$ > "$1"; kill -TSTP $$; exit 5`, "sh", pidFile)
+	args = append(args, "--", "sh", "-c", `echo $$ > "$1"; kill -TSTP $$; while [ ! -e "$2" ]; do sleep 0.02; done; exit 5`, "sh", pidFile, goOn)
 	p := startElector(t, "elector", nil, args...)
 	waitFor(t, 10*time.Second, "the stop to be logged", func() bool {
 		return strings.Contains(p.stderr.String(), "A process of the command is stopped")
@@ -137,11 +141,14 @@ func TestRunLogsStoppedCommand(t *testing.T) {
 	if err := syscall.Kill(pids[0], syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, 10*time.Second, "the continue to be logged", func() bool {
+		return strings.Contains(p.stderr.String(), "A stopped process of the command runs again")
+	})
+	if err := os.WriteFile(goOn, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if code := p.wait(10 * time.Second); code != 5 {
 		t.Errorf("exit code %d, want 5 after SIGCONT", code)
-	}
-	if !strings.Contains(p.stderr.String(), "A stopped process of the command runs again") {
-		t.Errorf("no log of the continued process:\n%s", p.stderr.String())
 	}
 	assertLeaseGone(t, client, name)
 }
