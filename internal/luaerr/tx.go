@@ -34,7 +34,9 @@ func ExplainTx(err error, cmds ...redis.Cmder) error {
 // grant says which ACL rule lets the user do what msg, a NOPERM error of command name on key,
 // refused.
 func grant(msg, name, key string) string {
-	if strings.Contains(msg, "keys") && key != "" {
+	// Redis 7.0: "…no permissions to access one of the keys…"; 7.2 and Valkey: "No
+	// permissions to access a key". A refused command's message names no key.
+	if strings.Contains(strings.ToLower(msg), "key") && key != "" {
 		return "the Redis user may not access key " + key + ": allow its key pattern, " + KeyPattern(key) + " (or %R~ for read-only)"
 	}
 	return "the Redis user may not run " + name + ": grant +" + strings.ToLower(name)

@@ -180,7 +180,10 @@ func isAuthMessage(msg string) bool {
 // isPermMessage recognises ACL refusals inside scripts, which Redis reports as ERR.
 func isPermMessage(msg string) bool {
 	return strings.Contains(msg, "NOPERM") || strings.Contains(msg, "can't run this command") ||
-		strings.Contains(msg, "can't access at least one of the keys") || strings.Contains(msg, "can't publish to the channel")
+		strings.Contains(msg, "can't access at least one of the keys") || strings.Contains(msg, "can't publish to the channel") ||
+		// Redis 7.2 and Valkey inside a script: "ERR ACL failure in script: User u has no
+		// permissions to run the 'set' command" (7.0 says NOPERM).
+		strings.Contains(msg, "ACL failure in script")
 }
 
 var (
