@@ -7,6 +7,10 @@
 //
 // A Fence does this for writes to Redis: it keeps the largest accepted token in a key of its
 // own and runs each write in the same Lua script as the check, so check and write are atomic.
+//
+// The package owns the fence key's value (the largest accepted token) and the check-and-write
+// script. It must not acquire or renew leases: it trusts the token it is given, which package
+// election hands to the leader (TokenFrom).
 package fence
 
 import (

@@ -47,7 +47,9 @@ const (
 type batchOp struct {
 	kind    opKind
 	lease   *Lease
-	args    []any // the whole EVALSHA command
+	script  *redis.Script
+	keys    []string
+	args    []any
 	acquire *AcquireResult
 	result  *Result
 	cmd     *redis.Cmd
@@ -69,7 +71,7 @@ func (b *Batch) Acquire(l *Lease, ttl time.Duration) *AcquireResult {
 	case l.identity == "":
 		r.Err = fmt.Errorf("acquire lease %q: no identity set in lease.Options", l.name)
 	default:
-		b.ops = append(b.ops, &batchOp{kind: opAcquire, lease: l, args: l.acquireArgs(ms), acquire: r})
+		b.ops = append(b.ops, &batchOp{kind: opAcquire, lease: l, script: acquireScript, keys: l.acquireKeys, args: l.acquireArgs(ms), acquire: r})
 	}
 	return r
 }
@@ -82,14 +84,14 @@ func (b *Batch) Renew(l *Lease, term Record, ttl time.Duration) *Result {
 		r.Err = fmt.Errorf("renew lease %q: %w", l.name, err)
 		return r
 	}
-	b.ops = append(b.ops, &batchOp{kind: opRenew, lease: l, args: l.renewArgs(term, ms), result: r})
+	b.ops = append(b.ops, &batchOp{kind: opRenew, lease: l, script: renewScript, keys: l.termKeys[:1], args: l.renewArgs(term, ms), result: r})
 	return r
 }
 
 // Release queues l.Release(term).
 func (b *Batch) Release(l *Lease, term Record) *Result {
 	r := &Result{}
-	b.ops = append(b.ops, &batchOp{kind: opRelease, lease: l, args: l.releaseArgs(term), result: r})
+	b.ops = append(b.ops, &batchOp{kind: opRelease, lease: l, script: releaseScript, keys: l.termKeys, args: l.releaseArgs(term), result: r})
 	return r
 }
 
@@ -112,7 +114,7 @@ func (b *Batch) Exec(ctx context.Context) error {
 		}
 	}
 	if len(retry) > 0 {
-		for _, s := range []script{acquireScript, renewScript, releaseScript} {
+		for _, s := range []*redis.Script{acquireScript, renewScript, releaseScript} {
 			if err := s.Load(ctx, b.client).Err(); err != nil {
 				err = fmt.Errorf("lease batch: load scripts: %w", err)
 				for _, op := range retry {
@@ -133,12 +135,12 @@ func (b *Batch) Exec(ctx context.Context) error {
 	return first
 }
 
-// run sends ops in one pipeline, leaving each reply in op.cmd.
+// run sends ops in one pipeline (EVALSHA: Script.Run cannot fall back to EVAL inside a
+// pipeline, so Exec loads the scripts and runs again), leaving each reply in op.cmd.
 func (b *Batch) run(ctx context.Context, ops []*batchOp) {
 	pipe := b.client.Pipeline()
 	for _, op := range ops {
-		op.cmd = redis.NewCmd(ctx, op.args...)
-		_ = pipe.Process(ctx, op.cmd)
+		op.cmd = op.script.EvalSha(ctx, pipe, op.keys, op.args...)
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
 }

@@ -62,7 +62,7 @@ func testBatch(t *testing.T, c redis.UniversalClient) {
 	if bogus.OK || bogus.Err != nil {
 		t.Fatalf("renew of a lease held by another: %+v, want false", bogus)
 	}
-	if pttl := c.PTTL(ctx, mine[1].Key()).Val(); pttl <= 19*time.Second {
+	if pttl := c.PTTL(ctx, mine[1].Keys().Lease).Val(); pttl <= 19*time.Second {
 		t.Fatalf("batch renew did not extend: %v", pttl)
 	}
 	// Scripts flushed: the batch reloads them and runs the operations again.

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/elector/elector/internal/timing"
 )
 
 // EventKind tells what happened to a lease.
@@ -24,11 +26,16 @@ const (
 	Renewed
 	// Released: the holder released its term; Event.Record is the ended term's record.
 	Released
+	// ResignRequested: the term Event.Record was asked to step down (Lease.RequestResign);
+	// Event.TTL is the hold-off. Parsers older than the resign protocol drop it as an unknown
+	// kind.
+	ResignRequested
 )
 
-var eventWords = [...]string{Acquired: "acquired", Renewed: "renewed", Released: "released"}
+var eventWords = [...]string{Acquired: "acquired", Renewed: "renewed", Released: "released", ResignRequested: "resign"}
 
-// String returns the word used for the kind on the channel: "acquired", "renewed", "released".
+// String returns the word used for the kind on the channel: "acquired", "renewed", "released",
+// "resign".
 func (k EventKind) String() string {
 	if k >= Acquired && int(k) < len(eventWords) {
 		return eventWords[k]
@@ -41,7 +48,7 @@ type Event struct {
 	// Kind says what happened.
 	Kind EventKind
 	// TTL is the lease time the holder set: from the moment of the event, the lease lasts TTL
-	// unless renewed or released. 0 for Released.
+	// unless renewed or released. 0 for Released; the hold-off for ResignRequested.
 	TTL time.Duration
 	// Record is the term the event is about.
 	Record Record
@@ -51,7 +58,7 @@ type Event struct {
 const maxTTLMillis = int64(1<<63-1) / int64(time.Millisecond)
 
 // ParseEvent decodes a message of the channel: "<kind> <ttl_ms> <record>", where kind is
-// acquired, renewed or released.
+// acquired, renewed, released or resign.
 func ParseEvent(payload string) (Event, error) {
 	word, rest, ok := strings.Cut(payload, " ")
 	ttl, value, ok2 := strings.Cut(rest, " ")
@@ -80,7 +87,7 @@ func ParseEvent(payload string) (Event, error) {
 
 // Subscription delivers the events of one lease. Messages that are not events of this
 // protocol are dropped. The subscription ends, and Events is closed, when Close is called or
-// when its connection fails: it breaks, or a ping sent after HealthInterval of silence goes
+// when its connection fails: it breaks, or a ping sent after timing.HealthInterval of silence goes
 // unanswered for as long again. Observers subscribe again after that, and poll meanwhile,
 // as package election does: events published while nobody listens are lost.
 type Subscription struct {
@@ -91,15 +98,10 @@ type Subscription struct {
 	wg     sync.WaitGroup
 }
 
-// HealthInterval is how long a subscription waits without a message before it pings Redis;
-// when the answer has not come after another HealthInterval, the connection is taken for
-// dead and the subscription ends.
-const HealthInterval = 3 * time.Second
-
 // Subscribe subscribes to the lease's channel and returns once Redis confirmed the
 // subscription, so that no event published after Subscribe returns is missed.
 func (l *Lease) Subscribe(ctx context.Context) (*Subscription, error) {
-	ps := l.client.Subscribe(ctx, l.channel)
+	ps := l.client.Subscribe(ctx, l.keys.Events)
 	if _, err := ps.Receive(ctx); err != nil {
 		_ = ps.Close()
 		return nil, fmt.Errorf("subscribe to events of lease %q: %w", l.name, err)
@@ -134,7 +136,7 @@ func (s *Subscription) receive() {
 	ctx := context.Background()
 	pinged := false
 	for {
-		msg, err := s.ps.ReceiveTimeout(ctx, HealthInterval)
+		msg, err := s.ps.ReceiveTimeout(ctx, timing.HealthInterval)
 		var netErr net.Error
 		var redisErr redis.Error
 		switch {
@@ -145,7 +147,7 @@ func (s *Subscription) receive() {
 			pinged = false
 			continue
 		case !pinged && errors.As(err, &netErr) && netErr.Timeout():
-			pctx, cancel := context.WithTimeout(ctx, HealthInterval)
+			pctx, cancel := context.WithTimeout(ctx, timing.HealthInterval)
 			err = s.ps.Ping(pctx)
 			cancel()
 			if err != nil {

@@ -105,7 +105,7 @@ func FuzzNewLease(f *testing.F) {
 			}
 			return
 		}
-		for _, key := range []string{l.Key(), l.TokenKey(), l.Channel()} {
+		for _, key := range []string{l.Keys().Lease, l.Keys().Token, l.Keys().Terms, l.Keys().Events} {
 			if tag := hashTag(key); tag != name {
 				t.Fatalf("New(%q, prefix %q): key %q has hash tag %q, want the name", name, prefix, key, tag)
 			}

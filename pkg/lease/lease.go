@@ -2,16 +2,19 @@
 // elector's leader election is built on.
 //
 // A Lease acquires, renews and releases one key, each in a single round trip running a Lua
-// script from this package (EVALSHA, loaded with EVAL on NOSCRIPT). Every acquisition begins a
-// term with a fencing token larger than any token handed out before for the same name, even
-// after Redis lost its data. Releases and acquisitions are announced on a pub/sub channel, so
-// that observers learn of a change without polling.
+// script from this package (go-redis's Script: EVALSHA, and EVAL on NOSCRIPT). Every
+// acquisition begins a term with a fencing token larger than any token handed out before for
+// the same name, even after Redis lost its data. Releases and acquisitions are announced on a
+// pub/sub channel, so that observers learn of a change without polling.
 //
-// A Lease keeps no state between calls that matters to the protocol (it memoises the boxed
-// form of its last TTL and last acquired record, to save allocations on the hot path) and is
-// safe for concurrent use. It knows nothing of
-// timers or callbacks: package election decides when to call it. The keys, the record format
-// and the scripts are specified in docs/PROTOCOL.md.
+// A Lease keeps no state between calls that matters to the protocol (it keeps the boxed form
+// of its script arguments, args.go, to save allocations) and is safe for concurrent use. It
+// knows nothing of timers or callbacks: package election decides when to call it. The keys,
+// the record format and the scripts are specified in docs/PROTOCOL.md.
+//
+// The package owns the key layout (KeysFor: the only place that builds PREFIX:{NAME}:… names),
+// the record format, the Lua scripts and their replies, and the pub/sub events. It must not
+// decide when to acquire, renew or give up, or call user code: package election does.
 package lease
 
 import (
@@ -53,9 +56,9 @@ var (
 
 // The scripts are immutable values (source and SHA1); sharing them is not shared state.
 var (
-	acquireScript = newScript(acquireSource)
-	renewScript   = newScript(renewSource)
-	releaseScript = newScript(releaseSource)
+	acquireScript = redis.NewScript(acquireSource)
+	renewScript   = redis.NewScript(renewSource)
+	releaseScript = redis.NewScript(releaseSource)
 )
 
 // Options configure a Lease. The zero value is usable for an observer that never acquires.
@@ -72,6 +75,11 @@ type Options struct {
 	// receive it know when the lease will expire and need not poll until then: one command per
 	// renewal in total, however many followers listen. package election turns it on.
 	AnnounceRenewals bool
+	// ResignRequests makes Acquire, Renew and Release take part in the resign protocol
+	// (RequestResign): Acquire respects a reservation, Renew reports a request that asks its
+	// term to step down (ErrResignRequested), Release turns that request into a reservation.
+	// package election turns it on; a Batch renews without looking at requests.
+	ResignRequests bool
 }
 
 // Lease is one named lease in Redis. Create it with New.
@@ -80,11 +88,15 @@ type Lease struct {
 	name     string
 	identity string
 	instance string
-	owner    string   // "<instance>:<identity>": the record after its version and token
-	keys     []string // lease key, token key, terms key: all scripts take a prefix of these
-	channel  string
+	owner    string // "<instance>:<identity>": the record after its version and token
+	keys     Keys
 	announce bool
-	leaseArgs
+	resign   bool // Options.ResignRequests
+
+	// The keys of each script call: acquire takes the lease, token and terms keys, renew and
+	// release the lease key; with Options.ResignRequests both end with the resign key.
+	acquireKeys, termKeys []string
+	boxes                 argBoxes
 }
 
 // New returns the lease called name, stored through client. The client may be a standalone,
@@ -117,19 +129,23 @@ func New(client redis.UniversalClient, name string, opts Options) (*Lease, error
 	} else if err := validateInstance(instance); err != nil {
 		return nil, fmt.Errorf("new lease %q: instance id %q %w", name, instance, err)
 	}
-	base := prefix + ":{" + name + "}:"
+	keys := KeysFor(prefix, name)
 	l := &Lease{
 		client:   client,
 		name:     name,
 		identity: opts.Identity,
 		instance: instance,
 		owner:    instance + ":" + opts.Identity,
-		keys:     []string{base + "lease", base + "token", base + "terms"},
-		channel:  base + "events",
+		keys:     keys,
 		announce: opts.AnnounceRenewals,
+		resign:   opts.ResignRequests,
 	}
-	l.leaseArgs.key, l.leaseArgs.tokenKey, l.leaseArgs.termsKey = l.keys[0], l.keys[1], l.keys[2]
-	l.leaseArgs.owner, l.leaseArgs.channel = l.owner, l.channel
+	l.acquireKeys, l.termKeys = []string{keys.Lease, keys.Token, keys.Terms}, []string{keys.Lease}
+	l.boxes.owner, l.boxes.channel = l.owner, keys.Events
+	if l.resign {
+		l.acquireKeys = append(l.acquireKeys, keys.Resign)
+		l.termKeys = append(l.termKeys, keys.Resign)
+	}
 	return l, nil
 }
 
@@ -151,17 +167,8 @@ func (l *Lease) Identity() string { return l.identity }
 // Instance returns the instance id this lease acquires with.
 func (l *Lease) Instance() string { return l.instance }
 
-// Key returns the Redis key that holds the record.
-func (l *Lease) Key() string { return l.keys[0] }
-
-// TokenKey returns the Redis key that holds the last fencing token handed out.
-func (l *Lease) TokenKey() string { return l.keys[1] }
-
-// Channel returns the pub/sub channel on which acquisitions and releases are announced.
-func (l *Lease) Channel() string { return l.channel }
-
-// Client returns the Redis client the lease talks through.
-func (l *Lease) Client() redis.UniversalClient { return l.client }
+// Keys returns the names of the lease's Redis keys and pub/sub channel.
+func (l *Lease) Keys() Keys { return l.keys }
 
 // Status is what one round trip learned about the lease.
 type Status struct {
@@ -171,6 +178,9 @@ type Status struct {
 	Record Record
 	// TTL is the holder's remaining time when Held (NoExpiry if the key has no expiry).
 	TTL time.Duration
+	// Reservation, set only by an Acquire refused during the hold-off after a resignation
+	// (Options.ResignRequests), tells for whom and how long more the free lease is reserved.
+	Reservation *Reservation
 }
 
 // Acquire takes the lease for ttl if nobody holds it, beginning a new term with the next
@@ -179,7 +189,25 @@ type Status struct {
 //
 // acquired reports whether the lease is now ours. Either way the Status tells who holds the
 // lease and for how long, so that a follower knows when to try again.
-func (l *Lease) Acquire(ctx context.Context, ttl time.Duration) (acquired bool, st Status, err error) {
+//
+// With a ReplicaAck (at most one) asking for replicas, a write of the lease is followed by WAIT
+// on the same connection. When the master granted the lease but fewer than ack.Replicas
+// replicas acknowledged it in ack.Timeout, Acquire returns acquired == true, the Status of the
+// new term, and an error wrapping a *NotReplicatedError (errors.Is(err, ErrNotReplicated)).
+// The term exists on the master but may not survive a failover: do not start the work yet.
+// Calling Acquire again is safe, since acquiring a lease this instance already holds keeps the
+// term and extends it, and it waits for the replicas again; a caller that gives up should
+// Release the term.
+//
+// With replicas asked for, the client must be a *redis.Client (standalone or Sentinel
+// failover client) or a *redis.ClusterClient, which is asked for the master of the lease's
+// slot. In Cluster, while that slot is being migrated, the call fails with Redis's MOVED or
+// ASK error and must be retried; the cluster client's slot map is refreshed in the background.
+func (l *Lease) Acquire(ctx context.Context, ttl time.Duration, ack ...ReplicaAck) (acquired bool, st Status, err error) {
+	a, err := oneAck(ack)
+	if err != nil {
+		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, err)
+	}
 	if l.identity == "" {
 		return false, Status{}, fmt.Errorf("acquire lease %q: no identity set in lease.Options", l.name)
 	}
@@ -187,7 +215,10 @@ func (l *Lease) Acquire(ctx context.Context, ttl time.Duration) (acquired bool, 
 	if err != nil {
 		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, err)
 	}
-	reply, err := acquireScript.run(ctx, l.client, l.acquireArgs(ms)).Slice()
+	if a.Replicas > 0 {
+		return l.acquireReplicated(ctx, ms, a)
+	}
+	reply, err := acquireScript.Run(ctx, l.client, l.acquireKeys, l.acquireArgs(ms)...).Slice()
 	if err != nil {
 		return false, Status{}, acquireError(l.name, err)
 	}
@@ -203,24 +234,27 @@ func acquireError(name string, err error) error {
 	return fmt.Errorf("acquire lease %q: %w", name, luaerr.Explain(acquireSource, err))
 }
 
-// acquireArgs, renewArgs and releaseArgs build the script calls, for one call or a Batch.
+// acquireArgs, renewArgs and releaseArgs are the ARGV of the scripts, for one call or a
+// Batch, with l.acquireKeys (acquire) or l.termKeys (renew, release). A Batch renews with the
+// lease key alone, l.termKeys[:1]: its renewals do not look at resign requests.
 func (l *Lease) acquireArgs(ms int64) []any {
-	return acquireScript.args(threeKeys, l.leaseArgs.key, l.leaseArgs.tokenKey, l.leaseArgs.termsKey, l.leaseArgs.owner, l.ttlArg(ms), l.leaseArgs.channel)
+	return []any{l.boxes.owner, l.ttlArg(ms), l.boxes.channel}
 }
 
 func (l *Lease) renewArgs(term Record, ms int64) []any {
 	if l.announce {
-		return renewScript.args(oneKey, l.leaseArgs.key, l.termArg(term), l.ttlArg(ms), l.leaseArgs.channel)
+		return []any{l.termArg(term), l.ttlArg(ms), l.boxes.channel}
 	}
-	return renewScript.args(oneKey, l.leaseArgs.key, l.termArg(term), l.ttlArg(ms))
+	return []any{l.termArg(term), l.ttlArg(ms)}
 }
 
-func (l *Lease) releaseArgs(term Record) []any {
-	return releaseScript.args(oneKey, l.leaseArgs.key, l.termArg(term), l.leaseArgs.channel)
-}
+func (l *Lease) releaseArgs(term Record) []any { return []any{l.termArg(term), l.boxes.channel} }
 
 // parseAcquire decodes the reply of the acquire script.
 func (l *Lease) parseAcquire(reply []any) (bool, Status, error) {
+	if st, ok, err := l.parseReserved(reply); ok {
+		return false, st, err
+	}
 	if len(reply) != 3 {
 		return false, Status{}, fmt.Errorf("acquire lease %q: unexpected reply %v", l.name, reply)
 	}
@@ -229,7 +263,7 @@ func (l *Lease) parseAcquire(reply []any) (bool, Status, error) {
 	pttl, _ := reply[2].(int64)
 	rec, err := ParseRecord(value)
 	if err != nil {
-		return false, Status{}, fmt.Errorf("acquire lease %q: value of %s: %w", l.name, l.keys[0], err)
+		return false, Status{}, fmt.Errorf("acquire lease %q: value of %s: %w", l.name, l.keys.Lease, err)
 	}
 	if ok == 1 {
 		l.rememberTerm(rec, reply[1])
@@ -240,23 +274,38 @@ func (l *Lease) parseAcquire(reply []any) (bool, Status, error) {
 // Renew extends the term to ttl from now if the lease still holds its record. false means the
 // lease expired or another term holds it: the caller must stop acting as the holder at once;
 // retrying cannot bring the term back. With Options.AnnounceRenewals it publishes a Renewed
-// event in the same round trip.
-func (l *Lease) Renew(ctx context.Context, term Record, ttl time.Duration) (bool, error) {
+// event in the same round trip. With Options.ResignRequests, true and an error wrapping
+// ErrResignRequested mean the term was renewed and is asked to step down.
+//
+// With a ReplicaAck (at most one) asking for replicas, a renewal is followed by WAIT on the
+// same connection, with the client requirements of Acquire. When the master renewed the term
+// but fewer than ack.Replicas replicas acknowledged it in ack.Timeout, Renew returns true and
+// an error wrapping a *NotReplicatedError: count the renewal as failed (a promoted replica may
+// still hold the previous expiry) and retry it, as package election does with any renew error
+// until its RenewDeadline.
+func (l *Lease) Renew(ctx context.Context, term Record, ttl time.Duration, ack ...ReplicaAck) (bool, error) {
+	a, err := oneAck(ack)
+	if err != nil {
+		return false, fmt.Errorf("renew lease %q: %w", l.name, err)
+	}
 	ms, err := ttlMillis(ttl)
 	if err != nil {
 		return false, fmt.Errorf("renew lease %q: %w", l.name, err)
 	}
-	n, err := renewScript.run(ctx, l.client, l.renewArgs(term, ms)).Int64()
+	if a.Replicas > 0 {
+		return l.renewReplicated(ctx, term, ms, a)
+	}
+	n, err := renewScript.Run(ctx, l.client, l.termKeys, l.renewArgs(term, ms)...).Int64()
 	if err != nil {
 		return false, fmt.Errorf("renew lease %q: %w", l.name, luaerr.Explain(renewSource, err))
 	}
-	return n == 1, nil
+	return l.renewOutcome(n, term)
 }
 
 // Release deletes the lease if it still holds the term's record and announces the release, so
 // that followers take over at once. false means the term had already ended; nothing changed.
 func (l *Lease) Release(ctx context.Context, term Record) (bool, error) {
-	n, err := releaseScript.run(ctx, l.client, l.releaseArgs(term)).Int64()
+	n, err := releaseScript.Run(ctx, l.client, l.termKeys, l.releaseArgs(term)...).Int64()
 	if err != nil {
 		return false, fmt.Errorf("release lease %q: %w", l.name, luaerr.Explain(releaseSource, err))
 	}
@@ -269,8 +318,8 @@ func (l *Lease) Get(ctx context.Context) (Status, error) {
 	var get *redis.StringCmd
 	var pttl *redis.DurationCmd
 	_, err := l.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		get = p.Get(ctx, l.keys[0])
-		pttl = p.PTTL(ctx, l.keys[0])
+		get = p.Get(ctx, l.keys.Lease)
+		pttl = p.PTTL(ctx, l.keys.Lease)
 		return nil
 	})
 	if rediserr.IsNil(err) {
@@ -281,14 +330,14 @@ func (l *Lease) Get(ctx context.Context) (Status, error) {
 	}
 	rec, err := ParseRecord(get.Val())
 	if err != nil {
-		return Status{}, fmt.Errorf("get lease %q: value of %s: %w", l.name, l.keys[0], err)
+		return Status{}, fmt.Errorf("get lease %q: value of %s: %w", l.name, l.keys.Lease, err)
 	}
 	return Status{Held: true, Record: rec, TTL: durationTTL(pttl.Val())}, nil
 }
 
 // LastToken returns the last fencing token handed out for this lease, 0 if none is recorded.
 func (l *Lease) LastToken(ctx context.Context) (int64, error) {
-	s, err := l.client.Get(ctx, l.keys[1]).Result()
+	s, err := l.client.Get(ctx, l.keys.Token).Result()
 	if rediserr.IsNil(err) {
 		return 0, nil
 	}
@@ -297,7 +346,7 @@ func (l *Lease) LastToken(ctx context.Context) (int64, error) {
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("read last token of lease %q: %s holds %q, not an integer", l.name, l.keys[1], s)
+		return 0, fmt.Errorf("read last token of lease %q: %s holds %q, not an integer", l.name, l.keys.Token, s)
 	}
 	return n, nil
 }

@@ -70,13 +70,13 @@ func TestAcquireRenewRelease(t *testing.T) {
 	if ok, err := a.Renew(ctx, term, 20*time.Second); err != nil || !ok {
 		t.Fatalf("Renew = %v, %v; want true", ok, err)
 	}
-	if pttl := c.PTTL(ctx, a.Key()).Val(); pttl <= 19*time.Second {
+	if pttl := c.PTTL(ctx, a.Keys().Lease).Val(); pttl <= 19*time.Second {
 		t.Fatalf("PTTL after renew = %v, want > 19s", pttl)
 	}
 	if ok, err := a.Release(ctx, term); err != nil || !ok {
 		t.Fatalf("Release = %v, %v; want true", ok, err)
 	}
-	if n := c.Exists(ctx, a.Key()).Val(); n != 0 {
+	if n := c.Exists(ctx, a.Keys().Lease).Val(); n != 0 {
 		t.Fatalf("lease key still exists after release")
 	}
 	if got, err := b.Get(ctx); err != nil || got.Held {
@@ -98,7 +98,7 @@ func TestAcquireIsIdempotentForTheSameInstance(t *testing.T) {
 	if err != nil || !ok || st.Record != term {
 		t.Fatalf("re-Acquire = %v, %+v, %v; want the same term %+v", ok, st, err, term)
 	}
-	if pttl := c.PTTL(ctx, a.Key()).Val(); pttl <= 29*time.Second {
+	if pttl := c.PTTL(ctx, a.Keys().Lease).Val(); pttl <= 29*time.Second {
 		t.Fatalf("re-Acquire did not extend the lease: PTTL %v", pttl)
 	}
 	if last, _ := a.LastToken(ctx); last != term.Token {
@@ -139,12 +139,12 @@ func TestRenewByNonOwnerOrAfterExpiryFails(t *testing.T) {
 
 	// Non-owner: b presents a record of its own with a's token.
 	term := mustAcquire(t, a, 5*time.Second)
-	before := c.PTTL(ctx, a.Key()).Val()
+	before := c.PTTL(ctx, a.Keys().Lease).Val()
 	stale := lease.Record{Token: term.Token, Instance: b.Instance(), Identity: "pod-b"}
 	if ok, err := b.Renew(ctx, stale, time.Minute); err != nil || ok {
 		t.Fatalf("non-owner Renew = %v, %v; want false, nil", ok, err)
 	}
-	if after := c.PTTL(ctx, a.Key()).Val(); after > before {
+	if after := c.PTTL(ctx, a.Keys().Lease).Val(); after > before {
 		t.Fatalf("non-owner Renew extended the TTL from %v to %v", before, after)
 	}
 	// A record of an older term of the same owner is not the owner either.
@@ -157,11 +157,11 @@ func TestRenewByNonOwnerOrAfterExpiryFails(t *testing.T) {
 	// After expiry: the key is gone, renew must not resurrect it.
 	short := newLease(t, c, "short", "pod-a")
 	sterm := mustAcquire(t, short, 50*time.Millisecond)
-	waitGone(t, c, short.Key())
+	waitGone(t, c, short.Keys().Lease)
 	if ok, err := short.Renew(ctx, sterm, time.Minute); err != nil || ok {
 		t.Fatalf("Renew after expiry = %v, %v; want false", ok, err)
 	}
-	if n := c.Exists(ctx, short.Key()).Val(); n != 0 {
+	if n := c.Exists(ctx, short.Keys().Lease).Val(); n != 0 {
 		t.Fatalf("Renew after expiry recreated the key")
 	}
 	// After expiry and a new term: the old term's renew fails and leaves the new TTL alone.
@@ -170,7 +170,7 @@ func TestRenewByNonOwnerOrAfterExpiryFails(t *testing.T) {
 	if ok, err := short.Renew(ctx, sterm, time.Minute); err != nil || ok {
 		t.Fatalf("Renew of an expired term over a new one = %v, %v; want false", ok, err)
 	}
-	if pttl := c.PTTL(ctx, short.Key()).Val(); pttl > 3*time.Second {
+	if pttl := c.PTTL(ctx, short.Keys().Lease).Val(); pttl > 3*time.Second {
 		t.Fatalf("stale Renew extended the new term's TTL to %v", pttl)
 	}
 	if oterm.Token <= sterm.Token {
@@ -344,12 +344,12 @@ func TestTokenCounterAheadOfTheClockStillIncreases(t *testing.T) {
 	c := redistest.Start(t).Client(t)
 	l := newLease(t, c, "ahead", "pod-a")
 	const ahead = int64(1) << 52 // far beyond server time in microseconds
-	c.Set(ctx, l.TokenKey(), ahead, 0)
+	c.Set(ctx, l.Keys().Token, ahead, 0)
 	term := mustAcquire(t, l, time.Second)
 	if term.Token != ahead+1 {
 		t.Fatalf("token = %d, want %d", term.Token, ahead+1)
 	}
-	if got := c.Get(ctx, l.TokenKey()).Val(); got != fmt.Sprint(ahead+1) {
+	if got := c.Get(ctx, l.Keys().Token).Val(); got != fmt.Sprint(ahead+1) {
 		t.Fatalf("token key = %q, want %d written as a plain integer", got, ahead+1)
 	}
 }
@@ -380,7 +380,7 @@ func TestUnheldAndForeignValues(t *testing.T) {
 	if st, err := l.Get(ctx); err != nil || st.Held || !st.Record.IsZero() {
 		t.Fatalf("Get on empty = %+v, %v", st, err)
 	}
-	c.Set(ctx, l.Key(), "someone else's lock", 0)
+	c.Set(ctx, l.Keys().Lease, "someone else's lock", 0)
 	if _, _, err := l.Acquire(ctx, time.Second); !errors.Is(err, lease.ErrBadRecord) {
 		t.Fatalf("Acquire over a foreign value: err = %v, want ErrBadRecord", err)
 	}
@@ -388,7 +388,7 @@ func TestUnheldAndForeignValues(t *testing.T) {
 		t.Fatalf("Get of a foreign value: err = %v, want ErrBadRecord", err)
 	}
 	// A record without expiry (written by hand) is reported as such.
-	c.Set(ctx, l.Key(), "v1:7:abc:pod-x", 0)
+	c.Set(ctx, l.Keys().Lease, "v1:7:abc:pod-x", 0)
 	_, st, err := l.Acquire(ctx, time.Second)
 	if err != nil || st.TTL != lease.NoExpiry || st.Record.Identity != "pod-x" {
 		t.Fatalf("Acquire over a record without expiry = %+v, %v", st, err)
@@ -440,7 +440,7 @@ func TestBadInputAndBadState(t *testing.T) {
 	}
 
 	// Keys of the wrong type.
-	c.HSet(ctx, l.Key(), "f", "v")
+	c.HSet(ctx, l.Keys().Lease, "f", "v")
 	if _, _, err := l.Acquire(ctx, time.Second); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), `"job"`) {
 		t.Errorf("Acquire over a hash: err = %v, want WRONGTYPE naming the lease", err)
 	}
@@ -450,23 +450,23 @@ func TestBadInputAndBadState(t *testing.T) {
 	if _, err := l.Get(ctx); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 		t.Errorf("Get of a hash: err = %v", err)
 	}
-	c.Del(ctx, l.Key())
-	c.LPush(ctx, l.TokenKey(), "x")
+	c.Del(ctx, l.Keys().Lease)
+	c.LPush(ctx, l.Keys().Token, "x")
 	if _, _, err := l.Acquire(ctx, time.Second); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 		t.Errorf("Acquire with a list at the token key: err = %v", err)
 	}
-	if n := c.Exists(ctx, l.Key()).Val(); n != 0 {
+	if n := c.Exists(ctx, l.Keys().Lease).Val(); n != 0 {
 		t.Errorf("failed Acquire left the lease key behind")
 	}
-	c.Del(ctx, l.TokenKey())
-	c.Set(ctx, l.TokenKey(), "not-a-number", 0)
+	c.Del(ctx, l.Keys().Token)
+	c.Set(ctx, l.Keys().Token, "not-a-number", 0)
 	if _, _, err := l.Acquire(ctx, time.Second); err == nil || !strings.Contains(err.Error(), "does not hold an integer") {
 		t.Errorf("Acquire with a non-integer token: err = %v", err)
 	}
-	if n := c.Exists(ctx, l.Key()).Val(); n != 0 {
+	if n := c.Exists(ctx, l.Keys().Lease).Val(); n != 0 {
 		t.Errorf("failed Acquire left the lease key behind")
 	}
-	c.Del(ctx, l.TokenKey())
+	c.Del(ctx, l.Keys().Token)
 
 	// A user whose ACL refuses EVALSHA gets an error naming the command.
 	if err := c.Do(ctx, "ACL", "SETUSER", "noscript", "on", ">pw", "~*", "+@all", "-evalsha").Err(); err != nil {
@@ -524,8 +524,8 @@ func TestClusterScripts(t *testing.T) {
 			t.Fatalf("%s: token %d not above %d", name, next.Token, term.Token)
 		}
 		sub.Close()
-		s1 := c.ClusterKeySlot(ctx, a.Key()).Val()
-		if s2 := c.ClusterKeySlot(ctx, a.TokenKey()).Val(); s1 != s2 {
+		s1 := c.ClusterKeySlot(ctx, a.Keys().Lease).Val()
+		if s2 := c.ClusterKeySlot(ctx, a.Keys().Token).Val(); s1 != s2 {
 			t.Fatalf("%s: lease key slot %d != token key slot %d", name, s1, s2)
 		}
 		slots[s1] = true
@@ -592,26 +592,26 @@ func TestTokenBeyondExactRangeIsRefused(t *testing.T) {
 	l := newLease(t, c, "range", "pod-a")
 	const maxExact = int64(1)<<53 - 1
 	for _, counter := range []int64{maxExact, maxExact + 1, maxExact + 2, 1 << 60} {
-		c.Set(ctx, l.TokenKey(), counter, 0)
+		c.Set(ctx, l.Keys().Token, counter, 0)
 		ok, st, err := l.Acquire(ctx, time.Second)
 		if !errors.Is(err, lease.ErrTokenRange) || !strings.Contains(err.Error(), "2^53-1") || !strings.Contains(err.Error(), `"range"`) {
 			t.Fatalf("counter %d: Acquire = %v, %+v, %v; want ErrTokenRange naming the lease and the limit", counter, ok, st, err)
 		}
-		if n := c.Exists(ctx, l.Key()).Val(); n != 0 {
+		if n := c.Exists(ctx, l.Keys().Lease).Val(); n != 0 {
 			t.Fatalf("counter %d: a refused Acquire left the lease key behind", counter)
 		}
-		if got := c.Get(ctx, l.TokenKey()).Val(); got != fmt.Sprint(counter) {
+		if got := c.Get(ctx, l.Keys().Token).Val(); got != fmt.Sprint(counter) {
 			t.Fatalf("counter %d: token key changed to %q", counter, got)
 		}
 	}
 	// The last exact integer is still handed out, exactly.
-	c.Set(ctx, l.TokenKey(), maxExact-1, 0)
+	c.Set(ctx, l.Keys().Token, maxExact-1, 0)
 	if term := mustAcquire(t, l, time.Second); term.Token != maxExact {
 		t.Fatalf("token = %d, want %d", term.Token, maxExact)
 	}
 	// Batches refuse the same way.
 	l2 := newLease(t, c, "range2", "pod-a")
-	c.Set(ctx, l2.TokenKey(), maxExact+2, 0)
+	c.Set(ctx, l2.Keys().Token, maxExact+2, 0)
 	b := lease.NewBatch(c)
 	r := b.Acquire(l2, time.Second)
 	_ = b.Exec(ctx)

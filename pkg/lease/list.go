@@ -31,7 +31,7 @@ func List(ctx context.Context, client redis.UniversalClient, prefix string) ([]L
 	if err := ValidateName(prefix); err != nil {
 		return nil, fmt.Errorf("list leases: key prefix %q %w", prefix, err)
 	}
-	pattern := globEscape(prefix) + ":{*}:lease"
+	pattern := leaseKeyPattern(prefix)
 	var mu sync.Mutex
 	var keys []string
 	scan := func(ctx context.Context, c *redis.Client) error {
@@ -71,8 +71,7 @@ func List(ctx context.Context, client redis.UniversalClient, prefix string) ([]L
 		if gets[i].Err() != nil || err != nil {
 			continue // expired since the scan, or not ours
 		}
-		name := strings.TrimSuffix(strings.TrimPrefix(k, prefix+":{"), "}:lease")
-		out = append(out, Listed{Name: name, Status: Status{Held: true, Record: rec, TTL: durationTTL(pttls[i].Val())}})
+		out = append(out, Listed{Name: nameOfLeaseKey(prefix, k), Status: Status{Held: true, Record: rec, TTL: durationTTL(pttls[i].Val())}})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil

@@ -9,8 +9,8 @@ import (
 	"unicode/utf8"
 )
 
-// RecordVersion is the first field of every record this package writes.
-const RecordVersion = "v1"
+// recordVersion is the first field of every record this package writes.
+const recordVersion = "v1"
 
 // MaxIdentityLen is the longest identity, in bytes, that a record may carry. It is room for a
 // Kubernetes pod name (at most 253 bytes) with a suffix.
@@ -39,7 +39,7 @@ type Record struct {
 
 // String returns the encoded record, exactly as it is stored in Redis.
 func (r Record) String() string {
-	return RecordVersion + ":" + strconv.FormatInt(r.Token, 10) + ":" + r.Instance + ":" + r.Identity
+	return recordVersion + ":" + strconv.FormatInt(r.Token, 10) + ":" + r.Instance + ":" + r.Identity
 }
 
 // IsZero reports whether r is the zero Record, as the Status of an unheld lease carries.
@@ -49,8 +49,8 @@ func (r Record) IsZero() bool { return r == Record{} }
 // colons; the token is a positive decimal integer and the instance id is not empty.
 func ParseRecord(s string) (Record, error) {
 	version, rest, ok := strings.Cut(s, ":")
-	if !ok || version != RecordVersion {
-		return Record{}, fmt.Errorf("parse record %q: %w: want version %q", s, ErrBadRecord, RecordVersion)
+	if !ok || version != recordVersion {
+		return Record{}, fmt.Errorf("parse record %q: %w: want version %q", s, ErrBadRecord, recordVersion)
 	}
 	tok, rest, ok := strings.Cut(rest, ":")
 	if !ok {

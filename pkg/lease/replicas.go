@@ -22,8 +22,8 @@ import (
 // and what it costs.
 //
 // WAIT counts the replicas that acknowledged every write made so far on the connection it is
-// sent on, so it must follow the script on the same connection: AcquireReplicated and
-// RenewReplicated hold one connection (go-redis Client.Conn) for both. A WAIT sent through a
+// sent on, so it must follow the script on the same connection: Acquire and Renew with a
+// ReplicaAck hold one connection (go-redis Client.Conn) for both. A WAIT sent through a
 // connection pool may run on another connection and count nothing useful.
 type ReplicaAck struct {
 	// Replicas is how many replicas must acknowledge the write. 0 asks for none.
@@ -73,40 +73,27 @@ func (e *NotReplicatedError) Error() string {
 // Is makes errors.Is(err, ErrNotReplicated) true for a *NotReplicatedError.
 func (e *NotReplicatedError) Is(target error) bool { return target == ErrNotReplicated }
 
-// AcquireReplicated is Acquire followed, when the script wrote (the lease is now ours), by WAIT
-// on the same connection. With ack.Replicas 0 it is exactly Acquire.
-//
-// When the master granted the lease but fewer than ack.Replicas replicas acknowledged it in
-// ack.Timeout, it returns acquired == true, the Status of the new term, and an error wrapping a
-// *NotReplicatedError (errors.Is(err, ErrNotReplicated)). The term exists on the master but may
-// not survive a failover: do not start the work yet. Calling AcquireReplicated again is safe,
-// since acquiring a lease this instance already holds keeps the term and extends it, and it
-// waits for the replicas again; a caller that gives up should Release the term.
-//
-// The client must be a *redis.Client (standalone or Sentinel failover client) or a
-// *redis.ClusterClient, which is asked for the master of the lease's slot. In Cluster, while
-// that slot is being migrated, the call fails with Redis's MOVED or ASK error and must be
-// retried; the cluster client's slot map is refreshed in the background.
-func (l *Lease) AcquireReplicated(ctx context.Context, ttl time.Duration, ack ReplicaAck) (acquired bool, st Status, err error) {
-	if err := ack.validate(); err != nil {
-		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, err)
+// oneAck returns the ReplicaAck of a variadic ack argument, validated: the zero ReplicaAck
+// (no replicas) when none was given.
+func oneAck(ack []ReplicaAck) (ReplicaAck, error) {
+	switch len(ack) {
+	case 0:
+		return ReplicaAck{}, nil
+	case 1:
+		return ack[0], ack[0].validate()
 	}
-	if ack.Replicas == 0 {
-		return l.Acquire(ctx, ttl)
-	}
-	if l.identity == "" {
-		return false, Status{}, fmt.Errorf("acquire lease %q: no identity set in lease.Options", l.name)
-	}
-	ms, err := ttlMillis(ttl)
-	if err != nil {
-		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, err)
-	}
+	return ReplicaAck{}, fmt.Errorf("replica acknowledgement: at most one ReplicaAck may be given, got %d", len(ack))
+}
+
+// acquireReplicated is Acquire with ack.Replicas > 0: the script, then WAIT on the same
+// connection when the script wrote.
+func (l *Lease) acquireReplicated(ctx context.Context, ms int64, ack ReplicaAck) (acquired bool, st Status, err error) {
 	conn, err := l.masterConn(ctx)
 	if err != nil {
 		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, err)
 	}
 	defer conn.Close()
-	reply, err := acquireScript.run(ctx, conn, l.acquireArgs(ms)).Slice()
+	reply, err := acquireScript.Run(ctx, conn, l.acquireKeys, l.acquireArgs(ms)...).Slice()
 	if err != nil {
 		l.noteRedirect(ctx, err)
 		return false, Status{}, acquireError(l.name, err)
@@ -121,42 +108,26 @@ func (l *Lease) AcquireReplicated(ctx context.Context, ttl time.Duration, ack Re
 	return true, st, nil
 }
 
-// RenewReplicated is Renew followed, when the term was renewed, by WAIT on the same connection.
-// With ack.Replicas 0 it is exactly Renew.
-//
-// When the master renewed the term but fewer than ack.Replicas replicas acknowledged it in
-// ack.Timeout, it returns true and an error wrapping a *NotReplicatedError: count the renewal as
-// failed (a promoted replica may still hold the previous expiry) and retry it, as package
-// election does with any renew error until its RenewDeadline. false, as with Renew, means the
-// term is over. The client requirements are those of AcquireReplicated.
-func (l *Lease) RenewReplicated(ctx context.Context, term Record, ttl time.Duration, ack ReplicaAck) (bool, error) {
-	if err := ack.validate(); err != nil {
-		return false, fmt.Errorf("renew lease %q: %w", l.name, err)
-	}
-	if ack.Replicas == 0 {
-		return l.Renew(ctx, term, ttl)
-	}
-	ms, err := ttlMillis(ttl)
-	if err != nil {
-		return false, fmt.Errorf("renew lease %q: %w", l.name, err)
-	}
+// renewReplicated is Renew with ack.Replicas > 0: the script, then WAIT on the same
+// connection when the term was renewed.
+func (l *Lease) renewReplicated(ctx context.Context, term Record, ms int64, ack ReplicaAck) (bool, error) {
 	conn, err := l.masterConn(ctx)
 	if err != nil {
 		return false, fmt.Errorf("renew lease %q: %w", l.name, err)
 	}
 	defer conn.Close()
-	n, err := renewScript.run(ctx, conn, l.renewArgs(term, ms)).Int64()
+	n, err := renewScript.Run(ctx, conn, l.termKeys, l.renewArgs(term, ms)...).Int64()
 	if err != nil {
 		l.noteRedirect(ctx, err)
 		return false, fmt.Errorf("renew lease %q: %w", l.name, luaerr.Explain(renewSource, err))
 	}
-	if n != 1 {
+	if n != 1 && n != 2 {
 		return false, nil
 	}
 	if err := waitReplicas(ctx, conn, ack); err != nil {
 		return true, fmt.Errorf("renew lease %q: token %d: %w", l.name, term.Token, err)
 	}
-	return true, nil
+	return l.renewOutcome(n, term)
 }
 
 // masterConn returns one dedicated connection to the master that serves the lease's keys. The
@@ -166,9 +137,9 @@ func (l *Lease) masterConn(ctx context.Context) (*redis.Conn, error) {
 	case *redis.Client:
 		return c.Conn(), nil
 	case *redis.ClusterClient:
-		node, err := c.MasterForKey(ctx, l.keys[0])
+		node, err := c.MasterForKey(ctx, l.keys.Lease)
 		if err != nil {
-			return nil, fmt.Errorf("find the cluster master of %s: %w", l.keys[0], err)
+			return nil, fmt.Errorf("find the cluster master of %s: %w", l.keys.Lease, err)
 		}
 		return node.Conn(), nil
 	default:

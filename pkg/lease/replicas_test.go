@@ -41,27 +41,27 @@ func TestReplicatedWritesWaitForTheReplica(t *testing.T) {
 	ack := lease.ReplicaAck{Replicas: 1, Timeout: 5 * time.Second}
 
 	a := newLease(t, c, "job", "pod-a")
-	ok, st, err := a.AcquireReplicated(ctx, 10*time.Second, ack)
+	ok, st, err := a.Acquire(ctx, 10*time.Second, ack)
 	if err != nil || !ok {
-		t.Fatalf("AcquireReplicated = %v, %+v, %v; want acquired", ok, st, err)
+		t.Fatalf("Acquire = %v, %+v, %v; want acquired", ok, st, err)
 	}
 	term := st.Record
 	// The acknowledgement means the replica has applied the write: no polling needed.
-	if got, err := rc.Get(ctx, a.Key()).Result(); err != nil || got != term.String() {
+	if got, err := rc.Get(ctx, a.Keys().Lease).Result(); err != nil || got != term.String() {
 		t.Fatalf("replica holds %q, %v right after the acknowledged acquire; want %q", got, err, term.String())
 	}
-	if ok, err := a.RenewReplicated(ctx, term, 30*time.Second, ack); err != nil || !ok {
-		t.Fatalf("RenewReplicated = %v, %v", ok, err)
+	if ok, err := a.Renew(ctx, term, 30*time.Second, ack); err != nil || !ok {
+		t.Fatalf("Renew = %v, %v", ok, err)
 	}
-	if pttl := rc.PTTL(ctx, a.Key()).Val(); pttl <= 29*time.Second {
+	if pttl := rc.PTTL(ctx, a.Keys().Lease).Val(); pttl <= 29*time.Second {
 		t.Fatalf("replica PTTL right after the acknowledged renew = %v, want > 29s", pttl)
 	}
 
 	// More replicas than exist: the write stands on the master, the error says 1 of 2.
-	_, err = a.RenewReplicated(ctx, term, 30*time.Second, lease.ReplicaAck{Replicas: 2, Timeout: 50 * time.Millisecond})
+	_, err = a.Renew(ctx, term, 30*time.Second, lease.ReplicaAck{Replicas: 2, Timeout: 50 * time.Millisecond})
 	var nr *lease.NotReplicatedError
 	if !errors.As(err, &nr) || nr.Acked != 1 || nr.Wanted != 2 || !errors.Is(err, lease.ErrNotReplicated) {
-		t.Fatalf("RenewReplicated asking for 2 of 1 replicas: err = %v, want a NotReplicatedError 1 of 2", err)
+		t.Fatalf("Renew asking for 2 of 1 replicas: err = %v, want a NotReplicatedError 1 of 2", err)
 	}
 
 	// A contender's failed attempt writes nothing, so it does not wait for the replicas even when
@@ -70,15 +70,15 @@ func TestReplicatedWritesWaitForTheReplica(t *testing.T) {
 	defer replica.Resume()
 	b := newLease(t, c, "job", "pod-b")
 	start := time.Now()
-	ok, st, err = b.AcquireReplicated(ctx, 10*time.Second, ack)
+	ok, st, err = b.Acquire(ctx, 10*time.Second, ack)
 	if err != nil || ok || st.Record != term {
-		t.Fatalf("contender AcquireReplicated = %v, %+v, %v; want held by %+v", ok, st, err, term)
+		t.Fatalf("contender Acquire = %v, %+v, %v; want held by %+v", ok, st, err, term)
 	}
 	if took := time.Since(start); took > ack.Timeout/2 {
 		t.Errorf("a contender's attempt took %v: it waited for replicas although it wrote nothing", took)
 	}
-	if ok, err := b.RenewReplicated(ctx, lease.Record{Token: term.Token, Instance: b.Instance(), Identity: "pod-b"}, time.Second, ack); err != nil || ok {
-		t.Fatalf("non-owner RenewReplicated = %v, %v; want false, nil", ok, err)
+	if ok, err := b.Renew(ctx, lease.Record{Token: term.Token, Instance: b.Instance(), Identity: "pod-b"}, time.Second, ack); err != nil || ok {
+		t.Fatalf("non-owner Renew = %v, %v; want false, nil", ok, err)
 	}
 }
 
@@ -122,14 +122,14 @@ func TestReplicatedWriteIsNotConfirmedWhileTheReplicaIsStopped(t *testing.T) {
 	}()
 	a := newLease(t, c, "job", "pod-a")
 	start := time.Now()
-	ok, st, err := a.AcquireReplicated(ctx, 10*time.Second, ack)
+	ok, st, err := a.Acquire(ctx, 10*time.Second, ack)
 	took := time.Since(start)
 	var nr *lease.NotReplicatedError
 	if !ok || !errors.As(err, &nr) || nr.Acked != 0 || nr.Wanted != 1 {
-		t.Fatalf("AcquireReplicated with the replica stopped = %v, %+v, %v; want acquired with a NotReplicatedError 0 of 1", ok, st, err)
+		t.Fatalf("Acquire with the replica stopped = %v, %+v, %v; want acquired with a NotReplicatedError 0 of 1", ok, st, err)
 	}
 	if took < ack.Timeout {
-		t.Errorf("AcquireReplicated returned after %v, before the WAIT timeout %v", took, ack.Timeout)
+		t.Errorf("Acquire returned after %v, before the WAIT timeout %v", took, ack.Timeout)
 	}
 	for _, want := range []string{`"job"`, "token " + strconv.FormatInt(st.Record.Token, 10), "0 of 1 replicas", "300ms"} {
 		if !strings.Contains(err.Error(), want) {
@@ -137,16 +137,16 @@ func TestReplicatedWriteIsNotConfirmedWhileTheReplicaIsStopped(t *testing.T) {
 		}
 	}
 	term := st.Record
-	if ok, err := a.RenewReplicated(ctx, term, 10*time.Second, ack); !ok || !errors.Is(err, lease.ErrNotReplicated) {
-		t.Fatalf("RenewReplicated with the replica stopped = %v, %v; want true with ErrNotReplicated", ok, err)
+	if ok, err := a.Renew(ctx, term, 10*time.Second, ack); !ok || !errors.Is(err, lease.ErrNotReplicated) {
+		t.Fatalf("Renew with the replica stopped = %v, %v; want true with ErrNotReplicated", ok, err)
 	}
 
 	// Once the replica is back, the same call confirms the same term: no new token.
 	replica.Resume()
 	resumed = true
-	ok, st, err = a.AcquireReplicated(ctx, 10*time.Second, lease.ReplicaAck{Replicas: 1, Timeout: 10 * time.Second})
+	ok, st, err = a.Acquire(ctx, 10*time.Second, lease.ReplicaAck{Replicas: 1, Timeout: 10 * time.Second})
 	if err != nil || !ok || st.Record != term {
-		t.Fatalf("AcquireReplicated after the replica resumed = %v, %+v, %v; want the same term %+v", ok, st.Record, err, term)
+		t.Fatalf("Acquire after the replica resumed = %v, %+v, %v; want the same term %+v", ok, st.Record, err, term)
 	}
 }
 
@@ -159,15 +159,15 @@ func TestReplicatedWritesLoadTheScripts(t *testing.T) {
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	ok, st, err := a.AcquireReplicated(ctx, 10*time.Second, ack)
+	ok, st, err := a.Acquire(ctx, 10*time.Second, ack)
 	if err != nil || !ok {
-		t.Fatalf("AcquireReplicated after SCRIPT FLUSH = %v, %v", ok, err)
+		t.Fatalf("Acquire after SCRIPT FLUSH = %v, %v", ok, err)
 	}
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := a.RenewReplicated(ctx, st.Record, 10*time.Second, ack); err != nil || !ok {
-		t.Fatalf("RenewReplicated after SCRIPT FLUSH = %v, %v", ok, err)
+	if ok, err := a.Renew(ctx, st.Record, 10*time.Second, ack); err != nil || !ok {
+		t.Fatalf("Renew after SCRIPT FLUSH = %v, %v", ok, err)
 	}
 }
 
@@ -185,40 +185,46 @@ func TestReplicaAckValidation(t *testing.T) {
 		{lease.ReplicaAck{Replicas: 1, Timeout: -time.Second}, "below the minimum of 1ms"},
 		{lease.ReplicaAck{Replicas: 1, Timeout: 1500 * time.Microsecond}, "whole number of milliseconds"},
 	} {
-		if _, _, err := a.AcquireReplicated(ctx, time.Second, tc.ack); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), `"job"`) {
-			t.Errorf("AcquireReplicated(%+v) err = %v, want it to name the lease and mention %q", tc.ack, err, tc.want)
+		if _, _, err := a.Acquire(ctx, time.Second, tc.ack); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), `"job"`) {
+			t.Errorf("Acquire(%+v) err = %v, want it to name the lease and mention %q", tc.ack, err, tc.want)
 		}
-		if _, err := a.RenewReplicated(ctx, term, time.Second, tc.ack); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("RenewReplicated(%+v) err = %v, want it to mention %q", tc.ack, err, tc.want)
+		if _, err := a.Renew(ctx, term, time.Second, tc.ack); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Renew(%+v) err = %v, want it to mention %q", tc.ack, err, tc.want)
 		}
 	}
 	ack := lease.ReplicaAck{Replicas: 1, Timeout: 10 * time.Millisecond}
-	if _, _, err := a.AcquireReplicated(ctx, 0, ack); err == nil || !strings.Contains(err.Error(), "ttl") {
-		t.Errorf("AcquireReplicated with ttl 0: err = %v", err)
+	if _, _, err := a.Acquire(ctx, time.Second, ack, ack); err == nil || !strings.Contains(err.Error(), "at most one ReplicaAck") {
+		t.Errorf("Acquire with two ReplicaAcks: err = %v", err)
 	}
-	if _, _, err := newLease(t, c, "job", "").AcquireReplicated(ctx, time.Second, ack); err == nil || !strings.Contains(err.Error(), "identity") {
-		t.Errorf("AcquireReplicated without identity: err = %v", err)
+	if _, err := a.Renew(ctx, term, time.Second, ack, ack); err == nil || !strings.Contains(err.Error(), "at most one ReplicaAck") {
+		t.Errorf("Renew with two ReplicaAcks: err = %v", err)
+	}
+	if _, _, err := a.Acquire(ctx, 0, ack); err == nil || !strings.Contains(err.Error(), "ttl") {
+		t.Errorf("Acquire with ttl 0: err = %v", err)
+	}
+	if _, _, err := newLease(t, c, "job", "").Acquire(ctx, time.Second, ack); err == nil || !strings.Contains(err.Error(), "identity") {
+		t.Errorf("Acquire without identity: err = %v", err)
 	}
 
 	// A Ring shards by key and has no single master to WAIT on.
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, ContextTimeoutEnabled: true})
 	defer ring.Close()
 	rl := newLease(t, ring, "job", "pod-a")
-	if _, _, err := rl.AcquireReplicated(ctx, time.Second, ack); err == nil || !strings.Contains(err.Error(), "*redis.Ring") {
-		t.Errorf("AcquireReplicated through a Ring: err = %v, want it to name the client type", err)
+	if _, _, err := rl.Acquire(ctx, time.Second, ack); err == nil || !strings.Contains(err.Error(), "*redis.Ring") {
+		t.Errorf("Acquire through a Ring: err = %v, want it to name the client type", err)
 	}
 
 	// No replicas asked for: exactly Acquire and Renew, on a server without replicas.
-	ok, st, err := a.AcquireReplicated(ctx, time.Second, lease.ReplicaAck{})
+	ok, st, err := a.Acquire(ctx, time.Second, lease.ReplicaAck{})
 	if err != nil || !ok {
-		t.Fatalf("AcquireReplicated without replicas = %v, %v", ok, err)
+		t.Fatalf("Acquire without replicas = %v, %v", ok, err)
 	}
-	if ok, err := a.RenewReplicated(ctx, st.Record, time.Second, lease.ReplicaAck{}); err != nil || !ok {
-		t.Fatalf("RenewReplicated without replicas = %v, %v", ok, err)
+	if ok, err := a.Renew(ctx, st.Record, time.Second, lease.ReplicaAck{}); err != nil || !ok {
+		t.Fatalf("Renew without replicas = %v, %v", ok, err)
 	}
 	// A server without replicas cannot acknowledge anything.
-	if ok, err := a.RenewReplicated(ctx, st.Record, time.Second, ack); !ok || !errors.Is(err, lease.ErrNotReplicated) {
-		t.Fatalf("RenewReplicated on a server without replicas = %v, %v; want true, ErrNotReplicated", ok, err)
+	if ok, err := a.Renew(ctx, st.Record, time.Second, ack); !ok || !errors.Is(err, lease.ErrNotReplicated) {
+		t.Fatalf("Renew on a server without replicas = %v, %v; want true, ErrNotReplicated", ok, err)
 	}
 }
 
@@ -233,18 +239,18 @@ func TestReplicatedWritesInCluster(t *testing.T) {
 	slots := map[int64]bool{}
 	for _, name := range []string{"alpha", "beta", "gamma", "delta", "epsilon", "zeta"} {
 		a := newLease(t, c, name, "pod-a")
-		ok, st, err := a.AcquireReplicated(ctx, 10*time.Second, ack)
+		ok, st, err := a.Acquire(ctx, 10*time.Second, ack)
 		var nr *lease.NotReplicatedError
 		if !ok || !errors.As(err, &nr) || nr.Acked != 0 {
-			t.Fatalf("%s: AcquireReplicated = %v, %v; want acquired, 0 replicas acknowledged", name, ok, err)
+			t.Fatalf("%s: Acquire = %v, %v; want acquired, 0 replicas acknowledged", name, ok, err)
 		}
-		if ok, err := a.RenewReplicated(ctx, st.Record, 10*time.Second, ack); !ok || !errors.Is(err, lease.ErrNotReplicated) {
-			t.Fatalf("%s: RenewReplicated = %v, %v", name, ok, err)
+		if ok, err := a.Renew(ctx, st.Record, 10*time.Second, ack); !ok || !errors.Is(err, lease.ErrNotReplicated) {
+			t.Fatalf("%s: Renew = %v, %v", name, ok, err)
 		}
 		if got, err := a.Get(ctx); err != nil || got.Record != st.Record {
 			t.Fatalf("%s: Get = %+v, %v; want %+v", name, got, err, st.Record)
 		}
-		slots[c.ClusterKeySlot(ctx, a.Key()).Val()] = true
+		slots[c.ClusterKeySlot(ctx, a.Keys().Lease).Val()] = true
 	}
 	if len(slots) < 2 {
 		t.Fatalf("all names landed in one slot; the test does not cover several nodes")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/elector/elector/internal/faultproxy"
 	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/lease"
 )
 
@@ -75,12 +76,12 @@ func TestSubscriptionPingsWhenIdleAndEndsWhenUnanswered(t *testing.T) {
 	select {
 	case ev, open := <-sub.Events():
 		t.Fatalf("idle subscription delivered %v (open %v) before anything was published", ev, open)
-	case <-time.After(2*lease.HealthInterval + lease.HealthInterval/2):
+	case <-time.After(2*timing.HealthInterval + timing.HealthInterval/2):
 	}
 	term := mustAcquire(t, holder, time.Minute)
 	expectEvent(t, sub, lease.Acquired, term)
 
 	proxy.Blackhole(true)
-	took := expectClosed(t, sub, 4*lease.HealthInterval)
-	t.Logf("silent connection detected after %v (health interval %v)", took, lease.HealthInterval)
+	took := expectClosed(t, sub, 4*timing.HealthInterval)
+	t.Logf("silent connection detected after %v (health interval %v)", took, timing.HealthInterval)
 }

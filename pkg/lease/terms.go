@@ -9,15 +9,11 @@ import (
 	"github.com/elector/elector/internal/rediserr"
 )
 
-// TermsKey returns the Redis key that counts the terms begun on this lease: the acquire
-// script increments it in the same round trip that begins a term.
-func (l *Lease) TermsKey() string { return l.keys[2] }
-
 // Terms returns how many terms began on this lease (the transitions of `kubectl get lease`),
 // 0 when none is recorded. The count starts when the first acquire of this protocol version
 // ran, and is lost with Redis's data like the token key.
 func (l *Lease) Terms(ctx context.Context) (int64, error) {
-	s, err := l.client.Get(ctx, l.keys[2]).Result()
+	s, err := l.client.Get(ctx, l.keys.Terms).Result()
 	if rediserr.IsNil(err) {
 		return 0, nil
 	}
@@ -26,7 +22,7 @@ func (l *Lease) Terms(ctx context.Context) (int64, error) {
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("read the terms of lease %q: %s holds %q, not an integer", l.name, l.keys[2], s)
+		return 0, fmt.Errorf("read the terms of lease %q: %s holds %q, not an integer", l.name, l.keys.Terms, s)
 	}
 	return n, nil
 }

@@ -6,10 +6,16 @@
 -- ARGV[1]  owner       "<instance>:<identity>" (the record without its version and token)
 -- ARGV[2]  ttl         lease time to live in milliseconds
 -- ARGV[3]  channel     P:{NAME}:events, where "acquired <ttl> <record>" is published
+-- KEYS[4]  resign key  P:{NAME}:resign (optional): while it holds a reservation (release.lua),
+--                      a free lease goes only to its target, or, without a target, to anyone but
+--                      the resigning identity; the acquire that is let through deletes it
 --
 -- Reply: {1, record, ttl}  the lease is ours (newly taken, or already held by this owner: then it is
 --                          renewed to ttl and the record, with its token, is the one already held);
 --        {0, record, pttl} someone else holds it; pttl is its remaining time (-1: no expiry).
+--        {2, record, pttl, target}  (only with KEYS[4]) the lease is free but reserved after the
+--                          resignation of record for pttl more milliseconds, for target ('':
+--                          anyone but record's identity), and the caller is not let in.
 -- Errors: a key of the wrong type, a token key that does not hold an integer, or one whose next
 --         token would exceed 2^53-1 ("ERR fencing token range exhausted"). Nothing is written.
 
@@ -24,6 +30,22 @@ if current then
     return {1, current, tonumber(ARGV[2])}
   end
   return {0, current, redis.call('PTTL', KEYS[1])}
+end
+
+local consumed = false
+if KEYS[4] then
+  local reservation = redis.call('GET', KEYS[4])
+  if reservation then
+    local phase, record, target = string.match(reservation, '^v1\n(%a+)\n%d+\n([^\n]*)\n(.*)$')
+    if phase == 'reserved' then
+      local caller = string.match(ARGV[1], '^[^:]*:(.*)$')
+      local resigned = string.match(record, '^v1:%d+:[^:]*:(.*)$')
+      if (target ~= '' and caller ~= target) or (target == '' and caller == resigned) then
+        return {2, record, redis.call('PTTL', KEYS[4]), target}
+      end
+      consumed = true -- deleted once the term is written, not before a refusal below
+    end
+  end
 end
 
 -- Lua numbers are doubles: integers are exact up to 2^53 - 1 (MAX below). Past it, previous + 1
@@ -57,6 +79,9 @@ redis.call('SET', KEYS[1], record, 'NX', 'PX', ARGV[2])
 redis.call('SET', KEYS[2], token)
 if KEYS[3] then
   redis.call('SET', KEYS[3], string.format('%.0f', (tonumber(redis.call('GET', KEYS[3])) or 0) + 1))
+end
+if consumed then
+  redis.call('DEL', KEYS[4])
 end
 redis.call('PUBLISH', ARGV[3], 'acquired ' .. ARGV[2] .. ' ' .. record)
 return {1, record, tonumber(ARGV[2])}

@@ -1,0 +1,66 @@
+package lease
+
+import "strings"
+
+// Keys names the Redis keys and the pub/sub channel of one lease, as docs/PROTOCOL.md lays
+// them out: PREFIX:{NAME}:lease and so on. All of them carry the hash tag {NAME}, so they
+// live in one Redis Cluster slot. KeysFor is the only place that builds these names: every
+// other package (the election, the CLI, the adapters) asks it.
+type Keys struct {
+	// Lease holds the holder's record, with a PX expiry.
+	Lease string
+	// Token holds the last fencing token handed out.
+	Token string
+	// Terms counts the terms begun.
+	Terms string
+	// Events is the pub/sub channel of the acquired, renewed and released announcements.
+	Events string
+	// Resign holds a request that the current term step down, then the reservation after its
+	// release (RequestResign).
+	Resign string
+	// Members is the membership set of the election.Group called NAME (a Group's name and its
+	// leases' names share one namespace under a prefix).
+	Members string
+
+	base string // PREFIX:{NAME}:
+}
+
+// KeysFor returns the keys of the lease called name under prefix (DefaultPrefix when empty).
+// It does not validate them: New does, with ValidateName.
+func KeysFor(prefix, name string) Keys {
+	base := keyBase(prefix) + ":{" + name + "}:"
+	return Keys{
+		Lease:   base + "lease",
+		Token:   base + "token",
+		Terms:   base + "terms",
+		Events:  base + "events",
+		Resign:  base + "resign",
+		Members: base + "members",
+		base:    base,
+	}
+}
+
+// Other returns PREFIX:{NAME}:suffix: a key of the caller's own in the lease's Cluster slot,
+// which a script may touch together with the lease (a fence, an adapter's record).
+func (k Keys) Other(suffix string) string { return k.base + suffix }
+
+// EventsPattern returns the PSUBSCRIBE pattern that matches the events channel of every lease
+// under prefix (DefaultPrefix when empty): PREFIX:{*}:events. The prefix is not escaped, so
+// that the pattern is the one an ACL channel rule (&PREFIX:{*}:events) names literally.
+func EventsPattern(prefix string) string { return keyBase(prefix) + ":{*}:events" }
+
+// leaseKeyPattern returns the SCAN MATCH pattern of the lease keys under prefix, with the
+// prefix's glob characters escaped.
+func leaseKeyPattern(prefix string) string { return globEscape(keyBase(prefix)) + ":{*}:lease" }
+
+// nameOfLeaseKey returns the lease name of a key that leaseKeyPattern(prefix) matched.
+func nameOfLeaseKey(prefix, key string) string {
+	return strings.TrimSuffix(strings.TrimPrefix(key, keyBase(prefix)+":{"), "}:lease")
+}
+
+func keyBase(prefix string) string {
+	if prefix == "" {
+		return DefaultPrefix
+	}
+	return prefix
+}

@@ -1,0 +1,87 @@
+package lease_test
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/elector/elector/pkg/lease"
+)
+
+// TestKeysMatchProtocol checks KeysFor against the key table of docs/PROTOCOL.md: every
+// PREFIX:{NAME}:… row is a field of Keys, and every field a row.
+func TestKeysMatchProtocol(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/PROTOCOL.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	for _, m := range regexp.MustCompile("(?m)^\\| `(PREFIX:\\{NAME\\}:[a-z-]+)` \\|").FindAllSubmatch(doc, -1) {
+		rows = append(rows, string(m[1]))
+	}
+	k := lease.KeysFor("PREFIX", "NAME")
+	fields := []string{k.Lease, k.Token, k.Terms, k.Resign, k.Events, k.Members}
+	sort.Strings(rows)
+	sort.Strings(fields)
+	if strings.Join(rows, " ") != strings.Join(fields, " ") {
+		t.Errorf("docs/PROTOCOL.md names the keys\n  %q\nKeysFor(\"PREFIX\", \"NAME\") gives\n  %q", rows, fields)
+	}
+	if got, want := lease.EventsPattern("PREFIX"), "PREFIX:{*}:events"; got != want {
+		t.Errorf("EventsPattern = %q, want %q", got, want)
+	}
+	if got, want := k.Other("fence"), "PREFIX:{NAME}:fence"; got != want {
+		t.Errorf("Other(fence) = %q, want %q", got, want)
+	}
+	if got, want := lease.KeysFor("", "job").Lease, "elector:{job}:lease"; got != want {
+		t.Errorf("KeysFor with the default prefix: Lease = %q, want %q", got, want)
+	}
+}
+
+// TestKeysHaveOneOwner fails when Go code of the repository outside pkg/lease/keys.go builds a
+// PREFIX:{NAME}:… name by hand, instead of asking KeysFor (tests excepted: they spell out the
+// names they expect).
+func TestKeysHaveOneOwner(t *testing.T) {
+	handmade := regexp.MustCompile(`":\{"|"\}:"|"\{\*\}:|":(lease|token|terms|events|members)"`)
+	allowed := map[string]string{
+		"pkg/lease/keys.go": "the owner",
+		// luaerr reads the prefix back out of a key an ACL refused, to suggest the ACL rule;
+		// it cannot import pkg/lease (which imports it).
+		"internal/luaerr/tx.go": "parses keys",
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") && path != root {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, path)
+		if _, ok := allowed[filepath.ToSlash(rel)]; ok {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(src), "\n") {
+			if handmade.MatchString(line) {
+				t.Errorf("%s:%d builds a lease key by hand, use lease.KeysFor: %s", rel, i+1, strings.TrimSpace(line))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
