@@ -59,6 +59,12 @@
 #ifndef CANCELS
 #define CANCELS 1         /* Run contexts cancelled */
 #endif
+#ifndef RESIGNS
+#define RESIGNS 0         /* resignations (Elector.Resign, or a renewal that replies 2) */
+#endif
+#ifndef HOLDT
+#define HOLDT 3           /* the hold-off of a resignation's reservation, in ticks */
+#endif
 
 /* replica states (the place in Run/campaign/lead) */
 #define CAMP   1          /* campaign: top of the loop, about to attempt */
@@ -76,6 +82,7 @@
 #define Q_ACQ 1
 #define Q_REN 2
 #define Q_REL 3
+#define Q_RSG 4           /* release.lua with the resign key and a request for the term */
 /* reply kinds */
 #define R_WON  1          /* acquire {1, record, ttl} */
 #define R_HELD 2          /* acquire {0, record, pttl} */
@@ -136,6 +143,11 @@ byte subdrops = SUBDROPS;
 byte giveups = GIVEUPS;
 byte stale = STALE;
 byte cancels = CANCELS;
+byte resigns = RESIGNS;
+/* ---- resign (pkg/lease/scripts/resign.lua; the reservation in P:{NAME}:resign) ---- */
+bit  rsg[N];              /* asked to resign: the work is stopping, then release with the reservation */
+byte rvown;               /* the reservation keeps out replica rvown-1; 0 = no reservation */
+byte rvttl;               /* its PTTL in ticks */
 /* ---- ghosts for the properties ---- */
 byte losses;              /* data losses so far (the epoch) */
 byte epoch[N];            /* epoch in which the replica's term began */
@@ -313,6 +325,8 @@ end:
 				assert(el[i] < RD + DRIFT);
 				/* S2: tokens of successive terms strictly increase (a resumed term keeps its own) */
 				assert(ttok[i] > lastst || (ttok[i] == lastst && lastown == i));
+				/* R1: a resigning replica does not begin a term during its hold-off */
+				assert(rvown != i + 1);
 				lastst = ttok[i]; lastown = i; relpend = 0;
 				unsubscribe(i);
 #ifndef ANYWAKE
@@ -389,7 +403,7 @@ end:
 
 	/* lead: the deadline timer (lastOK + RenewDeadline on the local clock) */
 	:: atomic { st[i] == LEAD && el[i] >= RD - DRIFT ->
-		lead[i] = 0; stopping[i] = 0; stoptimer(i);
+		lead[i] = 0; stopping[i] = 0; rsg[i] = 0; stoptimer(i);
 		if :: call[i] != 0 -> abandon(i) :: else fi;
 		ttok[i] = 0;
 		st[i] = ((canc[i] -> DONE : CAMP)); if :: st[i] == DONE -> unsubscribe(i) :: else fi }
@@ -412,7 +426,7 @@ end:
 	/* lead: renew said 0 */
 	:: atomic { st[i] == LEAD && rpk[i] == R_ZERO ->
 		call[i] = 0; rpk[i] = 0; rpt[i] = 0;
-		lead[i] = 0; stopping[i] = 0; stoptimer(i); ttok[i] = 0;
+		lead[i] = 0; stopping[i] = 0; rsg[i] = 0; stoptimer(i); ttok[i] = 0;
 		st[i] = ((canc[i] -> DONE : CAMP)); if :: st[i] == DONE -> unsubscribe(i) :: else fi }
 	/* lead: renew failed */
 	:: atomic { st[i] == LEAD && call[i] == Q_REN && (rpk[i] == R_ERR || (rpk[i] == 0 && giveups > 0)) ->
@@ -420,16 +434,34 @@ end:
 		abandon(i); settimer(i, RP); tlo[i] = 0 }
 	/* lead: Run's ctx cancelled: the work is told to stop, renewals go on */
 	:: atomic { st[i] == LEAD && canc[i] && !stopping[i] -> stopping[i] = 1 }
-	/* lead: OnStartedLeading returned after the cancel: stepDown(stopped, ReleaseOnCancel) */
+#ifndef MUTANT_RESIGN_EARLY_RELEASE
+	/* lead: asked to resign: the work is told to stop, renewals go on (as after a cancel) */
+	:: atomic { st[i] == LEAD && rsg[i] && !stopping[i] -> stopping[i] = 1 }
+#else
+	/* the bug: release at once, while the work still runs (trusted until the release returns) */
+	:: atomic { st[i] == LEAD && rsg[i] && !stopping[i] ->
+		stoptimer(i);
+		if :: call[i] != 0 -> abandon(i) :: else fi;
+		send(i, Q_RSG, ttok[i]); rsg[i] = 0; aft[i] = A_RETRY; st[i] = RELW }
+#endif
+	/* lead: OnStartedLeading returned after the cancel or resignation: stepDown(stopped or
+	 * resigned, release); a resignation releases with the reservation and campaigns again */
 	:: atomic { st[i] == LEAD && stopping[i] ->
 		lead[i] = 0; stopping[i] = 0; stoptimer(i);
 		if :: call[i] != 0 -> abandon(i) :: else fi;
-		send(i, Q_REL, ttok[i]); aft[i] = A_DONE; st[i] = RELW }
+		if
+		:: rsg[i] -> send(i, Q_RSG, ttok[i])
+		:: else -> send(i, Q_REL, ttok[i])
+		fi;
+		aft[i] = ((rsg[i] && !canc[i]) -> A_RETRY : A_DONE); rsg[i] = 0; st[i] = RELW }
 
 	/* a release returned, failed or was given up */
 	:: atomic { st[i] == RELW && (rpk[i] != 0 || giveups > 0) ->
 		GIVEUP(i);
 		abandon(i); ttok[i] = 0; rpt[i] = 0;
+#ifdef MUTANT_RESIGN_EARLY_RELEASE
+		lead[i] = 0;
+#endif
 		if
 		:: aft[i] == A_DONE -> st[i] = DONE; unsubscribe(i)
 		:: else -> settimer(i, RP); tlo[i] = 0; knows[i] = 0; st[i] = FOLLOW
@@ -460,7 +492,14 @@ inline exec(k) {
 		:: ktok == 0 && losses == 0 && nterms >= 1 -> reply(ri, rid, R_ERR, 0, 0)  /* S4 scenario: one term before the loss */
 		:: ktok == 0 && (losses > 0 || nterms < 1) -> nterms = 1;
 #else
-		:: ktok == 0 ->                     /* SET NX: a new term */
+#ifndef MUTANT_NO_RESERVATION
+		:: ktok == 0 && rvown == ri + 1 ->  /* reserved, not for this one: {2, record, pttl, target} */
+			reply(ri, rid, R_HELD, 0, rvttl)
+		:: ktok == 0 && rvown != ri + 1 ->  /* SET NX: a new term (deletes a reservation that admits it) */
+			rvown = 0; rvttl = 0;
+#else
+		:: ktok == 0 ->                     /* the bug: reservations ignored */
+#endif
 #endif
 #ifdef MUTANT_TOKEN_NO_TIME
 			nt = tokkey + 1;                /* token = previous + 1, without TIME */
@@ -488,10 +527,11 @@ inline exec(k) {
 			kttl = LD; newexpiry(); publish(E_REN, rt); reply(ri, rid, R_OK, rt, 0)
 		:: else -> reply(ri, rid, R_ZERO, rt, 0)
 		fi
-	:: !rdown && rk == Q_REL ->             /* scripts/release.lua */
+	:: !rdown && (rk == Q_REL || rk == Q_RSG) ->  /* scripts/release.lua */
 		if
 		:: ktok == rt && kown == ri && ktok != 0 ->
 			ktok = 0; kttl = 0; kown = 0; publish(E_REL, rt);
+			if :: rk == Q_RSG -> rvown = ri + 1; rvttl = HOLDT :: else fi;
 			/* L1b: a listening follower must start a term before the next tick */
 			j = 0;
 			do
@@ -530,7 +570,7 @@ end:	do
 			j++
 		:: else -> break
 		od;
-		ktok = 0; kttl = 0; kown = 0; tokkey = 0; rdown = 1;
+		ktok = 0; kttl = 0; kown = 0; tokkey = 0; rdown = 1; rvown = 0; rvttl = 0;
 		j = 0;
 		do
 		:: j < NS -> rqk[j] = 0; rqt[j] = 0; rqi[j] = 0; j++
@@ -596,6 +636,7 @@ end:	do
 		:: else -> break
 		od;
 		c = 0;
+		if :: rvttl > 0 -> rvttl--; if :: rvttl == 0 -> rvown = 0 :: else fi :: else fi;
 		if
 		:: ktok != 0 -> kttl--; if :: kttl == 0 -> ktok = 0; kown = 0 :: else fi
 		:: else
@@ -615,6 +656,8 @@ end:	do
 		if :: e == N-1 -> e = 0 :: else fi;    /* the last replica stays up */
 #endif
 		if :: !canc[e] && st[e] != DONE -> canc[e] = 1; cancels--; relpend = 0 :: else fi; e = 0 }
+	:: atomic { resigns > 0 -> select(e : 0 .. N-1);
+		if :: st[e] == LEAD && lead[e] && !rsg[e] && !stopping[e] -> rsg[e] = 1; resigns-- :: else fi; e = 0 }
 	:: atomic { subdrops > 0 -> select(e : 0 .. N-1);
 		if :: sub[e] == S_UP -> sub[e] = S_CLOSED; subdrops--; relpend = 0 :: else fi; e = 0 }
 	od

@@ -98,6 +98,13 @@ func (f *follower) attempt(ctx context.Context) (attempt, bool) {
 	case won:
 		e.errs.succeeded(f.logger)
 		a.term, a.won = st.Record, true
+	case st.Reservation != nil:
+		// Free, but reserved after a resignation for another replica (or for anyone but
+		// this one): wait until the hold-off ends or, sooner, the "acquired" of the successor.
+		e.errs.succeeded(f.logger)
+		f.retry.reset()
+		f.logger.V(4).Info("Lease is reserved after a resignation", "resigned", st.Reservation.Resigned.Identity, "target", st.Reservation.Target, "ttl", st.Reservation.TTL)
+		a.wait = e.followerWait(st.Reservation.TTL, f.w.subscribed())
 	default:
 		e.errs.succeeded(f.logger)
 		f.retry.reset()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/lease"
 )
 
@@ -18,18 +19,6 @@ const (
 	DefaultRetryPeriod   = 2 * time.Second
 )
 
-// JitterFactor is client-go's: RenewDeadline must exceed JitterFactor × RetryPeriod, so that a
-// leader gets more than one renew attempt before its deadline.
-const JitterFactor = 1.2
-
-// DriftMargin returns the clock-drift allowance subtracted from a lease's duration before the
-// holder stops trusting it: 1% of the duration plus 2ms (the allowance of Redlock). Local
-// monotonic clocks and Redis's clock may run at slightly different rates; over a 15s lease
-// the margin is 152ms.
-func DriftMargin(leaseDuration time.Duration) time.Duration {
-	return leaseDuration/100 + 2*time.Millisecond
-}
-
 // Callbacks are the functions an Elector calls as leadership changes. Each one is never run
 // concurrently with itself.
 type Callbacks struct {
@@ -37,8 +26,9 @@ type Callbacks struct {
 	// cancelled the moment leadership can no longer be trusted (a renew said the lease is
 	// gone, the renew deadline passed) or the ctx given to Run is cancelled. It must return
 	// promptly after that: Run waits for it, and with ReleaseOnCancel the lease is released
-	// (and renewed meanwhile) only once it returned. TokenFrom(ctx) is the term's token.
-	// Required.
+	// (and renewed meanwhile) only once it returned. TokenFrom(ctx) is the term's token;
+	// context.Cause(ctx) tells why the term ends: an error wrapping ErrLeadershipLost (with the
+	// reason), ErrResigned (Resign, or `elector resign`), or the cause of Run's ctx. Required.
 	//
 	// With Recampaign, a replica that stepped down because RenewDeadline passed, while Redis
 	// still held its term (the renewals were slow, not lost), resumes that same term when it
@@ -98,6 +88,11 @@ type Config struct {
 	// lead again without a restart. By default Run returns ErrLeadershipLost (client-go's
 	// semantics).
 	Recampaign bool
+	// ResignHoldOff is how long, after Elector.Resign released the lease, Redis keeps the
+	// other replicas (or all but the one ResignTo names) from acquiring it, so that this
+	// replica does not take it back at once. LeaseDuration when zero; a whole number of
+	// milliseconds otherwise.
+	ResignHoldOff time.Duration
 
 	// ReplicaAck, when ReplicaAck.Replicas > 0, makes every acquire and renew wait (Redis
 	// WAIT) until that many replicas acknowledged it. An acquisition that is not acknowledged
@@ -135,24 +130,14 @@ func (c *Config) validate() error {
 	if err := lease.ValidateIdentity(c.Identity); err != nil {
 		return fmt.Errorf("election config: Identity %q %w", c.Identity, err)
 	}
-	for _, d := range []struct {
-		field string
-		v     *time.Duration
-		def   time.Duration
-	}{
-		{"LeaseDuration", &c.LeaseDuration, DefaultLeaseDuration},
-		{"RenewDeadline", &c.RenewDeadline, DefaultRenewDeadline},
-		{"RetryPeriod", &c.RetryPeriod, DefaultRetryPeriod},
-	} {
-		if *d.v == 0 {
-			*d.v = d.def
-		}
-		if *d.v < 0 {
-			return fmt.Errorf("election config: %s must be positive, got %v", d.field, *d.v)
-		}
+	if err := applyTiming("election config", &c.LeaseDuration, &c.RenewDeadline, &c.RetryPeriod); err != nil {
+		return err
 	}
-	if err := ValidateTiming(c.LeaseDuration, c.RenewDeadline, c.RetryPeriod); err != nil {
-		return fmt.Errorf("election config: %w", err)
+	if c.ResignHoldOff == 0 {
+		c.ResignHoldOff = c.LeaseDuration
+	}
+	if c.ResignHoldOff < time.Millisecond || c.ResignHoldOff%time.Millisecond != 0 {
+		return fmt.Errorf("election config: ResignHoldOff must be a whole number of milliseconds, at least 1ms, got %v", c.ResignHoldOff)
 	}
 	switch a := c.ReplicaAck; {
 	case a.Replicas < 0:
@@ -176,23 +161,27 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// ValidateTiming checks LeaseDuration > RenewDeadline > JitterFactor × RetryPeriod > 0, with
-// LeaseDuration a whole number of milliseconds and RenewDeadline shorter than LeaseDuration
-// minus its DriftMargin. The CLI uses it for its flags, so errors name the fields in words
-// that match both.
-func ValidateTiming(leaseDuration, renewDeadline, retryPeriod time.Duration) error {
-	switch {
-	case leaseDuration <= 0 || renewDeadline <= 0 || retryPeriod <= 0:
-		return fmt.Errorf("lease duration (%v), renew deadline (%v) and retry period (%v) must all be positive",
-			leaseDuration, renewDeadline, retryPeriod)
-	case leaseDuration%time.Millisecond != 0:
-		return fmt.Errorf("lease duration %v must be a whole number of milliseconds", leaseDuration)
-	case renewDeadline >= leaseDuration-DriftMargin(leaseDuration):
-		return fmt.Errorf("renew deadline (%v) must be shorter than lease duration (%v) minus the clock-drift margin (%v)",
-			renewDeadline, leaseDuration, DriftMargin(leaseDuration))
-	case float64(renewDeadline) <= JitterFactor*float64(retryPeriod):
-		return fmt.Errorf("renew deadline (%v) must be greater than %.1f × retry period (%v)",
-			renewDeadline, JitterFactor, retryPeriod)
+// applyTiming fills in the default durations of an Elector's or a Group's config and checks
+// them together (timing.Validate); what starts every error.
+func applyTiming(what string, leaseDuration, renewDeadline, retryPeriod *time.Duration) error {
+	for _, d := range []struct {
+		field string
+		v     *time.Duration
+		def   time.Duration
+	}{
+		{"LeaseDuration", leaseDuration, DefaultLeaseDuration},
+		{"RenewDeadline", renewDeadline, DefaultRenewDeadline},
+		{"RetryPeriod", retryPeriod, DefaultRetryPeriod},
+	} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+		if *d.v < 0 {
+			return fmt.Errorf("%s: %s must be positive, got %v", what, d.field, *d.v)
+		}
+	}
+	if err := timing.Validate(*leaseDuration, *renewDeadline, *retryPeriod); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }

@@ -15,6 +15,11 @@
 //     always at least LeaseDuration - RenewDeadline before any other replica can acquire.
 //   - Every term carries a fencing token (Token, and package fence) for resources that must
 //     reject a leader that was paused past its lease.
+//
+// The package owns when to call the lease (campaign, renew, step down, release), the
+// callbacks and the goroutines that run them, the metrics and the HTTP handlers of an
+// election. It must not build Redis keys or run scripts itself (package lease does, through the
+// store seam), and it parses no flags: the CLI turns its flags into a Config.
 package election
 
 import (
@@ -41,6 +46,7 @@ const (
 	reasonLost     = "lease lost"              // renew replied that the term is over
 	reasonDeadline = "renew deadline exceeded" // no successful renew within RenewDeadline
 	reasonStopped  = "stopped"                 // Run's ctx was cancelled
+	reasonResigned = "resigned"                // Resign, or a resign request on the lease
 )
 
 // maxJitter bounds the random delay added to a follower's wake-up, so that replicas that
@@ -56,12 +62,18 @@ type Elector struct {
 	clock clock.Clock // every time and timer of the algorithm
 
 	running atomic.Bool
+	// subscriptions counts the subscriptions to the lease's events that Redis confirmed, so
+	// that tests can wait for a follower's new subscription after one dropped: go-redis
+	// re-subscribes a dropped PubSub by itself before the elector closes it, so counting
+	// subscribers in Redis cannot tell the follower's new one from that leftover.
+	subscriptions atomic.Int64
 
 	mu       sync.Mutex
 	leader   string       // last observed leader identity, "" when none is known
 	seen     int64        // token of the newest term observed; older news is stale
 	released int64        // token of the newest term observed to be released
 	term     lease.Record // this replica's term while it leads
+	ctl      *termControl // how Resign reaches the current term's lead loop
 	leading  bool
 	lastRenw time.Time // send time of the last successful acquire or renew of the current term
 	// poisoned is this replica's record whose release failed (zero: none). The release may
@@ -84,6 +96,7 @@ func New(cfg Config) (*Elector, error) {
 		Prefix:           cfg.KeyPrefix,
 		Identity:         cfg.Identity,
 		AnnounceRenewals: true,
+		ResignRequests:   true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("election config: %w", err)
@@ -108,9 +121,9 @@ func RunOrDie(ctx context.Context, cfg Config) {
 
 // Run campaigns for the lease and, while this replica leads, runs OnStartedLeading. It
 // returns nil when ctx is cancelled (after OnStartedLeading returned and, with
-// ReleaseOnCancel, the lease was released), or an error wrapping ErrLeadershipLost when
-// leadership was lost and Config.Recampaign is off. When Run returns, every goroutine it
-// started has ended. An Elector runs once at a time.
+// ReleaseOnCancel, the lease was released), or, when Config.Recampaign is off, an error
+// wrapping ErrLeadershipLost when leadership was lost or ErrResigned after a resignation.
+// When Run returns, every goroutine it started has ended. An Elector runs once at a time.
 //
 // A cancel while an acquire is in flight waits for its reply (at most max(RetryPeriod,
 // RenewDeadline/2)): a term won in that moment is released, without starting
@@ -139,6 +152,9 @@ func (e *Elector) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if !e.cfg.Recampaign && reason == reasonResigned {
+			return fmt.Errorf("run elector %q: %w", e.cfg.Name, ErrResigned)
+		}
 		if !e.cfg.Recampaign {
 			return fmt.Errorf("run elector %q: %w: %s", e.cfg.Name, ErrLeadershipLost, reason)
 		}
@@ -162,13 +178,7 @@ func (e *Elector) release(ctx context.Context, logger klog.Logger, term lease.Re
 	rctx, cancel := context.WithTimeout(ctx, e.callTimeout())
 	defer cancel()
 	released, err := e.store.release(rctx, term)
-	e.mu.Lock()
-	if err != nil {
-		e.poisoned = term // its outcome is unknown: never resume this record
-	} else if e.poisoned == term {
-		e.poisoned = lease.Record{}
-	}
-	e.mu.Unlock()
+	e.noteRelease(term, err)
 	switch {
 	case err != nil:
 		logger.Error(err, "Failed to release the lease; followers take over when it expires", "token", term.Token)
@@ -177,6 +187,18 @@ func (e *Elector) release(ctx context.Context, logger klog.Logger, term lease.Re
 		logger.Info("Lease was already gone at release", "token", term.Token)
 	default:
 		logger.V(2).Info("Released the lease", "token", term.Token)
+	}
+}
+
+// noteRelease records the outcome of a release of term: one that failed may still run and
+// delete the key later, so its record is never resumed (resumesPoisoned).
+func (e *Elector) noteRelease(term lease.Record, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err != nil {
+		e.poisoned = term // its outcome is unknown: never resume this record
+	} else if e.poisoned == term {
+		e.poisoned = lease.Record{}
 	}
 }
 
@@ -210,9 +232,9 @@ func minTime(a, b time.Time) time.Time {
 }
 
 // setLeading records the start of a term.
-func (e *Elector) setLeading(term lease.Record, sent time.Time) {
+func (e *Elector) setLeading(term lease.Record, sent time.Time, ctl *termControl) {
 	e.mu.Lock()
-	e.leading, e.term, e.lastRenw = true, term, sent
+	e.leading, e.term, e.lastRenw, e.ctl = true, term, sent, ctl
 	e.mu.Unlock()
 	e.observe(term, false)
 	e.cfg.Metrics.setLeading(e.cfg.Name, true, term.Token)
@@ -293,11 +315,27 @@ func (e *Elector) Identity() string { return e.cfg.Identity }
 // Name returns the name used in metrics and logs.
 func (e *Elector) Name() string { return e.cfg.Name }
 
-// Lease returns the lease the Elector campaigns for.
-func (e *Elector) Lease() *lease.Lease { return e.lease }
-
-// Config returns the configuration with its defaults filled in.
-func (e *Elector) Config() Config { return e.cfg }
+// Release releases the term with token that this Elector began, if Redis still holds it, and
+// announces the release, so that a follower takes over at once. It is for a process that
+// exits after Run returned: when the renew deadline passed (Redis slow or unreachable), Run
+// steps down without releasing, and the lease would otherwise outlive the process until it
+// expires. The release is owner-checked: it never touches another replica's term or a later
+// one. false means the term had already ended; nothing changed. While Run runs it refuses:
+// a release then would let a follower in while OnStartedLeading may still work (cancel Run's
+// ctx with ReleaseOnCancel, or Resign, instead); Run cannot start until Release returned.
+func (e *Elector) Release(ctx context.Context, token int64) (bool, error) {
+	if !e.running.CompareAndSwap(false, true) {
+		return false, fmt.Errorf("release lease %q, token %d: Run is running; cancel its ctx (with ReleaseOnCancel) or call Resign", e.cfg.LeaseName, token)
+	}
+	defer e.running.Store(false)
+	term := lease.Record{Token: token, Instance: e.lease.Instance(), Identity: e.cfg.Identity}
+	released, err := e.store.release(ctx, term)
+	e.noteRelease(term, err) // a Run after a failed Release must not resume the term
+	if err != nil {
+		return false, fmt.Errorf("release lease %q, token %d: %w", e.cfg.LeaseName, token, err)
+	}
+	return released, nil
+}
 
 // Status is a snapshot of an Elector, as the /leader endpoint serves it.
 type Status struct {

@@ -12,12 +12,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/redisfail"
 	"github.com/elector/elector/internal/redistest"
 	"github.com/elector/elector/pkg/lease"
 )
 
 // TestErrorLogRepeatsWithFix: a failure that persists is logged again at error level every
-// ErrorRepeat with its fix (not only once, then silence), attempts between are V(4), the
+// errorRepeat with its fix (not only once, then silence), attempts between are V(4), the
 // failure is kept for /leader and elector_redis_up follows it.
 func TestErrorLogRepeatsWithFix(t *testing.T) {
 	var lines []string
@@ -47,12 +48,12 @@ func TestErrorLogRepeatsWithFix(t *testing.T) {
 		l.failed(logger, m, "job", "acquire", refused)
 	}
 	if n := errorLines(); n != 1 {
-		t.Fatalf("%d error lines within %v, want 1:\n%s", n, ErrorRepeat, strings.Join(lines, "\n"))
+		t.Fatalf("%d error lines within %v, want 1:\n%s", n, errorRepeat, strings.Join(lines, "\n"))
 	}
-	now = now.Add(ErrorRepeat)
+	now = now.Add(errorRepeat)
 	l.failed(logger, m, "job", "acquire", refused)
 	if n := errorLines(); n != 2 {
-		t.Fatalf("%d error lines after %v, want 2 (repeated):\n%s", n, ErrorRepeat, strings.Join(lines, "\n"))
+		t.Fatalf("%d error lines after %v, want 2 (repeated):\n%s", n, errorRepeat, strings.Join(lines, "\n"))
 	}
 	f := l.failure()
 	if f == nil || f.Reason != "noperm" || f.Count != 12 || f.Op != "acquire" || !strings.Contains(f.Fix, "+set") || !f.Since.Equal(time.Unix(1000, 0)) {
@@ -137,11 +138,11 @@ func TestHintNamesTheFix(t *testing.T) {
 		{"readonly", "readonly", "master"},
 	} {
 		err := errs[tc.name]
-		if r := Reason(err); r != tc.reason {
-			t.Errorf("%s: Reason(%q) = %q, want %q", tc.name, err, r, tc.reason)
+		if r := redisfail.Reason(err); r != tc.reason {
+			t.Errorf("%s: redisfail.Reason(%q) = %q, want %q", tc.name, err, r, tc.reason)
 		}
-		if h := Hint(err); !strings.Contains(h, tc.want) {
-			t.Errorf("%s: Hint(%q) = %q, want it to name %q", tc.name, err, h, tc.want)
+		if h := redisfail.Hint(err); !strings.Contains(h, tc.want) {
+			t.Errorf("%s: redisfail.Hint(%q) = %q, want it to name %q", tc.name, err, h, tc.want)
 		}
 	}
 	if !strings.Contains(errs["keys"].Error(), "GET other:{x}:lease") {

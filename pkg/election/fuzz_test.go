@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/election"
 )
 
@@ -33,14 +34,14 @@ func FuzzValidateTiming(f *testing.F) {
 	f.Cleanup(func() { _ = client.Close() })
 	f.Fuzz(func(t *testing.T, l, r, p int64) {
 		lease, renew, retry := time.Duration(l), time.Duration(r), time.Duration(p)
-		err := election.ValidateTiming(lease, renew, retry)
+		err := timing.Validate(lease, renew, retry)
 		valid := lease > 0 && renew > 0 && retry > 0 && lease%time.Millisecond == 0 &&
-			renew < lease-election.DriftMargin(lease) && float64(renew) > election.JitterFactor*float64(retry)
+			renew < lease-timing.DriftMargin(lease) && float64(renew) > timing.JitterFactor*float64(retry)
 		if (err == nil) != valid {
-			t.Fatalf("ValidateTiming(%v, %v, %v) = %v; the rule says valid=%v", lease, renew, retry, err, valid)
+			t.Fatalf("timing.Validate(%v, %v, %v) = %v; the rule says valid=%v", lease, renew, retry, err, valid)
 		}
 		if err != nil && strings.ContainsAny(err.Error(), "\r\n") {
-			t.Fatalf("ValidateTiming(%v, %v, %v) error %q spans several lines", lease, renew, retry, err)
+			t.Fatalf("timing.Validate(%v, %v, %v) error %q spans several lines", lease, renew, retry, err)
 		}
 
 		cfg := election.Config{
@@ -61,14 +62,14 @@ func FuzzValidateTiming(f *testing.F) {
 			if err == nil || !strings.Contains(err.Error(), "must be positive") {
 				t.Fatalf("New with %v, %v, %v: err = %v, want a negative duration named", lease, renew, retry, err)
 			}
-		case election.ValidateTiming(dl, dr, dp) != nil:
+		case timing.Validate(dl, dr, dp) != nil:
 			if err == nil {
-				t.Fatalf("New with %v, %v, %v (defaults: %v, %v, %v) succeeded; ValidateTiming refuses them", lease, renew, retry, dl, dr, dp)
+				t.Fatalf("New with %v, %v, %v (defaults: %v, %v, %v) succeeded; timing.Validate refuses them", lease, renew, retry, dl, dr, dp)
 			}
 		case err != nil:
 			t.Fatalf("New with %v, %v, %v: %v", lease, renew, retry, err)
 		default:
-			got := e.Config()
+			got := election.ConfigOf(e)
 			if got.LeaseDuration != dl || got.RenewDeadline != dr || got.RetryPeriod != dp {
 				t.Fatalf("New with %v, %v, %v kept %v, %v, %v; want %v, %v, %v", lease, renew, retry,
 					got.LeaseDuration, got.RenewDeadline, got.RetryPeriod, dl, dr, dp)

@@ -151,50 +151,8 @@ func (v *groupView) len() int {
 
 // NewGroup validates cfg, filling in defaults, and returns a Group.
 func NewGroup(cfg GroupConfig) (*Group, error) {
-	if cfg.Client == nil {
-		return nil, errors.New("group config: Client must be set")
-	}
-	if err := lease.ValidateName(cfg.Group); err != nil {
-		return nil, fmt.Errorf("group config: Group %q %w", cfg.Group, err)
-	}
-	if cfg.KeyPrefix == "" {
-		cfg.KeyPrefix = lease.DefaultPrefix
-	}
-	if err := lease.ValidateName(cfg.KeyPrefix); err != nil {
-		return nil, fmt.Errorf("group config: KeyPrefix %q %w", cfg.KeyPrefix, err)
-	}
-	id, err := identityOrDefault(cfg.Identity)
-	if err != nil {
-		return nil, fmt.Errorf("group config: %w", err)
-	}
-	cfg.Identity = id
-	if err := lease.ValidateIdentity(cfg.Identity); err != nil {
-		return nil, fmt.Errorf("group config: Identity %q %w", cfg.Identity, err)
-	}
-	if cfg.MaxLeases < 0 {
-		return nil, fmt.Errorf("group config: MaxLeases must not be negative, got %d", cfg.MaxLeases)
-	}
-	for _, d := range []struct {
-		field string
-		v     *time.Duration
-		def   time.Duration
-	}{
-		{"LeaseDuration", &cfg.LeaseDuration, DefaultLeaseDuration},
-		{"RenewDeadline", &cfg.RenewDeadline, DefaultRenewDeadline},
-		{"RetryPeriod", &cfg.RetryPeriod, DefaultRetryPeriod},
-	} {
-		if *d.v == 0 {
-			*d.v = d.def
-		}
-		if *d.v < 0 {
-			return nil, fmt.Errorf("group config: %s must be positive, got %v", d.field, *d.v)
-		}
-	}
-	if err := ValidateTiming(cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod); err != nil {
-		return nil, fmt.Errorf("group config: %w", err)
-	}
-	if cfg.Callbacks.OnStartedLeading == nil || cfg.Callbacks.OnStoppedLeading == nil {
-		return nil, errors.New("group config: Callbacks.OnStartedLeading and Callbacks.OnStoppedLeading must be set")
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	instance, err := lease.NewInstanceID()
 	if err != nil {
@@ -205,8 +163,8 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 		clock:    cfg.Clock,
 		instance: instance,
 		member:   instance + ":" + cfg.Identity,
-		members:  cfg.KeyPrefix + ":{" + cfg.Group + "}:members",
-		pattern:  cfg.KeyPrefix + ":{*}:events",
+		members:  lease.KeysFor(cfg.KeyPrefix, cfg.Group).Members,
+		pattern:  lease.EventsPattern(cfg.KeyPrefix),
 		names:    map[string]struct{}{},
 		wake:     make(chan struct{}, 1),
 		poisoned: map[string]lease.Record{},
@@ -222,6 +180,40 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 		cfg.Metrics.addGroup(g)
 	}
 	return g, nil
+}
+
+// validate fills in defaults and checks c. Every error names the field.
+func (c *GroupConfig) validate() error {
+	if c.Client == nil {
+		return errors.New("group config: Client must be set")
+	}
+	if err := lease.ValidateName(c.Group); err != nil {
+		return fmt.Errorf("group config: Group %q %w", c.Group, err)
+	}
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = lease.DefaultPrefix
+	}
+	if err := lease.ValidateName(c.KeyPrefix); err != nil {
+		return fmt.Errorf("group config: KeyPrefix %q %w", c.KeyPrefix, err)
+	}
+	id, err := identityOrDefault(c.Identity)
+	if err != nil {
+		return fmt.Errorf("group config: %w", err)
+	}
+	c.Identity = id
+	if err := lease.ValidateIdentity(c.Identity); err != nil {
+		return fmt.Errorf("group config: Identity %q %w", c.Identity, err)
+	}
+	if c.MaxLeases < 0 {
+		return fmt.Errorf("group config: MaxLeases must not be negative, got %d", c.MaxLeases)
+	}
+	if err := applyTiming("group config", &c.LeaseDuration, &c.RenewDeadline, &c.RetryPeriod); err != nil {
+		return err
+	}
+	if c.Callbacks.OnStartedLeading == nil || c.Callbacks.OnStoppedLeading == nil {
+		return errors.New("group config: Callbacks.OnStartedLeading and Callbacks.OnStoppedLeading must be set")
+	}
+	return nil
 }
 
 // Add campaigns for more leases, at once if Run is running. Names already present are

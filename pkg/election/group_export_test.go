@@ -1,6 +1,19 @@
 package election
 
-import "time"
+import (
+	"time"
+
+	"github.com/elector/elector/pkg/lease"
+)
+
+// ConfigOf returns e's configuration with its defaults filled in.
+func ConfigOf(e *Elector) Config { return e.cfg }
+
+// LeaseOf returns the lease e campaigns for.
+func LeaseOf(e *Elector) *lease.Lease { return e.lease }
+
+// Subscriptions returns how many subscriptions to the lease's events Redis confirmed to e.
+func Subscriptions(e *Elector) int64 { return e.subscriptions.Load() }
 
 // GroupMaxLag returns the latest g's loop woke up after the time it had planned (a deadline,
 // a renewal, an attempt) since the last ResetGroupMaxLag: what a blocked loop would show.

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/luaerr"
+	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/lease"
 )
 
@@ -126,7 +127,7 @@ func (r redisGroup) subscribe(ctx context.Context) (groupSubscription, error) {
 
 // redisGroupSub reads its connection directly (no PubSub.Channel, which reconnects behind
 // its caller's back), like lease.Subscription: it ends when the connection breaks or a ping
-// sent after lease.HealthInterval of silence stays unanswered as long again.
+// sent after timing.HealthInterval of silence stays unanswered as long again.
 type redisGroupSub struct {
 	ps     *redis.PubSub
 	pinged bool
@@ -134,7 +135,7 @@ type redisGroupSub struct {
 
 func (s *redisGroupSub) next(ctx context.Context) (string, lease.Event, error) {
 	for {
-		msg, err := s.ps.ReceiveTimeout(ctx, lease.HealthInterval)
+		msg, err := s.ps.ReceiveTimeout(ctx, timing.HealthInterval)
 		var netErr net.Error
 		var redisErr redis.Error
 		switch {
@@ -144,7 +145,7 @@ func (s *redisGroupSub) next(ctx context.Context) (string, lease.Event, error) {
 			s.pinged = false // an error reply (e.g. a refused PING): the connection works
 			continue
 		case !s.pinged && errors.As(err, &netErr) && netErr.Timeout() && ctx.Err() == nil:
-			pctx, cancel := context.WithTimeout(ctx, lease.HealthInterval)
+			pctx, cancel := context.WithTimeout(ctx, timing.HealthInterval)
 			err = s.ps.Ping(pctx)
 			cancel()
 			if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 
+	"github.com/elector/elector/internal/redisfail"
 	"github.com/elector/elector/pkg/lease"
 )
 
@@ -296,11 +297,11 @@ func (r *groupRun) listen(ctx context.Context) {
 			}
 			g.cfg.Metrics.redisError(g.cfg.Group, "subscribe", err)
 			wait := g.cfg.RetryPeriod
-			if Reason(err) == "noperm" {
+			if redisfail.Reason(err) == "noperm" {
 				wait, refused = g.cfg.LeaseDuration, true
 				if !reported {
 					reported = true
-					r.logger.Error(err, "Redis refused the pattern subscription to lease events; the Group goes on with timed attempts, so a replica below its share takes a released lease only at its next attempt. Grant it to the Redis user: ACL SETUSER <user> +psubscribe &"+g.cfg.KeyPrefix+":{*}:events (see README, Redis requirements)",
+					r.logger.Error(err, "Redis refused the pattern subscription to lease events; the Group goes on with timed attempts, so a replica below its share takes a released lease only at its next attempt. Grant it to the Redis user: ACL SETUSER <user> +psubscribe &"+g.pattern+" (see README, Redis requirements)",
 						"pattern", g.pattern)
 				}
 			} else {

@@ -24,13 +24,19 @@ import (
 // the same lease is still live.
 type intervals struct {
 	mu       sync.Mutex
-	live     map[string]map[string]int64 // lease -> replica -> token of its live interval
-	phase    map[string]string           // replica/lease -> "working", "returned" or ""
-	lastTok  map[string]int64            // lease -> token of the last term
+	live     map[string]map[string]liveTerm // lease -> replica -> its live interval
+	phase    map[string]string              // replica/lease -> "working", "returned" or ""
+	lastTok  map[string]int64               // lease -> token of the last term
 	lastWho  map[string]string
 	overlaps []*overlap
 	errs     []string
 	terms    int
+}
+
+// liveTerm is a term whose OnStartedLeading began and whose ctx was not seen done yet.
+type liveTerm struct {
+	token int64
+	ctx   context.Context
 }
 
 type overlap struct {
@@ -40,10 +46,13 @@ type overlap struct {
 }
 
 func newIntervals() *intervals {
-	return &intervals{live: map[string]map[string]int64{}, phase: map[string]string{}, lastTok: map[string]int64{}, lastWho: map[string]string{}}
+	return &intervals{live: map[string]map[string]liveTerm{}, phase: map[string]string{}, lastTok: map[string]int64{}, lastWho: map[string]string{}}
 }
 
-func (iv *intervals) start(who, name string, token int64) {
+// start records that who's OnStartedLeading(ctx, name, token) began. Another replica's term
+// of the lease is an overlap if its ctx is not done at this moment: asked here, not told by
+// the goroutine that records the cancel, which a loaded machine may run tens of ms late.
+func (iv *intervals) start(ctx context.Context, who, name string, token int64) {
 	iv.mu.Lock()
 	defer iv.mu.Unlock()
 	now := time.Now()
@@ -51,8 +60,12 @@ func (iv *intervals) start(who, name string, token int64) {
 	if p := iv.phase[key]; p != "" {
 		iv.errs = append(iv.errs, fmt.Sprintf("%s: OnStartedLeading(%s, %d) while the previous term's callbacks are not over (%s)", who, name, token, p))
 	}
-	for other := range iv.live[name] {
-		if other != who {
+	for other, lt := range iv.live[name] {
+		switch {
+		case other == who:
+		case lt.ctx.Err() != nil:
+			delete(iv.live[name], other) // cancelled; its recorder has not run yet
+		default:
 			iv.overlaps = append(iv.overlaps, &overlap{lease: name, first: other, second: who, at: now})
 		}
 	}
@@ -64,9 +77,9 @@ func (iv *intervals) start(who, name string, token int64) {
 	}
 	iv.lastTok[name], iv.lastWho[name] = max(token, last), who
 	if iv.live[name] == nil {
-		iv.live[name] = map[string]int64{}
+		iv.live[name] = map[string]liveTerm{}
 	}
-	iv.live[name][who] = token
+	iv.live[name][who] = liveTerm{token: token, ctx: ctx}
 	iv.phase[key] = "working"
 	iv.terms++
 }
@@ -75,7 +88,7 @@ func (iv *intervals) start(who, name string, token int64) {
 func (iv *intervals) cancelled(who, name string, token int64) {
 	iv.mu.Lock()
 	defer iv.mu.Unlock()
-	if tok, ok := iv.live[name][who]; !ok || tok != token {
+	if lt, ok := iv.live[name][who]; !ok || lt.token != token {
 		return // a watcher that ran after the next term began: that one is live
 	}
 	now := time.Now()
@@ -146,7 +159,7 @@ func runGroup(t *testing.T, iv *intervals, who string, o groupOpts) *election.Gr
 		LeaseDuration: o.timing[0], RenewDeadline: o.timing[1], RetryPeriod: o.timing[2],
 		Callbacks: election.GroupCallbacks{
 			OnStartedLeading: func(ctx context.Context, name string, token int64) {
-				iv.start(who, name, token)
+				iv.start(ctx, who, name, token)
 				<-ctx.Done()
 				iv.cancelled(who, name, token)
 				iv.returned(who, name)

@@ -87,7 +87,7 @@ func TestGroupSoak(t *testing.T) {
 			LeaseDuration: lease, RenewDeadline: renew, RetryPeriod: retry,
 			Callbacks: election.GroupCallbacks{
 				OnStartedLeading: func(ctx context.Context, name string, token int64) {
-					iv.start(who, name, token)
+					iv.start(ctx, who, name, token)
 					go func() { <-ctx.Done(); iv.cancelled(who, name, token) }()
 					defer iv.returned(who, name)
 					switch {
@@ -208,7 +208,10 @@ func TestGroupSoak(t *testing.T) {
 	}
 	iv.check(t)
 	t.Logf("chaos: %v; callbacks: %d panics, %d early returns, %d slow OnStoppedLeading", actions, panics.Load(), early.Load(), slow.Load())
-	if iv.terms < k {
-		t.Errorf("only %d terms started for %d leases: the soak did not exercise anything", iv.terms, k)
+	iv.mu.Lock() // the Groups still run until the cleanup: their callbacks write iv
+	terms := iv.terms
+	iv.mu.Unlock()
+	if terms < k {
+		t.Errorf("only %d terms started for %d leases: the soak did not exercise anything", terms, k)
 	}
 }

@@ -17,25 +17,33 @@ import (
 // work records which replica works on which lease, and fails on the first overlap.
 type work struct {
 	mu      sync.Mutex
-	running map[string]string
+	running map[string]liveWork // lease -> the term working on it
 	overlap []string
 	terms   int
 }
 
-func (w *work) start(who, name string) {
+type liveWork struct {
+	who string
+	ctx context.Context
+}
+
+// start records that who began working on lease name with the term's ctx. The term working
+// on it before is an overlap if its ctx is not done at this moment: asked here, since its
+// callback, which records the end once it wakes up, may run late on a loaded machine.
+func (w *work) start(ctx context.Context, who, name string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if other, ok := w.running[name]; ok {
-		w.overlap = append(w.overlap, fmt.Sprintf("%s started %s while %s worked on it", who, name, other))
+	if other, ok := w.running[name]; ok && other.ctx.Err() == nil {
+		w.overlap = append(w.overlap, fmt.Sprintf("%s started %s while %s worked on it", who, name, other.who))
 	}
-	w.running[name] = who
+	w.running[name] = liveWork{who: who, ctx: ctx}
 	w.terms++
 }
 
 func (w *work) end(who, name string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.running[name] == who {
+	if w.running[name].who == who {
 		delete(w.running, name)
 	}
 }
@@ -66,7 +74,7 @@ func startGroupReplica(t *testing.T, srv *redistest.Server, w *work, name string
 				if election.TokenFrom(ctx) != token {
 					panic("TokenFrom(ctx) differs from the token passed")
 				}
-				w.start(name, lease)
+				w.start(ctx, name, lease)
 				<-ctx.Done()
 				w.end(name, lease)
 			},
@@ -149,7 +157,7 @@ func TestGroupSpreadFailoverAndJoin(t *testing.T) {
 	for i := range names {
 		names[i] = fmt.Sprintf("tenant-%04d", i)
 	}
-	w := &work{running: map[string]string{}}
+	w := &work{running: map[string]liveWork{}}
 	rs := []*groupReplica{
 		startGroupReplica(t, srv, w, "pod-a", names),
 		startGroupReplica(t, srv, w, "pod-b", names),
@@ -192,17 +200,17 @@ func TestGroupSpreadFailoverAndJoin(t *testing.T) {
 	dead.proxy.Blackhole(true)
 	cut := time.Now()
 	survivors := rs[:2]
-	takeover := waitGroup(t, 10*time.Second, "takeover of the dead replica's leases", func() (bool, string) {
+	takeover := waitGroup(t, 20*time.Second, "takeover of the dead replica's leases", func() (bool, string) {
 		h := holders(survivors)
 		return len(h) == k, fmt.Sprintf("%d of %d leases held by the survivors", len(h), k)
 	})
 	t.Logf("pod-c (held %d) cut off: all %d leases held again by the survivors %v after the cut (lease duration 1s)", deadHeld, k, takeover)
 	// The leases expire 1s after the last renew; without -race the survivors hold them all
-	// again about 1s after the cut. The bound, five lease durations, leaves room for -race on a
+	// again about 1s after the cut. The bound, ten lease durations, leaves room for -race on a
 	// loaded machine (3.3s measured with -race at load average 30, where batches of 1,000
-	// attempts time out and are tried again).
-	if takeover > 5*time.Second {
-		t.Errorf("takeover took %v, want at most five lease durations (5s)", takeover)
+	// attempts time out and are tried again; CI may build Kubernetes beside the tests).
+	if takeover > 10*time.Second {
+		t.Errorf("takeover took %v, want at most ten lease durations (10s)", takeover)
 	}
 	if len(dead.g.Held()) != 0 {
 		t.Errorf("the cut-off replica still believes it holds %d leases %v after the cut", len(dead.g.Held()), time.Since(cut))
@@ -234,7 +242,7 @@ func TestGroupSpreadFailoverAndJoin(t *testing.T) {
 
 func TestGroupAddRemoveAndCap(t *testing.T) {
 	srv := redistest.Start(t)
-	w := &work{running: map[string]string{}}
+	w := &work{running: map[string]liveWork{}}
 	client := srv.Client(t)
 	stopped := make(chan string, 100)
 	g, err := election.NewGroup(election.GroupConfig{
@@ -243,7 +251,7 @@ func TestGroupAddRemoveAndCap(t *testing.T) {
 		LeaseDuration: time.Second, RenewDeadline: 600 * time.Millisecond, RetryPeriod: 150 * time.Millisecond,
 		Callbacks: election.GroupCallbacks{
 			OnStartedLeading: func(ctx context.Context, lease string, token int64) {
-				w.start("pod-a", lease)
+				w.start(ctx, "pod-a", lease)
 				<-ctx.Done()
 				w.end("pod-a", lease)
 			},

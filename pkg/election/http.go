@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/elector/elector/internal/readonly"
 )
 
 // LeaderHandler returns an http.Handler that serves Status as JSON to GET and HEAD requests:
@@ -16,7 +18,7 @@ import (
 // replica that cannot reach Redis, or that Redis refuses, says so instead of only "name":"".
 func (e *Elector) LeaderHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !allowRead(w, r) {
+		if !readonly.Allow(w, r) {
 			return
 		}
 		body, err := json.Marshal(leaderBody{Status: e.Status(), RedisError: e.RedisError()})
@@ -34,16 +36,6 @@ func (e *Elector) LeaderHandler() http.Handler {
 type leaderBody struct {
 	Status
 	RedisError *RedisFailure `json:"redisError,omitempty"`
-}
-
-// allowRead answers anything but GET and HEAD with 405 and reports whether to go on.
-func allowRead(w http.ResponseWriter, r *http.Request) bool {
-	if r.Method == http.MethodGet || r.Method == http.MethodHead {
-		return true
-	}
-	w.Header().Set("Allow", "GET, HEAD")
-	http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-	return false
 }
 
 // HealthzAdaptor is a liveness check in the shape of client-go's leaderelection
@@ -76,7 +68,7 @@ func (h *HealthzAdaptor) Check(*http.Request) error {
 
 // ServeHTTP answers GET and HEAD with 200 "ok", or 500 and the error of Check.
 func (h *HealthzAdaptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !allowRead(w, r) {
+	if !readonly.Allow(w, r) {
 		return
 	}
 	if err := h.Check(r); err != nil {

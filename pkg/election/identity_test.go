@@ -25,7 +25,7 @@ func TestIdentityDefault(t *testing.T) {
 	for _, tc := range []struct{ pod, want string }{{"pod-7", "pod-7"}, {"", host}} {
 		t.Setenv("POD_NAME", tc.pod)
 		e, err := election.New(election.Config{Client: client, LeaseName: "job", Callbacks: cb})
-		if err != nil || e.Config().Identity != tc.want {
+		if err != nil || election.ConfigOf(e).Identity != tc.want {
 			t.Errorf("POD_NAME=%q: New: %v, identity %q; want %q", tc.pod, err, identityOf(e), tc.want)
 		}
 		if got, err := election.DefaultIdentity(); err != nil || got != tc.want {
@@ -42,5 +42,5 @@ func identityOf(e *election.Elector) string {
 	if e == nil {
 		return "(no elector)"
 	}
-	return e.Config().Identity
+	return election.ConfigOf(e).Identity
 }

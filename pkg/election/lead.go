@@ -2,6 +2,8 @@ package election
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -26,8 +28,8 @@ type leadership struct {
 	// base carries the renewals and the release: they outlive Run's ctx, so that while
 	// OnStartedLeading winds down after a cancel nobody else starts the work.
 	base       context.Context
-	cancelWork context.CancelFunc
-	workDone   chan struct{} // closed when OnStartedLeading returned
+	cancelWork context.CancelCauseFunc // the cause tells the work why (context.Cause)
+	workDone   chan struct{}           // closed when OnStartedLeading returned
 
 	lastOK     time.Time   // send time of the last successful acquire or renew
 	deadline   clock.Timer // fires at lastOK + RenewDeadline
@@ -36,6 +38,9 @@ type leadership struct {
 	inflight   bool
 	cancelCall context.CancelFunc
 	retry      backoff
+
+	ctl       *termControl // Resign's way in
+	resigning bool         // asked to resign: the work is stopping; release once it returned
 }
 
 // lead runs one term: it starts OnStartedLeading, renews every RetryPeriod, and steps down
@@ -62,9 +67,10 @@ func (e *Elector) startTerm(ctx context.Context, term lease.Record, sent time.Ti
 		results:    make(chan renewal, 1),
 		cancelCall: func() {},
 		retry:      backoff{min: 50 * time.Millisecond, max: e.cfg.RetryPeriod},
+		ctl:        newTermControl(),
 	}
-	e.setLeading(term, sent)
-	workCtx, cancel := context.WithCancel(context.WithValue(ctx, tokenKey{}, term.Token))
+	e.setLeading(term, sent, l.ctl)
+	workCtx, cancel := context.WithCancelCause(context.WithValue(ctx, tokenKey{}, term.Token))
 	l.cancelWork = cancel
 	go func() {
 		defer close(l.workDone)
@@ -77,8 +83,11 @@ func (e *Elector) startTerm(ctx context.Context, term lease.Record, sent time.Ti
 
 // loop renews the term until it ends, and returns why and whether to release it.
 func (l *leadership) loop(ctx context.Context) (reason string, release bool) {
-	ctxDone, workDone := ctx.Done(), l.workDone
+	ctxDone, workDone, resign := ctx.Done(), l.workDone, l.ctl.wake
 	for {
+		if l.resigning && workDone == nil {
+			return reasonResigned, true
+		}
 		select {
 		case <-ctxDone:
 			ctxDone = nil
@@ -86,10 +95,13 @@ func (l *leadership) loop(ctx context.Context) (reason string, release bool) {
 				return reasonStopped, l.e.cfg.ReleaseOnCancel
 			}
 			// Stop the work; keep renewing until OnStartedLeading has returned.
-			l.cancelWork()
+			l.cancelWork(context.Cause(ctx))
 			l.logger.V(2).Info("Stopping: waiting for OnStartedLeading to return", "token", l.term.Token)
 		case <-workDone:
 			workDone = nil
+			if l.resigning {
+				continue // the top of the loop ends the term with the release
+			}
 			if ctx.Err() == nil {
 				// The work ended by itself: keep the lease, as client-go does, until ctx ends.
 				l.logger.V(2).Info("OnStartedLeading returned; still leading", "token", l.term.Token)
@@ -98,6 +110,9 @@ func (l *leadership) loop(ctx context.Context) (reason string, release bool) {
 			return reasonStopped, l.e.cfg.ReleaseOnCancel
 		case <-l.deadline.C():
 			return reasonDeadline, false
+		case <-resign:
+			resign = nil
+			l.resign("Resign called")
 		case <-l.tick.C():
 			l.startRenew()
 		case r := <-l.results:
@@ -136,6 +151,10 @@ func (l *leadership) renewed(r renewal) (reason string, over bool) {
 	if !e.clock.Now().Before(l.lastOK.Add(e.cfg.RenewDeadline)) {
 		return reasonDeadline, true
 	}
+	asked := r.ok && errors.Is(r.err, lease.ErrResignRequested)
+	if asked {
+		r.err = nil // renewed; the request is handled below
+	}
 	switch {
 	case r.err != nil:
 		e.errs.failed(l.logger, e.cfg.Metrics, e.cfg.Name, "renew", r.err)
@@ -152,6 +171,9 @@ func (l *leadership) renewed(r renewal) (reason string, over bool) {
 		now := e.clock.Now()
 		resetTimer(l.deadline, l.lastOK.Add(e.cfg.RenewDeadline).Sub(now))
 		resetTimer(l.tick, r.sent.Add(e.cfg.RetryPeriod).Sub(now))
+		if asked {
+			l.resign("a resign request names this term")
+		}
 	}
 	return "", false
 }
@@ -160,11 +182,12 @@ func (l *leadership) renewed(r renewal) (reason string, over bool) {
 // leader before anything else (in particular before a release lets a follower in). It
 // returns after OnStartedLeading and any renew in flight returned.
 func (l *leadership) stepDown(reason string, release bool) string {
-	l.cancelWork()
+	l.cancelWork(fmt.Errorf("%w: %s", ErrLeadershipLost, reason)) // a no-op after a stop or a resign
 	l.e.setFollowing()
 	if release {
 		l.e.release(l.base, l.logger, l.term)
 	}
+	close(l.ctl.over)
 	l.logger.Info("Stopped leading", "token", l.term.Token, "reason", reason)
 	l.e.cfg.Callbacks.OnStoppedLeading()
 	l.cancelCall()

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/elector/elector/internal/redisfail"
 )
 
 // Metrics are the Prometheus figures of the electors of a process, labelled by elector name.
@@ -37,7 +39,7 @@ type Metrics struct {
 //	elector_leadership_transitions_total{name}   terms this replica began
 //	elector_renew_duration_seconds{name}         latency of successful renewals
 //	elector_redis_errors_total{name,op,reason}   failed Redis calls (op: acquire, renew, release, subscribe,
-//	                                             heartbeat; reason: see Reason)
+//	                                             heartbeat; reason: see RedisFailure.Reason)
 //	elector_redis_up{name}                       1 while Redis answers this replica's calls, 0 while they fail
 //	                                             (a Group's series appears at its first failed call)
 //	elector_fencing_token{name}                  token of the current term, 0 when not leading
@@ -143,7 +145,7 @@ func (m *Metrics) redisError(name, op string, err error) {
 	if m == nil {
 		return
 	}
-	m.errors.WithLabelValues(name, op, Reason(err)).Inc()
+	m.errors.WithLabelValues(name, op, redisfail.Reason(err)).Inc()
 }
 
 func (m *Metrics) redisUp(name string, up bool) {

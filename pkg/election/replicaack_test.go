@@ -16,14 +16,23 @@ import (
 // With ReplicaAck, a term starts only once a replica acknowledged the acquisition: without a
 // replica nobody leads, with one the election works as usual.
 func TestReplicaAckGatesLeadership(t *testing.T) {
+	// Slower than the package's test timing: a replica's acknowledgement under -race beside
+	// busy loops can take longer than the 20ms a faster timing would allow for the WAIT, and
+	// each renewal gets several WAITs (RenewDeadline / RetryPeriod) before the term ends.
+	const (
+		leaseDuration = 2 * time.Second
+		renewDeadline = 1500 * time.Millisecond
+		retryPeriod   = 400 * time.Millisecond
+		ackTimeout    = 300 * time.Millisecond
+	)
 	master := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: master.Addr(), ContextTimeoutEnabled: true})
 	defer client.Close()
 	started := make(chan int64, 10)
 	e, err := election.New(election.Config{
 		Client: client, LeaseName: "acked", Identity: "pod-a",
-		LeaseDuration: testLease, RenewDeadline: testRenew, RetryPeriod: testRetry,
-		ReplicaAck: lease.ReplicaAck{Replicas: 1, Timeout: 20 * time.Millisecond},
+		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod,
+		ReplicaAck: lease.ReplicaAck{Replicas: 1, Timeout: ackTimeout},
 		Callbacks: election.Callbacks{
 			OnStartedLeading: func(ctx context.Context) { started <- election.TokenFrom(ctx); <-ctx.Done() },
 			OnStoppedLeading: func() {},
@@ -40,10 +49,10 @@ func TestReplicaAckGatesLeadership(t *testing.T) {
 	select {
 	case tok := <-started:
 		t.Fatalf("led (token %d) although no replica acknowledged the acquisition", tok)
-	case <-time.After(3 * testLease):
+	case <-time.After(2 * leaseDuration):
 	}
 	// The acquisition stands on the master (it is retried, same term), but nobody works.
-	if st, err := e.Lease().Get(ctx); err != nil || !st.Held || e.IsLeader() {
+	if st, err := election.LeaseOf(e).Get(ctx); err != nil || !st.Held || e.IsLeader() {
 		t.Fatalf("lease %+v, %v, leader %v: want held in Redis but not trusted", st, err, e.IsLeader())
 	}
 
@@ -56,7 +65,7 @@ func TestReplicaAckGatesLeadership(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("no term within 20s of a replica joining")
 	}
-	time.Sleep(3 * testRetry) // renewals are acknowledged too: the term holds
+	time.Sleep(3 * retryPeriod) // renewals are acknowledged too: the term holds
 	if !e.IsLeader() {
 		t.Fatal("lost the term with an acknowledging replica")
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/elector/elector/internal/redisfail"
 	"github.com/elector/elector/pkg/lease"
 )
 
@@ -538,6 +539,9 @@ func TestSeamRenewDeadlineAtTheExactTick(t *testing.T) {
 			if s.ctx.Err() == nil {
 				t.Fatal("OnStoppedLeading called before the work's ctx was cancelled")
 			}
+			if cause := context.Cause(s.ctx); !errors.Is(cause, ErrLeadershipLost) || !strings.Contains(cause.Error(), tc.reason) {
+				t.Fatalf("context.Cause of the work ctx = %v, want ErrLeadershipLost: %s", cause, tc.reason)
+			}
 			if tc.reason == reasonDeadline && !at.Equal(sent.Add(seamRenew)) {
 				t.Fatalf("stepped down at +%v, want exactly +%v", at.Sub(sent), seamRenew)
 			}
@@ -705,10 +709,10 @@ func TestContextTimeoutOff(t *testing.T) {
 }
 
 func TestReasonTokenRange(t *testing.T) {
-	if r := Reason(fmt.Errorf("acquire lease %q: %w: ERR ...", "x", lease.ErrTokenRange)); r != "token_range" {
+	if r := redisfail.Reason(fmt.Errorf("acquire lease %q: %w: ERR ...", "x", lease.ErrTokenRange)); r != "token_range" {
 		t.Fatalf("Reason = %q, want token_range", r)
 	}
-	if r := Reason(fmt.Errorf("token 3: %w", errLateReply)); r != "timeout" {
+	if r := redisfail.Reason(fmt.Errorf("token 3: %w", errLateReply)); r != "timeout" {
 		t.Fatalf("Reason of a late reply = %q, want timeout", r)
 	}
 }
@@ -774,5 +778,78 @@ func TestSeamStaleReleaseResumeStartsNoTerm(t *testing.T) {
 				t.Fatalf("term started with token %d, want the new record's 9", s.token)
 			}
 		})
+	}
+}
+
+// Release refuses while Run runs (a release behind Run's back would let a follower in while
+// OnStartedLeading may still work) and releases, owner-checked, once Run returned.
+func TestSeamReleaseOnlyAfterRun(t *testing.T) {
+	h := startHarness(t, nil)
+	h.lead(7)
+	type result struct {
+		ok  bool
+		err error
+	}
+	during := make(chan result, 1)
+	go func() {
+		ok, err := h.e.Release(context.Background(), 7)
+		during <- result{ok, err}
+	}()
+	select {
+	case r := <-during:
+		if r.ok || r.err == nil || !strings.Contains(r.err.Error(), "Run is running") {
+			t.Fatalf("Release while Run leads = %v, %v; want refused", r.ok, r.err)
+		}
+	case c := <-h.st.calls:
+		c.answer(reply{ok: true})
+		t.Fatalf("Release while Run leads sent a %s of %v", c.kind, c.term)
+	case <-time.After(within):
+		t.Fatal("Release while Run leads did not return")
+	}
+	term, ok, err := h.releaseAfterRun(7, reply{ok: true})
+	if term.Token != 7 || term.Identity != "me" || term.Instance != h.e.lease.Instance() {
+		t.Fatalf("released %v, want this replica's term 7", term)
+	}
+	if !ok || err != nil {
+		t.Fatalf("Release after Run returned = %v, %v; want released", ok, err)
+	}
+}
+
+// releaseAfterRun stops Run, calls Release(token), answers its store call with answer, and
+// returns the record released with Release's result.
+func (h *harness) releaseAfterRun(token int64, answer reply) (lease.Record, bool, error) {
+	h.t.Helper()
+	h.stop()
+	select {
+	case <-h.stopped:
+	default:
+	}
+	type result struct {
+		ok  bool
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		ok, err := h.e.Release(context.Background(), token)
+		res <- result{ok, err}
+	}()
+	c := h.next("release")
+	c.answer(answer)
+	r := <-res
+	return c.term, r.ok, r.err
+}
+
+// A Release after Run returned whose outcome is unknown (an error: it may still run in Redis)
+// poisons the record like the elector's own failed releases: a later Run must not resume it,
+// or the late release could delete the key during the resumed term.
+func TestSeamFailedReleaseIsNotResumed(t *testing.T) {
+	h := startHarness(t, nil)
+	h.lead(7)
+	term, _, err := h.releaseAfterRun(7, reply{err: errors.New("i/o timeout")})
+	if err == nil {
+		t.Fatal("Release with a failed call returned no error")
+	}
+	if !h.e.resumesPoisoned(true, term) {
+		t.Fatalf("after a failed Release, an acquire resuming %v would start a term", term)
 	}
 }

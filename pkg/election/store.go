@@ -15,14 +15,16 @@ import (
 // through a fake, with a fake clock, to replay exact interleavings (late and lost replies,
 // stale events, a deadline at the exact tick).
 type store interface {
-	// acquire is lease.Lease.AcquireReplicated.
+	// acquire is lease.Lease.Acquire with a ReplicaAck.
 	acquire(ctx context.Context, ttl time.Duration, ack lease.ReplicaAck) (bool, lease.Status, error)
-	// renew is lease.Lease.RenewReplicated.
+	// renew is lease.Lease.Renew with a ReplicaAck.
 	renew(ctx context.Context, term lease.Record, ttl time.Duration, ack lease.ReplicaAck) (bool, error)
 	// release is lease.Lease.Release.
 	release(ctx context.Context, term lease.Record) (bool, error)
 	// subscribe is lease.Lease.Subscribe.
 	subscribe(ctx context.Context) (subscription, error)
+	// resign is lease.Lease.RequestResign for this replica's own term.
+	resign(ctx context.Context, term lease.Record, target string, holdOff, timeout time.Duration) error
 }
 
 // subscription is what a follower uses of a *lease.Subscription.
@@ -35,11 +37,11 @@ type subscription interface {
 type redisStore struct{ l *lease.Lease }
 
 func (s redisStore) acquire(ctx context.Context, ttl time.Duration, ack lease.ReplicaAck) (bool, lease.Status, error) {
-	return s.l.AcquireReplicated(ctx, ttl, ack)
+	return s.l.Acquire(ctx, ttl, ack)
 }
 
 func (s redisStore) renew(ctx context.Context, term lease.Record, ttl time.Duration, ack lease.ReplicaAck) (bool, error) {
-	return s.l.RenewReplicated(ctx, term, ttl, ack)
+	return s.l.Renew(ctx, term, ttl, ack)
 }
 
 func (s redisStore) release(ctx context.Context, term lease.Record) (bool, error) {

@@ -47,6 +47,7 @@ func (w *watch) ensure(ctx context.Context) {
 		logger.Info("Subscribed to lease events again")
 	}
 	w.sub = sub
+	w.e.subscriptions.Add(1)
 }
 
 // events returns the channel of events, nil (blocking forever) without a subscription.

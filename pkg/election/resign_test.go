@@ -1,0 +1,196 @@
+package election_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/elector/elector/pkg/election"
+)
+
+// holdOff is the hold-off of these tests: several lease durations, so that a replica that
+// took the lease back at once (no reservation) would be seen.
+const holdOff = 4 * testLease
+
+func withHoldOff(d time.Duration) option {
+	return func(c *election.Config) { c.ResignHoldOff = d }
+}
+
+// currentLeader waits for the single leader and its start on the timeline (IsLeader turns
+// true just before OnStartedLeading records it), and returns the index after the start.
+func currentLeader(t *testing.T, c *cluster) (*replica, event, int) {
+	t.Helper()
+	r := c.leader(10 * testLease)
+	tok := r.e.Token()
+	start, i := c.tl.waitFor(t, 0, 10*testLease, "the leader's start", func(ev event) bool {
+		return ev.who == r.name && ev.kind == "start" && ev.token == tok
+	})
+	return r, start, i + 1
+}
+
+// resignAndWait makes the leader resign (to target, "" for anyone) and returns the next
+// term's start.
+func resignAndWait(t *testing.T, c *cluster, target string) (old *replica, next event) {
+	t.Helper()
+	old, oldStart, from := currentLeader(t, c)
+	if err := old.e.ResignTo(context.Background(), target); err != nil {
+		t.Fatalf("%s: ResignTo(%q) = %v", old.name, target, err)
+	}
+	if old.e.IsLeader() {
+		t.Fatalf("%s still leads after Resign returned", old.name)
+	}
+	next, _ = c.tl.waitFor(t, from, 20*testLease, "the next term's start", func(ev event) bool { return ev.kind == "start" })
+	if next.token <= oldStart.token {
+		t.Fatalf("next term token %d, not above the resigned %d", next.token, oldStart.token)
+	}
+	if next.who == old.name {
+		t.Fatalf("%s resigned and led again at once (token %d); timeline:\n%s", old.name, next.token, c.tl)
+	}
+	if target != "" && next.who != target {
+		t.Fatalf("%s led after ResignTo(%q)", next.who, target)
+	}
+	return old, next
+}
+
+// Resign hands the lease to another replica, again and again, with no overlap and growing
+// tokens; the resigning one never takes it back, although it campaigns again at once.
+func TestResignHandsOver(t *testing.T) {
+	c := newCluster(t, 3, withHoldOff(holdOff))
+	for range 6 {
+		resignAndWait(t, c, "")
+	}
+	c.tl.checkNoOverlap(t)
+}
+
+// ResignTo names the successor: each follower in turn.
+func TestResignToEachFollower(t *testing.T) {
+	c := newCluster(t, 3, withHoldOff(holdOff))
+	for range 2 {
+		for _, r := range c.replicas {
+			if l := c.leader(10 * testLease); l != r {
+				resignAndWait(t, c, r.name)
+			}
+		}
+	}
+	c.tl.checkNoOverlap(t)
+}
+
+// ResignTo an identity that is not running: nobody leads during the hold-off (the server
+// refuses everyone else, the resigning one included), then somebody does.
+func TestResignToAbsent(t *testing.T) {
+	const hold = 1500 * time.Millisecond
+	c := newCluster(t, 3, withHoldOff(hold))
+	old, _, from := currentLeader(t, c)
+	before := time.Now()
+	if err := old.e.ResignTo(context.Background(), "absent"); err != nil {
+		t.Fatal(err)
+	}
+	next, _ := c.tl.waitFor(t, from, hold+20*testLease, "a term after the hold-off", func(ev event) bool { return ev.kind == "start" })
+	// The reservation began at the release, after before; Redis expires keys to the ms.
+	if gap := next.at.Sub(before); gap < hold-5*time.Millisecond {
+		t.Fatalf("%s led %v after ResignTo(absent), within the hold-off %v; timeline:\n%s", next.who, gap, hold, c.tl)
+	}
+	c.tl.checkNoOverlap(t)
+}
+
+// A callback that takes seconds to return after its ctx was cancelled: the lease is renewed
+// meanwhile and released only after it returned, so the successor's work never overlaps.
+func TestResignSlowCallback(t *testing.T) {
+	const wind = 3 * testLease // longer than the lease: only renewals keep it
+	c := &cluster{t: t, tl: &timeline{}}
+	tl := c.tl // the callbacks use the timeline only, never c, which newClusterWith fills
+	slow := func(cfg *election.Config) {
+		name := cfg.Identity
+		cfg.Callbacks.OnStartedLeading = func(ctx context.Context) {
+			tl.add(event{who: name, kind: "start", token: election.TokenFrom(ctx)})
+			<-ctx.Done()
+			time.Sleep(wind)
+			tl.add(event{who: name, kind: "end"})
+		}
+	}
+	newClusterWith(t, c, 3, slow, withHoldOff(holdOff))
+	for range 2 {
+		resignAndWait(t, c, "") // the successor starts only after the slow work ended
+	}
+	c.tl.checkNoOverlap(t)
+}
+
+// Resign on a follower is refused with ErrNotLeader and changes nothing.
+func TestResignFollower(t *testing.T) {
+	c := newCluster(t, 2, withHoldOff(holdOff))
+	l := c.leader(10 * testLease)
+	for _, r := range c.replicas {
+		if r == l {
+			continue
+		}
+		if err := r.e.Resign(context.Background()); !errors.Is(err, election.ErrNotLeader) {
+			t.Fatalf("Resign on follower %s = %v, want ErrNotLeader", r.name, err)
+		}
+	}
+	if !l.e.IsLeader() {
+		t.Fatal("a follower's Resign ended the leader's term")
+	}
+}
+
+// newClusterWith fills c (whose timeline the options may use) with n replicas.
+func newClusterWith(t *testing.T, c *cluster, n int, opts ...option) {
+	fresh := newCluster(t, 0)
+	c.srv = fresh.srv
+	for i := range n {
+		c.add(fmt.Sprintf("pod-%d", i), opts...)
+	}
+}
+
+// BenchmarkResign measures a switchover between three replicas on one Redis: from the call
+// of Resign (anyone) or ResignTo a follower (to) to the successor's OnStartedLeading, and
+// the leaderless gap from the end of the old term's work to it.
+//
+//	go test -run XXX -bench Resign -benchtime 200x ./pkg/election/ 2>&1 | grep -v '^[IE][0-9]'
+func BenchmarkResign(b *testing.B) {
+	b.Run("anyone", func(b *testing.B) { benchResign(b, false) })
+	b.Run("to", func(b *testing.B) { benchResign(b, true) })
+}
+
+func benchResign(b *testing.B, named bool) {
+	c := newCluster(b, 3, withHoldOff(holdOff))
+	var toStart, gaps []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		old := c.leader(10 * testLease)
+		tok := old.e.Token()
+		_, si := c.tl.waitFor(b, 0, 10*testLease, "the leader's start", func(ev event) bool {
+			return ev.who == old.name && ev.kind == "start" && ev.token == tok
+		})
+		target := ""
+		for _, r := range c.replicas {
+			if named && r != old {
+				target = r.name
+				break
+			}
+		}
+		b.StartTimer()
+		begin := time.Now()
+		if err := old.e.ResignTo(context.Background(), target); err != nil {
+			b.Fatal(err)
+		}
+		next, _ := c.tl.waitFor(b, si+1, 20*testLease, "the next start", func(ev event) bool { return ev.kind == "start" })
+		b.StopTimer()
+		end, _ := c.tl.waitFor(b, si+1, 20*testLease, "the old work's end", func(ev event) bool { return ev.kind == "end" && ev.who == old.name })
+		if target != "" && next.who != target {
+			b.Fatalf("%s led after ResignTo(%s)", next.who, target)
+		}
+		toStart = append(toStart, next.at.Sub(begin))
+		gaps = append(gaps, next.at.Sub(end.at))
+	}
+	p50, _ := percentiles(toStart)
+	g50, _ := percentiles(gaps)
+	b.ReportMetric(float64(p50.Microseconds()), "µs-to-start-p50")
+	b.ReportMetric(float64(slices.Max(toStart).Microseconds()), "µs-to-start-max")
+	b.ReportMetric(float64(g50.Microseconds()), "µs-gap-p50")
+	b.ReportMetric(float64(slices.Max(gaps).Microseconds()), "µs-gap-max")
+	c.tl.checkNoOverlap(b)
+}
