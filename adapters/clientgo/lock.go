@@ -39,6 +39,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 
+	"github.com/elector/elector/internal/rediserr"
 	"github.com/elector/elector/pkg/lease"
 )
 
@@ -118,12 +119,12 @@ func New(client redis.UniversalClient, name, identity string, opts Options) (*Lo
 	if opts.EventRecorder != nil && opts.EventObject == nil {
 		return nil, fmt.Errorf("new client-go redis lock %q: Options.EventRecorder is set but Options.EventObject is nil", name)
 	}
-	base := prefix + ":{" + name + "}:"
+	keys := lease.KeysFor(prefix, name)
 	return &Lock{
 		client:   client,
 		name:     name,
 		identity: identity,
-		keys:     []string{base + "clientgo", base + "clientgo-token"},
+		keys:     []string{keys.Other("clientgo"), keys.Other("clientgo-token")},
 		recorder: opts.EventRecorder,
 		object:   opts.EventObject,
 	}, nil
@@ -160,8 +161,11 @@ func (l *Lock) Token() int64 {
 // is absent, which makes client-go Create it; the raw bytes are the stored JSON.
 func (l *Lock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
 	raw, err := l.client.Get(ctx, l.keys[0]).Bytes()
-	if errors.Is(err, redis.Nil) {
+	if rediserr.IsNil(err) { // not a Sentinel lookup that failed, which wraps redis.Nil too
 		return nil, nil, apierrors.NewNotFound(groupResource, l.name)
+	}
+	if rediserr.IsUnknownMaster(err) {
+		return nil, nil, fmt.Errorf("get client-go lock %q: no Sentinel knows a master by the configured name (check FailoverOptions.MasterName): %w", l.name, err)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("get client-go lock %q: %w", l.name, err)

@@ -9,11 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/elector/elector/internal/redistest"
 )
 
 func record(holder string, transitions int) resourcelock.LeaderElectionRecord {
@@ -302,5 +305,23 @@ func TestStoredValueIsClientGoJSON(t *testing.T) {
 	if out.HolderIdentity != "pod-a" || out.LeaderTransitions != 3 || out.LeaseDurationSeconds != 15 ||
 		!out.RenewTime.Equal(&metav1.Time{Time: in.RenewTime.Truncate(time.Microsecond)}) {
 		t.Fatalf("stored %+v, wrote %+v", out, in)
+	}
+}
+
+// TestGetUnknownSentinelMaster: with a master name no Sentinel knows, go-redis's lookup error
+// wraps the Sentinels' nil replies. Get must report that failure, not NotFound, which would
+// make client-go try to create a lock that is maybe held.
+func TestGetUnknownSentinelMaster(t *testing.T) {
+	s := redistest.StartSentinel(t, "mymaster", 0, 1)
+	client := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "wrong", SentinelAddrs: s.SentinelAddrs()})
+	t.Cleanup(func() { _ = client.Close() })
+	l, err := New(client, "ctrl", "pod-a", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, _, err := l.Get(ctx); err == nil || apierrors.IsNotFound(err) || !strings.Contains(err.Error(), "no Sentinel knows a master") {
+		t.Fatalf("Get through an unknown Sentinel master: err = %v, want the lookup failure naming the master", err)
 	}
 }

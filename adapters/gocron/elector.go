@@ -37,6 +37,7 @@ var ErrNotLeader = errors.New("not the leader")
 // from NewElector until Close. Its methods are safe for concurrent use.
 type Elector struct {
 	e      *election.Elector
+	lease  string // Config.LeaseName, for errors
 	cancel context.CancelFunc
 	done   chan struct{}
 	err    error // Run's result, valid once done is closed
@@ -62,7 +63,7 @@ func NewElector(ctx context.Context, cfg election.Config) (*Elector, error) {
 		return nil, fmt.Errorf("new gocron elector: %w", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	el := &Elector{e: e, cancel: cancel, done: make(chan struct{})}
+	el := &Elector{e: e, lease: cfg.LeaseName, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(el.done)
 		el.err = e.Run(ctx)
@@ -78,9 +79,9 @@ func (el *Elector) IsLeader(context.Context) error {
 	}
 	leader := el.e.Leader()
 	if leader == "" {
-		return fmt.Errorf("lease %q: %w: no leader is known", el.e.Config().LeaseName, ErrNotLeader)
+		return fmt.Errorf("lease %q: %w: no leader is known", el.lease, ErrNotLeader)
 	}
-	return fmt.Errorf("lease %q: %w: %q leads", el.e.Config().LeaseName, ErrNotLeader, leader)
+	return fmt.Errorf("lease %q: %w: %q leads", el.lease, ErrNotLeader, leader)
 }
 
 // Token returns the fencing token of the current term, or 0 when this replica does not lead.

@@ -71,6 +71,9 @@ runs, CMD's group gets the foreground while it runs (Ctrl-C and Ctrl-Z then reac
                      exit 0 keeps the lease (renewed, CMD not rerun) until SIGTERM/SIGINT
   --timeout D        exit 4 if not leading D after the start
   --try-once         exit 4 as soon as another replica is seen holding the lease
+  elector resign     (or POST /resign) --stop-signal to CMD's group, SIGKILL after --kill-grace,
+                     lease renewed until CMD exited, then released with a reservation for
+                     another replica; campaign again (refused during the hold-off)
 
 With --http-addr the endpoints of 'elector sidecar' are served as well.`
 	case "sidecar":
@@ -83,6 +86,9 @@ With --http-addr the endpoints of 'elector sidecar' are served as well.`
                  Redis: restarting cannot fix Redis, and would restart every replica at once)
   GET /readyz    200 while this replica leads, else 503
   GET /metrics   Prometheus metrics, including leader_election_master_status{name}
+  POST /resign   step down (as elector resign does) and answer once the lease is released;
+                 ?to=IDENTITY names the successor. 409 on a follower. Loopback peers only
+                 by default (kubectl exec, kubectl port-forward): see --resign-endpoint
 
 --status-file is rewritten atomically with "leader" or "follower" on every change.
 SIGTERM or SIGINT releases the lease and exits 0.`
@@ -96,6 +102,20 @@ master name that no Sentinel knows, or the ACL permission to add).
 With --watch (-w), print the state and then a line per change as it happens — acquired,
 released, expired — from the lease's events channel (no polling), until SIGINT or SIGTERM
 (exit 0). With -o json or yaml each change is one object (fields time, event and the above).`
+	case "resign":
+		return `Ask the holder of the lease to step down, for a planned switchover (draining a node), and
+wait until a new term begins; print the new holder as elector status does. The request is a
+Redis key that the leader picks up at its next renewal (within its --retry-period, 2s by
+default): it stops its work (elector run: the command gets its stop signal and kill grace),
+releases the lease, and for --hold-off only --to (or, without --to, any replica but the old
+holder) may acquire it, so that the old holder does not take it straight back.
+
+Exit 0 when a new term began (with --to: the one of --to); 3 when nobody holds the lease
+(nothing written); 1 when --timeout passed, saying what did not happen: the holder did not
+step down (an election.Group member or an older elector ignores requests; or its work did
+not stop), or --to did not take over (nobody leads until the hold-off ends, then anyone may);
+2 for a bad flag. Needs the Redis user of run and sidecar (it runs a script), not the
+observer's.`
 	case "demo":
 		return `Start an embedded Redis-compatible server on loopback (or use --redis-addr) and --replicas
 electors in this process, each leading with a toy singleton job that makes fenced writes.

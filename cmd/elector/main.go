@@ -3,6 +3,7 @@
 //	elector run [flags] -- CMD [ARGS...]   run CMD only while this replica leads
 //	elector sidecar [flags]                serve this replica's leadership over HTTP
 //	elector status [flags]                 print who holds a lease
+//	elector resign [flags]                 make the leader step down and wait for the next one
 //	elector demo                           watch an election with failovers, no Redis needed
 //	elector version                        print the version
 //	elector install PATH                   copy this executable to PATH
@@ -10,6 +11,10 @@
 //
 // Every flag can also be set from the environment as ELECTOR_<FLAG>; see docs/CLI.md for the
 // flags, endpoints, signals and exit codes.
+//
+// The command owns flags, help, exit codes, signals, the status file and the child process's
+// lifecycle around an Elector. It must not implement election logic or build Redis keys: it
+// configures package election and asks package lease (KeysFor, List, Get) for the rest.
 package main
 
 import (
@@ -71,6 +76,7 @@ func commands() []command {
 		{"run", "run [flags] -- CMD [ARGS...]", "run CMD only while this replica leads the lease (singleton job runner)", (*cli).runCmd},
 		{"sidecar", "sidecar [flags]", "serve this replica's leadership over HTTP and a status file, for a neighbouring container", (*cli).sidecarCmd},
 		{"status", "status [flags] [-o text|json|yaml] [--watch]", "print the holder, fencing token and remaining time of a lease", (*cli).statusCmd},
+		{"resign", "resign [flags] [--to IDENTITY] [-o text|json|yaml]", "ask the holder of a lease to step down, and wait for the next leader (switchover)", (*cli).resignCmd},
 		{"demo", "demo [flags]", "watch replicas elect a leader through crashes and graceful stops; needs no Redis", (*cli).demoCmd},
 		{"version", "version", "print the version, commit and Go version", (*cli).versionCmd},
 		{"install", "install PATH", "copy this executable to PATH with mode 0755 (for init containers)", (*cli).installCmd},

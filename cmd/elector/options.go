@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/elector/elector/internal/redisclient"
+	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/election"
 	"github.com/elector/elector/pkg/lease"
 )
@@ -94,7 +95,7 @@ func (o *leaseOptions) validate() error {
 	return validateTiming(o.leaseDuration, o.renewDeadline, o.retryPeriod)
 }
 
-// validateTiming checks the three timing flags as election.ValidateTiming does, with errors
+// validateTiming checks the three timing flags as timing.Validate does, with errors
 // that name the flags.
 func validateTiming(leaseDuration, renewDeadline, retryPeriod time.Duration) error {
 	for _, d := range []struct {
@@ -108,17 +109,17 @@ func validateTiming(leaseDuration, renewDeadline, retryPeriod time.Duration) err
 	if leaseDuration%time.Millisecond != 0 {
 		return fmt.Errorf("--%s: must be a whole number of milliseconds, got %v", flagLeaseDuration, leaseDuration)
 	}
-	if limit := leaseDuration - election.DriftMargin(leaseDuration); renewDeadline >= limit {
+	if limit := leaseDuration - timing.DriftMargin(leaseDuration); renewDeadline >= limit {
 		return fmt.Errorf("--%s: must be shorter than --%s (%v) minus its clock-drift margin (%v), i.e. below %v; got %v",
-			flagRenewDeadline, flagLeaseDuration, leaseDuration, election.DriftMargin(leaseDuration), limit, renewDeadline)
+			flagRenewDeadline, flagLeaseDuration, leaseDuration, timing.DriftMargin(leaseDuration), limit, renewDeadline)
 	}
-	if float64(renewDeadline) <= election.JitterFactor*float64(retryPeriod) {
+	if float64(renewDeadline) <= timing.JitterFactor*float64(retryPeriod) {
 		return fmt.Errorf("--%s: must be less than --%s (%v) / %.1f, i.e. below %v; got %v",
-			flagRetryPeriod, flagRenewDeadline, renewDeadline, election.JitterFactor,
-			time.Duration(float64(renewDeadline)/election.JitterFactor).Round(time.Millisecond), retryPeriod)
+			flagRetryPeriod, flagRenewDeadline, renewDeadline, timing.JitterFactor,
+			time.Duration(float64(renewDeadline)/timing.JitterFactor).Round(time.Millisecond), retryPeriod)
 	}
 	// The library's check is the authority; the checks above only name the flags.
-	if err := election.ValidateTiming(leaseDuration, renewDeadline, retryPeriod); err != nil {
+	if err := timing.Validate(leaseDuration, renewDeadline, retryPeriod); err != nil {
 		return fmt.Errorf("--%s, --%s, --%s: %w", flagLeaseDuration, flagRenewDeadline, flagRetryPeriod, err)
 	}
 	return nil

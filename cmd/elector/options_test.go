@@ -8,11 +8,12 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/election"
 )
 
 // TestValidateTimingAgreesWithLibrary checks that the flag-naming checks accept exactly what
-// election.ValidateTiming accepts, on a grid around every boundary.
+// timing.Validate accepts, on a grid around every boundary.
 func TestValidateTimingAgreesWithLibrary(t *testing.T) {
 	values := []time.Duration{
 		-time.Second, 0, time.Microsecond, 500 * time.Microsecond, 1500 * time.Microsecond,
@@ -24,7 +25,7 @@ func TestValidateTimingAgreesWithLibrary(t *testing.T) {
 	for _, ld := range values {
 		for _, rd := range values {
 			for _, rp := range values {
-				lib := election.ValidateTiming(ld, rd, rp)
+				lib := timing.Validate(ld, rd, rp)
 				ours := validateTiming(ld, rd, rp)
 				if (lib == nil) != (ours == nil) {
 					t.Errorf("lease %v, renew %v, retry %v: library says %v, flags say %v", ld, rd, rp, lib, ours)

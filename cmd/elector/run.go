@@ -16,8 +16,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/elector/elector/internal/child"
+	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/election"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // Flag names of elector run.
@@ -97,7 +97,7 @@ func (o *runOptions) validate() error {
 // renew the leader steps down at --renew-deadline at the latest, and the lease expires no
 // earlier than --lease-duration minus the drift margin by this replica's clock.
 func killGraceBound(lo *leaseOptions) time.Duration {
-	return lo.leaseDuration - lo.renewDeadline - election.DriftMargin(lo.leaseDuration)
+	return lo.leaseDuration - lo.renewDeadline - timing.DriftMargin(lo.leaseDuration)
 }
 
 // signalNames lists the names --stop-signal accepts, in the order of their numbers on Linux.
@@ -273,7 +273,7 @@ func (c *cli) supervise(ctx context.Context, rc *runConfig) int {
 func warnKillGrace(ro *runOptions, lo *leaseOptions) {
 	if bound := killGraceBound(lo); ro.killGrace > bound {
 		klog.Warningf("--kill-grace (%v) is longer than --lease-duration minus --renew-deadline minus the drift margin (%v - %v - %v = %v): after a lost leadership the command may still run when another replica's command starts",
-			ro.killGrace, lo.leaseDuration, lo.renewDeadline, election.DriftMargin(lo.leaseDuration), bound)
+			ro.killGrace, lo.leaseDuration, lo.renewDeadline, timing.DriftMargin(lo.leaseDuration), bound)
 	}
 }
 
@@ -351,7 +351,7 @@ type supervisor struct {
 	mu       sync.Mutex
 	current  *child.Process
 	stopped  *child.ExitStatus // how the command ended when it was stopped for the elector's exit
-	lastTerm lease.Record      // the last term this replica led
+	lastTerm int64             // the token of the last term this replica led
 	led      bool              // a term began here: --timeout and --try-once no longer apply
 	gaveUp   bool              // run gives up: no term may start the command any more
 	done     bool              // the command exited 0 with --on-success=hold
@@ -415,7 +415,7 @@ func (s *supervisor) lead(ctx context.Context) {
 	select {
 	case <-p.Done():
 	case <-ctx.Done():
-		if s.stop(p, spec, token) {
+		if s.stop(p, spec, token, context.Cause(ctx)) {
 			return
 		}
 	}
@@ -431,7 +431,7 @@ func (s *supervisor) beginTerm(token int64) (start, done bool) {
 		return false, false
 	}
 	s.led = true
-	s.lastTerm = lease.Record{Token: token, Instance: s.elector.Lease().Instance(), Identity: s.identity}
+	s.lastTerm = token
 	return true, s.done
 }
 
@@ -453,14 +453,18 @@ func (s *supervisor) start(token int64) (*child.Process, child.Spec) {
 }
 
 // stop stops p at the end of its term with the stop signal, or the signal the elector
-// received; false when p had exited by itself before it could be stopped.
-func (s *supervisor) stop(p *child.Process, spec child.Spec, token int64) bool {
+// received; false when p had exited by itself before it could be stopped. cause is why the
+// term ended (context.Cause of the term's ctx), for the log.
+func (s *supervisor) stop(p *child.Process, spec child.Spec, token int64, cause error) bool {
 	select {
 	case <-p.Done():
 		return false
 	default:
 	}
 	sig, reason := spec.StopSignal, "leadership lost"
+	if errors.Is(cause, election.ErrResigned) {
+		reason = "resigned"
+	}
 	if n := s.stopping.Load(); n != 0 {
 		sig, reason = syscall.Signal(n), "elector stopping"
 	}
@@ -531,18 +535,18 @@ func (s *supervisor) stoppedStatus() *child.ExitStatus {
 // not leave its lease behind. The release is owner-checked, so it never touches a newer term.
 func (s *supervisor) releaseLast() {
 	s.mu.Lock()
-	term := s.lastTerm
+	token := s.lastTerm
 	s.mu.Unlock()
-	if term.Token == 0 {
+	if token == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	released, err := s.elector.Lease().Release(ctx, term)
+	released, err := s.elector.Release(ctx, token)
 	switch {
 	case err != nil:
-		klog.ErrorS(err, "Cannot release the lease; it expires by itself", "token", term.Token)
+		klog.ErrorS(err, "Cannot release the lease; it expires by itself", "token", token)
 	case released:
-		klog.InfoS("Released the lease", "token", term.Token)
+		klog.InfoS("Released the lease", "token", token)
 	}
 }

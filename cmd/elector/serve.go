@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
+	"github.com/elector/elector/internal/readonly"
 	"github.com/elector/elector/internal/version"
 	"github.com/elector/elector/pkg/election"
 )
@@ -43,18 +44,20 @@ const (
 
 // serveOptions are --http-addr and --status-file.
 type serveOptions struct {
-	httpAddr   string
-	statusFile string
+	httpAddr       string
+	statusFile     string
+	resignEndpoint string // who may POST /resign: loopback, any, off
 }
 
 // addFlags registers --http-addr (with its default) and --status-file on fs.
 func (o *serveOptions) addFlags(fs *pflag.FlagSet, defaultAddr string) {
-	what := "`address` ([host]:port) to serve /leader, /healthz, /readyz and /metrics on"
+	what := "`address` ([host]:port) to serve /leader, /healthz, /readyz, /metrics and POST /resign on"
 	if defaultAddr == "" {
 		what += "; empty: no HTTP server"
 	}
 	fs.StringVar(&o.httpAddr, flagHTTPAddr, defaultAddr, what)
 	fs.StringVar(&o.statusFile, flagStatusFile, "", "`file` to rewrite atomically with \"leader\" or \"follower\" on every change, for exec probes")
+	fs.StringVar(&o.resignEndpoint, flagResignEndpoint, resignLoopback, "`who` may POST /resign: loopback (kubectl exec, port-forward), any, or off")
 }
 
 // validate checks the flags without side effects.
@@ -63,6 +66,9 @@ func (o *serveOptions) validate() error {
 		if err := validateListenAddr(flagHTTPAddr, o.httpAddr); err != nil {
 			return err
 		}
+	}
+	if err := validateResignEndpoint(o.resignEndpoint); err != nil {
+		return err
 	}
 	if o.statusFile != "" {
 		dir := filepath.Dir(o.statusFile)
@@ -167,21 +173,9 @@ func newRegistry() (*prometheus.Registry, *election.Metrics, error) {
 	return reg, m, nil
 }
 
-// readOnly answers anything but GET and HEAD with 405, as the handlers of package election do.
-func readOnly(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
-}
-
 // readyHandler answers 200 while e leads, else 503.
 func readyHandler(e *election.Elector) http.Handler {
-	return readOnly(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	return readonly.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		if !e.IsLeader() {
 			http.Error(w, "not the leader", http.StatusServiceUnavailable)
@@ -193,8 +187,8 @@ func readyHandler(e *election.Elector) http.Handler {
 
 // healthzTolerance is how long past its renew deadline a replica may still believe it leads
 // before /healthz fails: until the lease may have expired, when another replica may lead.
-func healthzTolerance(cfg election.Config) time.Duration {
-	return cfg.LeaseDuration - cfg.RenewDeadline
+func healthzTolerance(lo leaseOptions) time.Duration {
+	return lo.leaseDuration - lo.renewDeadline
 }
 
 // httpServer serves the endpoints of one elector.
@@ -204,12 +198,13 @@ type httpServer struct {
 }
 
 // listenHTTP binds addr and prepares the endpoints; serve starts answering.
-func listenHTTP(addr string, e *election.Elector, reg *prometheus.Registry) (*httpServer, error) {
+func listenHTTP(addr string, e *election.Elector, reg *prometheus.Registry, tolerance time.Duration, resignPolicy string) (*httpServer, error) {
 	mux := http.NewServeMux()
+	mux.Handle("/resign", resignHandler(e, resignPolicy))
 	mux.Handle("/leader", e.LeaderHandler())
-	mux.Handle("/healthz", e.HealthzAdaptor(healthzTolerance(e.Config())))
+	mux.Handle("/healthz", e.HealthzAdaptor(tolerance))
 	mux.Handle("/readyz", readyHandler(e))
-	mux.Handle("/metrics", readOnly(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+	mux.Handle("/metrics", readonly.Handler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on --%s=%s: %w", flagHTTPAddr, addr, err)
@@ -304,7 +299,7 @@ func startLeadership(co *commonOptions, so *serveOptions, cb election.Callbacks,
 		l.status.last = "follower"
 	}
 	if so.httpAddr != "" {
-		if l.http, err = listenHTTP(so.httpAddr, l.elector, reg); err != nil {
+		if l.http, err = listenHTTP(so.httpAddr, l.elector, reg, healthzTolerance(co.lease), so.resignEndpoint); err != nil {
 			l.close()
 			return nil, err
 		}

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sync"
@@ -61,22 +59,6 @@ func TestStatusFileLastWriteWins(t *testing.T) {
 	}
 	var nilFile *statusFile
 	nilFile.sync() // no file configured: nothing happens
-}
-
-func TestReadOnly(t *testing.T) {
-	h := readOnly(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
-	for method, want := range map[string]int{
-		http.MethodGet: 200, http.MethodHead: 200, http.MethodPost: 405, http.MethodPut: 405, http.MethodDelete: 405,
-	} {
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(method, "/metrics", nil))
-		if rec.Code != want {
-			t.Errorf("%s: %d, want %d", method, rec.Code, want)
-		}
-		if want == 405 && rec.Header().Get("Allow") != "GET, HEAD" {
-			t.Errorf("%s: Allow %q", method, rec.Header().Get("Allow"))
-		}
-	}
 }
 
 func TestServeOptionsValidate(t *testing.T) {

@@ -95,7 +95,7 @@ func (s *session) run(ctx context.Context) outcome {
 		}
 	}
 	s.lateExit(&o)
-	o.lost = errors.Is(o.runErr, election.ErrLeadershipLost)
+	o.lost = errors.Is(o.runErr, election.ErrLeadershipLost) || errors.Is(o.runErr, election.ErrResigned)
 	if s.beforeClose != nil {
 		s.beforeClose(&o)
 	}

@@ -15,7 +15,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
-	"github.com/elector/elector/pkg/election"
+	"github.com/elector/elector/internal/redisfail"
 	"github.com/elector/elector/pkg/lease"
 )
 
@@ -45,6 +45,19 @@ type leaseStatus struct {
 	AcquiredAt *time.Time `json:"acquiredAt,omitempty"`
 	// Transitions is how many terms began on the lease (single-lease status only).
 	Transitions *int64 `json:"transitions,omitempty"`
+	// Reserved is set when nobody holds the lease because it is reserved after a
+	// resignation (single-lease status only).
+	Reserved *reservedStatus `json:"reserved,omitempty"`
+}
+
+// reservedStatus is the reservation that follows a resignation (elector resign).
+type reservedStatus struct {
+	// Resigned is the identity that resigned.
+	Resigned string `json:"resigned"`
+	// Target is the only identity that may take the lease, "" for anyone but Resigned.
+	Target string `json:"target"`
+	// TTLMs is how long the reservation lasts, in milliseconds.
+	TTLMs int64 `json:"ttlMs"`
 }
 
 // watchEvent is one line of elector status --watch.
@@ -74,12 +87,13 @@ func (c *cli) statusCmd(ctx context.Context, args []string) int {
 	if code, done := c.parseArgs(fs, args); done {
 		return code
 	}
+	outputErr := validateOutput(output)
 	var err error
 	switch {
 	case fs.all.NArg() > 0:
 		err = fmt.Errorf("unexpected argument %q: elector status takes only flags", fs.all.Arg(0))
-	case output != "text" && output != "json" && output != "yaml":
-		err = fmt.Errorf("--%s: unknown format %q; allowed: text, json, yaml", flagOutput, output)
+	case outputErr != nil:
+		err = outputErr
 	case all && co.lease.name != "":
 		err = fmt.Errorf("--%s lists every lease under --%s: do not give --%s with it", flagAll, flagKeyPrefix, flagLeaseName)
 	case all && watch:
@@ -112,13 +126,7 @@ func (c *cli) statusCmd(ctx context.Context, args []string) int {
 	if err != nil {
 		return c.runtimeError(who, err)
 	}
-	switch output {
-	case "text":
-		err = printStatus(c.stdout, out)
-	default:
-		err = encode(c.stdout, output, out)
-	}
-	if err != nil {
+	if err := writeStatus(c.stdout, output, out); err != nil {
 		return c.runtimeError(who, fmt.Errorf("write the status: %w", err))
 	}
 	if out.Holder == "" {
@@ -139,15 +147,24 @@ func readStatus(ctx context.Context, co *commonOptions, l *lease.Lease) (leaseSt
 	if err != nil {
 		return leaseStatus{}, readError(fmt.Sprintf("cannot read lease %q", co.lease.name), co, err)
 	}
-	out := newLeaseStatus(co.lease.name, l.Key(), st)
+	out := newLeaseStatus(co.lease.name, l.Keys().Lease, st)
 	out.Transitions = &terms
+	if !st.Held {
+		r, err := l.GetReservation(ctx)
+		if err != nil {
+			return leaseStatus{}, readError(fmt.Sprintf("cannot read lease %q", co.lease.name), co, err)
+		}
+		if r != nil {
+			out.Reserved = &reservedStatus{Resigned: r.Resigned.Identity, Target: r.Target, TTLMs: r.TTL.Milliseconds()}
+		}
+	}
 	return out, nil
 }
 
 // readError describes a failed read: what, from which Redis, the error and its fix.
 func readError(what string, co *commonOptions, err error) error {
 	err = fmt.Errorf("%s from %s: %w", what, redisDescription(co.redis), err)
-	if fix := election.Hint(err); fix != "" {
+	if fix := redisfail.Hint(err); fix != "" {
 		err = fmt.Errorf("%w; fix: %s", err, fix)
 	}
 	return err
@@ -167,6 +184,23 @@ func newLeaseStatus(name, key string, st lease.Status) leaseStatus {
 		}
 	}
 	return out
+}
+
+// validateOutput checks the value of --output.
+func validateOutput(format string) error {
+	switch format {
+	case "text", "json", "yaml":
+		return nil
+	}
+	return fmt.Errorf("--%s: unknown format %q; allowed: text, json, yaml", flagOutput, format)
+}
+
+// writeStatus writes s in format (text, json or yaml).
+func writeStatus(w io.Writer, format string, s leaseStatus) error {
+	if format == "text" {
+		return printStatus(w, s)
+	}
+	return encode(w, format, s)
 }
 
 // encode writes v as one JSON line or as a YAML document.
@@ -193,7 +227,7 @@ func (c *cli) statusAll(ctx context.Context, who string, co *commonOptions, clie
 	}
 	list := make([]leaseStatus, 0, len(found))
 	for _, f := range found {
-		list = append(list, newLeaseStatus(f.Name, co.lease.prefix+":{"+f.Name+"}:lease", f.Status))
+		list = append(list, newLeaseStatus(f.Name, lease.KeysFor(co.lease.prefix, f.Name).Lease, f.Status))
 	}
 	if output != "text" {
 		err = encode(c.stdout, output, list)
@@ -238,6 +272,13 @@ func printStatus(w io.Writer, s leaseStatus) error {
 	}
 	if s.Holder == "" {
 		fmt.Fprintf(tw, "holder:\t(none)\n")
+		if r := s.Reserved; r != nil {
+			who := r.Target
+			if who == "" {
+				who = "anyone but " + r.Resigned
+			}
+			fmt.Fprintf(tw, "reserved:\tfor %s, %v more (%s resigned)\n", who, time.Duration(r.TTLMs)*time.Millisecond, r.Resigned)
+		}
 		return tw.Flush()
 	}
 	fmt.Fprintf(tw, "holder:\t%s\n", s.Holder)
@@ -319,13 +360,15 @@ func (c *cli) statusWatch(ctx context.Context, who string, co *commonOptions, l 
 				w.armExpiry(expiry, st.TTLMs)
 				continue
 			}
-			s := leaseStatus{Lease: co.lease.name, Key: l.Key()}
+			s := leaseStatus{Lease: co.lease.name, Key: l.Keys().Lease}
 			switch ev.Kind {
 			case lease.Renewed:
 				w.armExpiry(expiry, ev.TTL.Milliseconds())
 				continue
+			case lease.ResignRequested: // a request changes nothing until the release
+				continue
 			case lease.Acquired:
-				s = newLeaseStatus(co.lease.name, l.Key(), lease.Status{Held: true, Record: ev.Record, TTL: ev.TTL})
+				s = newLeaseStatus(co.lease.name, l.Keys().Lease, lease.Status{Held: true, Record: ev.Record, TTL: ev.TTL})
 			}
 			if err := w.print(ev.Kind.String(), s); err != nil {
 				return c.runtimeError(who, err)
@@ -402,7 +445,7 @@ func (w *statusWatcher) resubscribe(ctx context.Context) (*lease.Subscription, e
 		if ctx.Err() != nil {
 			return nil, nil
 		}
-		switch election.Reason(err) {
+		switch redisfail.Reason(err) {
 		case "auth", "noperm", "unknown_master": // retrying cannot help
 			return nil, readError(fmt.Sprintf("cannot watch lease %q", w.co.lease.name), w.co, err)
 		}

@@ -52,6 +52,9 @@
 // elector in the background) a child that reads from the terminal is stopped
 // by SIGTTIN, which the shim reports and Process logs. Containers normally
 // have no terminal.
+//
+// It owns the child's process group, its signals and its exit status. It must not know of
+// leases or terms: `elector run` tells it when to start and stop.
 package child
 
 import (

@@ -112,16 +112,16 @@ type demo struct {
 	admin     redis.UniversalClient // the demo's own client, for PTTL and cleanup
 	start     time.Time
 
-	mu           sync.Mutex
-	running      map[string]int64 // replicas whose job runs now, with their token
-	lastToken    int64
-	lastInstance string    // instance id of the replica process that led last
-	prevEnd      time.Time // when the last job ended
-	prevWho      string
-	crash        *crashInfo // the crash the next handover answers
-	graceful     string     // the replica whose graceful stop the next handover answers
-	ending       bool
-	res          result
+	mu          sync.Mutex
+	running     map[string]int64 // replicas whose job runs now, with their token
+	lastToken   int64
+	lastElector *election.Elector // the elector (a replica process, with its instance id) that led last
+	prevEnd     time.Time         // when the last job ended
+	prevWho     string
+	crash       *crashInfo // the crash the next handover answers
+	graceful    string     // the replica whose graceful stop the next handover answers
+	ending      bool
+	res         result
 }
 
 type crashInfo struct {
@@ -142,8 +142,8 @@ func runDemo(ctx context.Context, out io.Writer, cfg Config) (result, error) {
 		running:   map[string]int64{},
 		res:       result{tokensIncreasing: true},
 	}
-	base := keyPrefix + ":{" + d.leaseName + "}:"
-	d.fenceKey, d.workKey = base+"fence", base+"work"
+	keys := lease.KeysFor(keyPrefix, d.leaseName)
+	d.fenceKey, d.workKey = keys.Other("fence"), keys.Other("work")
 
 	admin, err := redisclient.New(cfg.Redis)
 	if err != nil {
@@ -299,7 +299,7 @@ func (d *demo) job(ctx context.Context, r *replica) {
 	if token == 0 || ctx.Err() != nil {
 		return
 	}
-	d.termStarted(r.id, r.elector.Lease().Instance(), token)
+	d.termStarted(r.id, r.elector, token)
 	defer d.termEnded(r.id)
 	tick := time.NewTicker(demoJobTick)
 	defer tick.Stop()
@@ -324,7 +324,7 @@ func (d *demo) job(ctx context.Context, r *replica) {
 }
 
 // termStarted records and prints the start of a term, with the handover it completes.
-func (d *demo) termStarted(who, instance string, token int64) {
+func (d *demo) termStarted(who string, e *election.Elector, token int64) {
 	now := time.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -335,12 +335,12 @@ func (d *demo) termStarted(who, instance string, token int64) {
 	}
 	// A replica that stepped down (renew deadline) while Redis still held its lease acquires
 	// the same term again, with the same token: nobody else led in between.
-	resumed := token == d.lastToken && instance == d.lastInstance
+	resumed := token == d.lastToken && e == d.lastElector
 	if token < d.lastToken || token == d.lastToken && !resumed {
 		d.res.tokensIncreasing = false
 		d.fail("%s has token %d, not larger than the previous token %d", who, token, d.lastToken)
 	}
-	d.lastToken, d.lastInstance = token, instance
+	d.lastToken, d.lastElector = token, e
 	d.running[who] = token
 	if resumed {
 		d.line(now, who, "RESUMES", "token %d  its lease was still its own after it stepped down: the same term goes on", token)
@@ -509,14 +509,14 @@ func (d *demo) stopAll(reps []*replica) {
 }
 
 // leaseKey is the Redis key of the demo's lease.
-func (d *demo) leaseKey() string { return keyPrefix + ":{" + d.leaseName + "}:lease" }
+func (d *demo) leaseKey() string { return lease.KeysFor(keyPrefix, d.leaseName).Lease }
 
 // cleanup removes the demo's keys; the lease itself was released.
 func (d *demo) cleanup(admin redis.UniversalClient) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	tokenKey := keyPrefix + ":{" + d.leaseName + "}:token"
-	_ = admin.Del(ctx, d.leaseKey(), tokenKey, d.fenceKey, d.workKey).Err()
+	keys := lease.KeysFor(keyPrefix, d.leaseName)
+	_ = admin.Del(ctx, keys.Lease, keys.Token, keys.Terms, d.fenceKey, d.workKey).Err()
 }
 
 // summary prints the handover table and the safety checks.

@@ -51,6 +51,7 @@ func TestDemoHandovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("demo output:\n%s", out.String())
+	assertNoKeysLeft(t, srv.Addr())
 	if took := time.Since(start); took > cfg.Duration+2*time.Second {
 		t.Errorf("a demo of %v took %v", cfg.Duration, took)
 	}
@@ -111,6 +112,21 @@ func TestDemoDetectsNoExpiry(t *testing.T) {
 	}
 	if len(res.failures) == 0 || !strings.Contains(out.String(), "no replica took over") || !strings.Contains(out.String(), "FAIL") {
 		t.Errorf("the demo did not notice that the crashed leader's lease never expired:\n%s", out.String())
+	}
+}
+
+// assertNoKeysLeft fails t if the demo left a key of its prefix on the server at addr: each
+// run has a lease of its own, so a key left behind is one more for every run.
+func assertNoKeysLeft(t *testing.T, addr string) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	keys, err := c.Keys(context.Background(), keyPrefix+":*").Result()
+	if err != nil {
+		t.Fatalf("KEYS: %v", err)
+	}
+	if len(keys) != 0 {
+		t.Errorf("the demo left keys behind: %q", keys)
 	}
 }
 

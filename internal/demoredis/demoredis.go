@@ -19,6 +19,9 @@
 // must format large numbers with string.format('%.0f', n) (or pass them as
 // redis.call arguments, which both convert exactly); the tests of this
 // package check that these portable forms agree.
+//
+// It owns the embedded server's lifecycle and its compatibility checks. It must not know of
+// the demo's keys or schedule (package demo) or of the election.
 package demoredis
 
 import (

@@ -6,6 +6,9 @@
 // wins over the flag's default. An environment variable that is set but empty
 // counts as unset, so that `env: [{name: ELECTOR_REDIS_DB, value: ""}]` in a
 // manifest falls back to the default instead of failing to parse.
+//
+// It owns the mapping of flag names to environment variables and their parsing. It must not
+// validate values (each flag's own parser does) or know which command runs.
 package envflag
 
 import (

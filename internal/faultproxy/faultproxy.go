@@ -7,6 +7,9 @@
 // network (their commands time out). Because bytes were lost, no connection that was blackholed
 // can carry a valid stream afterwards: turning the black hole off closes all of them, and only new
 // connections are forwarded again.
+//
+// It owns the proxied connections and the faults. It must not parse the Redis protocol: the
+// faults are on bytes and connections, as a network has them.
 package faultproxy
 
 import (

@@ -4,6 +4,9 @@
 // script can't run this command or subcommand script: <sha>, on @user_script:<line>." — the
 // command is not named. The line is the line of the script's source, which this process has:
 // Explain reads the command from it, so that an operator can fix the ACL from the message.
+//
+// It owns the wording of script and transaction errors. It must not run scripts or classify
+// errors for metrics (internal/redisfail does).
 package luaerr
 
 import (

@@ -17,6 +17,9 @@
 // own password likewise from REDIS_SENTINEL_PASSWORD or
 // --sentinel-password-file). It never appears in an error message, and a
 // Config prints and logs with the passwords redacted.
+//
+// It owns the client options, their validation and the reading of secrets. It must not issue
+// commands beyond what building and checking a client needs.
 package redisclient
 
 import (

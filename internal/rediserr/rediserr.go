@@ -1,6 +1,8 @@
 // Package rediserr classifies the errors of go-redis calls where go-redis itself does not: it
 // tells a nil reply (no key) from a Sentinel lookup that failed with nil replies (no such
 // master). It has no dependency but go-redis, so that the library packages can use it.
+//
+// It owns those predicates only: the reasons and fixes shown to users are internal/redisfail's.
 package rediserr
 
 import (

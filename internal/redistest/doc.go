@@ -14,4 +14,7 @@
 //
 // The plain TCP port returned by Server.Addr is always enabled; extra arguments such as TLS settings
 // may add listeners but must not disable it (no "--port 0").
+//
+// It owns the test servers' processes, ports and data directories. It must not be imported by
+// non-test code.
 package redistest

@@ -199,7 +199,9 @@ func TestProcessDiesWithTestBinary(t *testing.T) {
 	ServerPath(t) // skip or fail here, not in the child
 
 	cmd := childCommand(t, "TestProcessDiesWithTestBinary", childEnv+"=hold")
-	cmd.Env = append(cmd.Env, "PATH="+os.Getenv("PATH"))
+	// The child is killed before its cleanup runs: its temporary directory goes in one of
+	// ours, removed by our cleanup, rather than staying in /tmp after every run.
+	cmd.Env = append(cmd.Env, "PATH="+os.Getenv("PATH"), "TMPDIR="+t.TempDir())
 	for _, name := range []string{serverbin.EnvServer, serverbin.EnvSentinel, serverbin.EnvCLI} {
 		if v, ok := os.LookupEnv(name); ok {
 			cmd.Env = append(cmd.Env, name+"="+v)

@@ -1,4 +1,7 @@
 // Package testbin builds the programs that end-to-end tests run as separate processes.
+//
+// It owns the build of those binaries into a test's temporary directory. It must not be
+// imported by non-test code.
 package testbin
 
 import (

@@ -1,5 +1,7 @@
 // Package testcert makes a certificate authority and certificates for tests of TLS to
 // redis-server: PEM files in a temporary directory, valid for an hour.
+//
+// It owns the generated files only; it must not be imported by non-test code.
 package testcert
 
 import (

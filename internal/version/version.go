@@ -10,6 +10,8 @@
 // (runtime/debug.ReadBuildInfo): the module version for `go install
 // module@version`, and the VCS revision and time for builds inside a git
 // checkout.
+//
+// It owns the version string. It must not read flags or the environment.
 package version
 
 import (

@@ -11,6 +11,7 @@ import (
 	"github.com/bsm/redislock"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/election"
 	"github.com/elector/elector/pkg/lease"
 )
@@ -102,14 +103,14 @@ func newElectorReplica(cfg ReplicaConfig) (Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.Client.AddHook(scriptSpy{key: e.Lease().Key(), hooks: cfg.Hooks})
+	cfg.Client.AddHook(scriptSpy{key: lease.KeysFor("", cfg.Lease).Lease, hooks: cfg.Hooks})
 	return electorReplica{e}, nil
 }
 
 // scriptSpy tells the release and the successful renewals of an elector replica from the
 // script calls on its client: the scripts' KEYS and ARGV are fixed by docs/PROTOCOL.md, so
-// "EVALSHA sha 1 lease-key record channel" is a release and "EVALSHA sha 1 lease-key record
-// ttl channel" an announced renewal.
+// "EVALSHA sha N lease-key [resign-key] record channel" (two ARGV) is a release and
+// "EVALSHA sha N lease-key [resign-key] record ttl channel" (three) an announced renewal.
 type scriptSpy struct {
 	key   string
 	hooks Hooks
@@ -125,17 +126,20 @@ func (s scriptSpy) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
 		name := cmd.Name()
-		if (name != "evalsha" && name != "eval") || len(args) < 6 || args[3] != s.key {
+		if (name != "evalsha" && name != "eval") || len(args) < 4 || args[3] != s.key {
 			return next(ctx, cmd)
 		}
+		nkeys, _ := args[2].(int)
+		argv := len(args) - 3 - nkeys
 		now := time.Now()
 		// Script.Run retries an EVALSHA that got NOSCRIPT as EVAL: the EVALSHA is the release.
-		if len(args) == 6 && name == "evalsha" && s.hooks.Released != nil {
+		if argv == 2 && name == "evalsha" && s.hooks.Released != nil {
 			s.hooks.Released(now)
 		}
 		err := next(ctx, cmd)
-		if len(args) == 7 && err == nil && s.hooks.Renewed != nil {
-			if c, ok := cmd.(*redis.Cmd); ok && c.Val() == int64(1) {
+		if argv == 3 && err == nil && s.hooks.Renewed != nil {
+			// 2: renewed, and asked to resign (docs/PROTOCOL.md); still a renewal.
+			if c, ok := cmd.(*redis.Cmd); ok && (c.Val() == int64(1) || c.Val() == int64(2)) {
 				s.hooks.Renewed(now)
 			}
 		}
@@ -163,7 +167,7 @@ func newPollingReplica(cfg ReplicaConfig) (Runner, error) {
 
 // jitter is wait.Jitter(d, 1.2): d plus up to 1.2 d.
 func jitter(d time.Duration) time.Duration {
-	return d + time.Duration(rand.Float64()*election.JitterFactor*float64(d))
+	return d + time.Duration(rand.Float64()*timing.JitterFactor*float64(d))
 }
 
 func (p *pollingReplica) Run(ctx context.Context) error {
