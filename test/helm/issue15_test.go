@@ -200,7 +200,7 @@ func TestRedisAddrSchema(t *testing.T) {
 // killGraceBound is the longest kill grace after which a replica that lost
 // leadership has surely stopped its command before another replica can
 // start one: LeaseDuration − RenewDeadline − DriftMargin, where the drift
-// margin is 1% of the lease duration plus 2 ms (pkg/election.DriftMargin).
+// margin is 1% of the lease duration plus 2 ms (internal/timing.DriftMargin).
 func killGraceBound(leaseDuration, renewDeadline time.Duration) time.Duration {
 	return leaseDuration - renewDeadline - (leaseDuration/100 + 2*time.Millisecond)
 }

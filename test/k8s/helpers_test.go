@@ -37,11 +37,12 @@ func (e *env) helmCmd(ctx context.Context, args ...string) (string, error) {
 }
 
 // baseValues are the values every release of the tests sets: the local images, the host's
-// Redis, the short timings. Nothing else, so that the chart's defaults are what is tested.
+// Redis, the short timings. Nothing else, so that the chart's defaults are what is tested;
+// plain --set, as the README's commands.
 func (e *env) baseValues() []string {
 	return []string{
 		"--set", "image.repository=localhost/elector", "--set", "image.tag=e2e",
-		"--set", "app.image.repository=localhost/elector-e2e/worker", "--set-string", "app.image.tag=1",
+		"--set", "app.image.repository=localhost/elector-e2e/worker", "--set", "app.image.tag=e2e",
 		"--set", "redis.addr=" + e.redisAddr,
 		"--set", "lease.duration=" + leaseDuration.String(),
 		"--set", "lease.renewDeadline=" + renewDeadline.String(),

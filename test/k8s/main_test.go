@@ -28,7 +28,7 @@ import (
 const (
 	electorImage  = "localhost/elector:e2e"
 	pauseImage    = "localhost/elector-e2e/pause:1"
-	workerImage   = "localhost/elector-e2e/worker:1"
+	workerImage   = "localhost/elector-e2e/worker:e2e"
 	clientgoImage = "localhost/elector-e2e/clientgo:1"
 )
 

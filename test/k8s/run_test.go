@@ -3,6 +3,7 @@ package k8s
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -52,9 +53,20 @@ func TestRunMode(t *testing.T) {
 		"--set", "mode=run", "--set", "replicaCount=3",
 		"--set", "run.killGrace="+killGrace.String(),
 		"--set", fmt.Sprintf("terminationGracePeriodSeconds=%d", tgps),
-		"--set-json", `app.command=["/worker","job"]`, "--set-json", "app.args=[]",
+		"--set", "app.command={/worker,job}",
 		"--set-json", fmt.Sprintf(`app.env=[{"name":"WORKER_REDIS","value":%q},{"name":"WORKER_LOG_KEY","value":%q},{"name":"WORKER_IGNORE_TERM","value":"1"}]`, e.redisAddr, logKey))
 	app := r.appContainer()
+	// The command is exactly app.command: nothing of the demo's args appended (as the README
+	// installs it, with app.command only).
+	var argv []string
+	for _, c := range r.deployment.Spec.Template.Spec.Containers {
+		if c.Name == app {
+			argv = append(append([]string{}, c.Command...), c.Args...)
+		}
+	}
+	if i := slices.Index(argv, "--"); i < 0 || !slices.Equal(argv[i+1:], []string{"/worker", "job"}) {
+		t.Fatalf("the app container %q runs %q, want elector run ... -- /worker job", app, argv)
+	}
 
 	// Steady: three running pods, the job writing from the holder only.
 	var leader string

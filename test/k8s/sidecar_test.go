@@ -20,7 +20,7 @@ func sidecarRelease(t *testing.T, ctx context.Context, name string, native bool)
 	r := e.install(t, ctx, name,
 		"--set", "replicaCount=3", "--set", "gateReadiness=true",
 		"--set", fmt.Sprintf("sidecar.native=%t", native),
-		"--set-json", `app.command=["/worker","idle"]`, "--set-json", "app.args=[]")
+		"--set", "app.command={/worker,idle}")
 	svc := name + "-leader"
 	e.leaderService(t, ctx, svc, r.deployment.Spec.Selector.MatchLabels)
 	return r, target{
@@ -30,13 +30,14 @@ func sidecarRelease(t *testing.T, ctx context.Context, name string, native bool)
 	}
 }
 
-// TestSidecarNative: scenario 1 (native sidecar), then 2 (rolling update), 5 (helm test) and
-// 6 (metrics) on the same release.
+// TestSidecarNative: scenario 1 (native sidecar), then 6 (metrics), the documented kubectl
+// commands, 5 (helm test) and 2 (rolling update) on the same release.
 func TestSidecarNative(t *testing.T) {
 	ctx := context.Background()
 	r, tg := sidecarRelease(t, ctx, "sc-native", true)
 	e.runFailovers(t, ctx, tg)
 	t.Run("metrics", func(t *testing.T) { testMetrics(t, ctx, r) })
+	t.Run("documented-kubectl", func(t *testing.T) { testDocumentedKubectl(t, ctx, r) })
 	t.Run("helm-test", func(t *testing.T) { testHelmTest(t, ctx, r) })
 	t.Run("rolling-update", func(t *testing.T) { testRollingUpdate(t, ctx, r, tg) })
 }

@@ -343,7 +343,7 @@ func get(ctx context.Context, l, _ *lease.Lease, _ *redis.Client) error {
 // before its permissions shrank, and returns the record.
 func acquireAsAdmin(ctx context.Context, l *lease.Lease, admin *redis.Client) (lease.Record, error) {
 	term := lease.Record{Token: time.Now().UnixMicro(), Instance: l.Instance(), Identity: l.Identity()}
-	return term, admin.Set(ctx, l.Key(), term.String(), time.Minute).Err()
+	return term, admin.Set(ctx, l.Keys().Lease, term.String(), time.Minute).Err()
 }
 
 // A user lacking any one permission of electorACL gets an error from the lease call that needs

@@ -15,6 +15,7 @@ import (
 
 	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/redistest"
+	timingrules "github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/election"
 	"github.com/elector/elector/pkg/lease"
 )
@@ -95,7 +96,7 @@ type clockCase struct {
 func TestFailoverToReplicaWithClockAhead(t *testing.T) {
 	lib := libfaketime(t)
 	tm := timing{lease: 10 * time.Second, renew: 6 * time.Second, retry: 500 * time.Millisecond}
-	margin := tm.lease - tm.renew - election.DriftMargin(tm.lease) // 3.898s
+	margin := tm.lease - tm.renew - timingrules.DriftMargin(tm.lease) // 3.898s
 	for _, tc := range []clockCase{
 		{offset: 2 * time.Second}, {offset: 2 * time.Second, ack: true},
 		{offset: 5 * time.Second}, {offset: 5 * time.Second, ack: true},

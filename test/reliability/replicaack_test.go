@@ -94,10 +94,10 @@ func measureLatency(t *testing.T, c redis.UniversalClient, ack lease.ReplicaAck,
 	}
 	for range n {
 		start := time.Now()
-		ok, st, err := l.AcquireReplicated(ctx, 10*time.Second, ack)
+		ok, st, err := l.Acquire(ctx, 10*time.Second, ack)
 		acquire = append(acquire, time.Since(start))
 		if err != nil || !ok {
-			t.Fatalf("AcquireReplicated(%+v) = %v, %v", ack, ok, err)
+			t.Fatalf("Acquire(%+v) = %v, %v", ack, ok, err)
 		}
 		if ok, err := l.Release(ctx, st.Record); err != nil || !ok {
 			t.Fatalf("Release = %v, %v", ok, err)
@@ -109,10 +109,10 @@ func measureLatency(t *testing.T, c redis.UniversalClient, ack lease.ReplicaAck,
 	}
 	for range n {
 		start := time.Now()
-		ok, err := l.RenewReplicated(ctx, st.Record, 10*time.Second, ack)
+		ok, err := l.Renew(ctx, st.Record, 10*time.Second, ack)
 		renew = append(renew, time.Since(start))
 		if err != nil || !ok {
-			t.Fatalf("RenewReplicated(%+v) = %v, %v", ack, ok, err)
+			t.Fatalf("Renew(%+v) = %v, %v", ack, ok, err)
 		}
 	}
 	if _, err := l.Release(ctx, st.Record); err != nil {

@@ -484,6 +484,12 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
 	return output(ctx, c.bin("kubectl"), append([]string{"--kubeconfig=" + c.Kubeconfig}, args...)...)
 }
 
+// KubectlCmd is the kubectl command with args against the cluster, not started: for the
+// commands that run in the background (port-forward).
+func (c *Cluster) KubectlCmd(ctx context.Context, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, c.bin("kubectl"), append([]string{"--kubeconfig=" + c.Kubeconfig}, args...)...)
+}
+
 // Ctr runs containerd's ctr against the cluster's containerd, in the k8s.io namespace.
 func (c *Cluster) Ctr(ctx context.Context, args ...string) (string, error) {
 	return output(ctx, "ctr", append([]string{"--address", c.ContainerdSock, "-n", "k8s.io"}, args...)...)

@@ -1,13 +1,16 @@
 // Command clientgo-elector is the peer the e2e compares elector with: client-go's
-// LeaderElector on a coordination.k8s.io Lease, in a pod, as a Kubernetes user writes it
-// (in-cluster config, identity = pod name, ReleaseOnCancel on SIGTERM). It serves /healthz,
-// /readyz (200 only while leading, for the same gated readiness as the chart's) and /leader.
+// LeaderElector, in a pod, as a Kubernetes user writes it (identity = pod name,
+// ReleaseOnCancel on SIGTERM). With --lock=lease (the default) it elects on a
+// coordination.k8s.io Lease through the in-cluster config; with --lock=redis on elector's
+// Redis lock, adapters/clientgo, as that package's example does. It serves /healthz, /readyz
+// (200 only while leading, for the same gated readiness as the chart's) and /leader.
 package main
 
 import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"net/http"
 	"os"
 	"os/signal"
@@ -21,11 +24,16 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
+
+	"github.com/elector/elector/adapters/clientgo"
+	"github.com/elector/elector/internal/redisclient"
 )
 
 func main() {
-	name := flag.String("lease-name", "clientgo", "Lease name")
+	name := flag.String("lease-name", "clientgo", "Lease name (the lock's name with --lock=redis)")
 	ns := flag.String("namespace", os.Getenv("POD_NAMESPACE"), "Lease namespace")
+	lockKind := flag.String("lock", "lease", "where to elect: lease (a coordination.k8s.io Lease) or redis (adapters/clientgo)")
+	redisAddr := flag.String("redis-addr", "", "Redis host:port, required with --lock=redis")
 	duration := flag.Duration("lease-duration", 4*time.Second, "LeaseDuration")
 	deadline := flag.Duration("renew-deadline", 3*time.Second, "RenewDeadline")
 	retry := flag.Duration("retry-period", time.Second, "RetryPeriod")
@@ -33,12 +41,11 @@ func main() {
 	flag.Parse()
 	identity := os.Getenv("POD_NAME")
 
-	cfg, err := rest.InClusterConfig()
+	lock, err := newLock(*lockKind, *name, *ns, *redisAddr, identity)
 	if err != nil {
-		klog.ErrorS(err, "in-cluster config")
-		os.Exit(1)
+		fmt.Fprintln(os.Stderr, "clientgo-elector:", err)
+		os.Exit(2)
 	}
-	client := kubernetes.NewForConfigOrDie(cfg)
 	var leading atomic.Bool
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
@@ -56,11 +63,6 @@ func main() {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Name: *name, Namespace: *ns},
-		Client:     client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
-	}
 	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   *duration,
@@ -71,7 +73,7 @@ func main() {
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				leading.Store(true)
-				klog.InfoS("started leading", "identity", identity)
+				klog.InfoS("started leading", "identity", identity, "lock", lock.Describe())
 				<-ctx.Done()
 			},
 			OnStoppedLeading: func() {
@@ -80,4 +82,35 @@ func main() {
 			},
 		},
 	})
+}
+
+// newLock builds the resource lock that --lock names.
+func newLock(kind, name, ns, redisAddr, identity string) (resourcelock.Interface, error) {
+	switch kind {
+	case "lease":
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("--lock=lease: in-cluster config: %w", err)
+		}
+		client, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("--lock=lease: kubernetes client: %w", err)
+		}
+		return &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Name: name, Namespace: ns},
+			Client:     client.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
+		}, nil
+	case "redis":
+		if redisAddr == "" {
+			return nil, fmt.Errorf("--redis-addr is required with --lock=redis")
+		}
+		client, err := redisclient.New(redisclient.Config{Addrs: []string{redisAddr}, Mode: redisclient.ModeStandalone, ClientName: identity})
+		if err != nil {
+			return nil, fmt.Errorf("--lock=redis: %w", err)
+		}
+		return clientgo.New(client, name, identity, clientgo.Options{})
+	default:
+		return nil, fmt.Errorf("--lock=%q: allowed: lease, redis", kind)
+	}
 }

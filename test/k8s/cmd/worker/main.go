@@ -30,6 +30,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: worker idle|job|ps")
 		os.Exit(2)
 	}
+	// No extra arguments: a chart that appended anything to the command (its demo script,
+	// say) makes the pod fail instead of passing unseen.
+	if extra := os.Args[2:]; len(extra) > 0 && os.Args[1] != "ps" {
+		fmt.Fprintf(os.Stderr, "worker %s: unexpected arguments %q; it takes none\n", os.Args[1], extra)
+		os.Exit(2)
+	}
 	switch os.Args[1] {
 	case "idle":
 		sig := make(chan os.Signal, 1)

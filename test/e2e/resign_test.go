@@ -1,0 +1,405 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/elector/elector/internal/faultproxy"
+	"github.com/elector/elector/internal/redistest"
+)
+
+// resignJSON is what `elector resign -o json` prints: the new holder, as status does.
+type resignJSON struct {
+	Holder string `json:"holder"`
+	Token  int64  `json:"token"`
+}
+
+func resignCLI(t *testing.T, addr, name string, timeout time.Duration, extra ...string) (code int, out resignJSON, stderr string) {
+	t.Helper()
+	args := append([]string{"resign", "--redis-addr", addr, "--lease-name", name, "-o", "json"}, extra...)
+	code, stdout, stderr := runElector(t, timeout+10*time.Second, nil, args...)
+	if code == 0 {
+		if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+			t.Fatalf("elector resign -o json printed %q: %v", stdout, err)
+		}
+	}
+	return code, out, stderr
+}
+
+// waitLeader waits until the sidecars agree on one leader and returns it with its token.
+func waitLeader(t *testing.T, cars []*sidecar) (*sidecar, int64) {
+	t.Helper()
+	var leader *sidecar
+	waitFor(t, 20*time.Second, "one leader", func() bool {
+		var ok bool
+		leader, ok = converged(t, cars)
+		return ok
+	})
+	l, _ := leader.leader(t)
+	return leader, l.Token
+}
+
+// TestResignSidecars moves the leadership of three sidecars with `elector resign` and POST
+// /resign: the old leader never takes it back, --to picks the successor, --to an absent
+// identity keeps everyone out for the hold-off and exits 1 naming it, no holder exits 3.
+func TestResignSidecars(t *testing.T) {
+	srv := redistest.Start(t)
+	dir := t.TempDir()
+	const name = "switchover"
+	// Bound on all addresses, so that a request from a non-loopback address can be refused.
+	var cars []*sidecar
+	for _, id := range []string{"s0", "s1", "s2"} {
+		s := &sidecar{id: id, status: filepath.Join(dir, id+".status")}
+		_, port, _ := net.SplitHostPort(freeAddr(t))
+		s.base = "http://127.0.0.1:" + port
+		args := append([]string{"sidecar"}, leaseArgs(srv.Addr(), name, id)...)
+		args = append(args, "--http-addr", "0.0.0.0:"+port, "--status-file", s.status)
+		s.proc = startElector(t, id, nil, args...)
+		cars = append(cars, s)
+	}
+
+	// Anyone but the holder: a new term, another holder, a larger token.
+	for range 3 {
+		old, tok := waitLeader(t, cars)
+		code, out, stderr := resignCLI(t, srv.Addr(), name, 30*time.Second, "--hold-off", "3s")
+		if code != 0 || out.Holder == old.id || out.Holder == "" || out.Token <= tok {
+			t.Fatalf("elector resign: exit %d, %+v (old %s token %d); stderr:\n%s", code, out, old.id, tok, stderr)
+		}
+	}
+	// --to each follower.
+	for _, target := range []string{"s0", "s1", "s2"} {
+		old, tok := waitLeader(t, cars)
+		if old.id == target {
+			continue
+		}
+		code, out, stderr := resignCLI(t, srv.Addr(), name, 30*time.Second, "--to", target)
+		if code != 0 || out.Holder != target || out.Token <= tok {
+			t.Fatalf("elector resign --to %s: exit %d, %+v; stderr:\n%s", target, code, out, stderr)
+		}
+	}
+	// --to the holder itself: refused, nothing changes.
+	old, tok := waitLeader(t, cars)
+	code, _, stderr := resignCLI(t, srv.Addr(), name, 30*time.Second, "--to", old.id)
+	if code != 1 || !strings.Contains(stderr, "holds lease") {
+		t.Fatalf("elector resign --to the holder: exit %d, stderr %q; want 1 and the reason", code, stderr)
+	}
+	if l, _ := old.leader(t); !l.IsLeader || l.Token != tok {
+		t.Fatalf("the holder changed after a refused request: %+v", l)
+	}
+	// --to an absent identity: exit 1 at --timeout naming what did not happen; nobody leads
+	// during the hold-off; then someone does.
+	const hold = 3 * time.Second
+	before := time.Now()
+	code, _, stderr = resignCLI(t, srv.Addr(), name, time.Second, "--to", "absent", "--hold-off", hold.String(), "--timeout", "1s")
+	if code != 1 || !strings.Contains(stderr, `--to "absent" did not take over`) {
+		t.Fatalf("elector resign --to absent: exit %d, stderr %q; want 1 naming the absent target", code, stderr)
+	}
+	// elector status shows the reservation (and exits 3: nobody holds the lease).
+	if d := time.Since(before); d > hold-time.Second {
+		t.Logf("elector resign took %v of the %v hold-off: the status check of the reservation is skipped", d, hold)
+	} else {
+		code, stdout, stderr := runElector(t, 10*time.Second, nil, "status", "--redis-addr", srv.Addr(), "--lease-name", name, "-o", "json")
+		var st struct {
+			Holder   string `json:"holder"`
+			Reserved *struct {
+				Resigned, Target string
+				TTLMs            int64
+			} `json:"reserved"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &st); err != nil || code != 3 {
+			t.Fatalf("elector status during the hold-off: exit %d, %q, stderr %q (%v)", code, stdout, stderr, err)
+		}
+		if r := st.Reserved; r == nil || r.Target != "absent" || r.Resigned == "" || r.TTLMs <= 0 || r.TTLMs > hold.Milliseconds() {
+			t.Fatalf("elector status during the hold-off: %s; want reserved for \"absent\" for at most %v", stdout, hold)
+		}
+	}
+	for time.Since(before) < hold-200*time.Millisecond {
+		for _, s := range cars {
+			if s.ready() {
+				t.Fatalf("%s leads %v after resign --to absent, within the hold-off %v", s.id, time.Since(before), hold)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitLeader(t, cars)
+
+	// No holder: exit 3, nothing written.
+	if code, _, stderr := resignCLI(t, srv.Addr(), "nobody-holds-this", 5*time.Second); code != 3 || !strings.Contains(stderr, "no holder") {
+		t.Fatalf("elector resign of a free lease: exit %d, stderr %q; want 3", code, stderr)
+	}
+	if n := srv.Client(t).Exists(t.Context(), "elector:{nobody-holds-this}:resign").Val(); n != 0 {
+		t.Fatal("a request was written for a lease without holder")
+	}
+
+	// POST /resign: GET is 405, a follower answers 409, another host 403, loopback 200.
+	leader, tok := waitLeader(t, cars)
+	if code, _ := httpDo(http.MethodGet, leader.base+"/resign"); code != http.StatusMethodNotAllowed {
+		t.Errorf("GET /resign: %d, want 405", code)
+	}
+	for _, s := range cars {
+		if s != leader {
+			if code, body := httpDo(http.MethodPost, s.base+"/resign"); code != http.StatusConflict {
+				t.Errorf("POST /resign on follower %s: %d %q, want 409", s.id, code, body)
+			}
+		}
+	}
+	if ip := nonLoopbackIP(); ip != "" {
+		_, port, _ := net.SplitHostPort(strings.TrimPrefix(leader.base, "http://"))
+		if code, body := httpDo(http.MethodPost, "http://"+net.JoinHostPort(ip, port)+"/resign"); code != http.StatusForbidden {
+			t.Errorf("POST /resign from %s: %d %q, want 403 (loopback only)", ip, code, body)
+		}
+	} else {
+		t.Log("no non-loopback address: the 403 for other peers is covered by TestResignHandlerPolicy only")
+	}
+	if l, _ := leader.leader(t); !l.IsLeader || l.Token != tok {
+		t.Fatalf("a refused POST /resign changed the holder: %+v", l)
+	}
+	if code, body := httpDo(http.MethodPost, leader.base+"/resign"); code != http.StatusOK || !strings.Contains(body, `"resigned":true`) {
+		t.Fatalf("POST /resign on the leader: %d %q", code, body)
+	}
+	next, ntok := waitLeader(t, cars)
+	if next == leader || ntok <= tok {
+		t.Fatalf("after POST /resign %s leads with token %d (was %s, %d)", next.id, ntok, leader.id, tok)
+	}
+}
+
+// nonLoopbackIP returns an address of this host that is not loopback, "" if none.
+func nonLoopbackIP() string {
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			return n.IP.String()
+		}
+	}
+	return ""
+}
+
+// TestResignHolderGone: a holder that never acts on the request (it crashed: its record just
+// expires) reserves nothing, so a follower other than --to takes over at the expiry, and
+// `elector resign` says so instead of blaming a lapsed reservation.
+func TestResignHolderGone(t *testing.T) {
+	srv := redistest.Start(t)
+	const name = "resign-gone"
+	if err := srv.Client(t).Set(context.Background(), leaseKey(name), "v1:42:0123456789abcdef:gone", 2*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	car := startSidecar(t, srv.Addr(), name, "s1", t.TempDir(), nil)
+	code, _, stderr := resignCLI(t, srv.Addr(), name, 20*time.Second, "--to", "absent", "--hold-off", "30s", "--timeout", "20s")
+	if code != 1 || !strings.Contains(stderr, `"s1" took over`) || !strings.Contains(stderr, "no release of the holder's term was heard") {
+		t.Fatalf("elector resign --to absent of a holder that is gone: exit %d, stderr %q; want 1 saying s1 took over at the expiry", code, stderr)
+	}
+	waitFor(t, 10*time.Second, "s1 to lead", func() bool { l, _ := car.leader(t); return l.IsLeader })
+}
+
+// TestResignBadFlags: exit 2 and one line naming the flag, before Redis is contacted.
+func TestResignBadFlags(t *testing.T) {
+	redis := []string{"resign", "--redis-addr", freeAddr(t), "--lease-name", "bad"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--hold-off", "soon"}, "--hold-off"},
+		{[]string{"--hold-off", "0s"}, "--hold-off"},
+		{[]string{"--timeout", "-1s"}, "--timeout"},
+		{[]string{"--to", "a\x01b"}, "--to"},
+		{[]string{"-o", "xml"}, "--output"},
+		{[]string{"--tp", "x"}, "did you mean --to?"},
+		{[]string{"extra"}, `unexpected argument "extra"`},
+	} {
+		code, _, stderr := runElector(t, 10*time.Second, nil, append(redis, tc.args...)...)
+		if line := oneLine(t, stderr); code != 2 || !strings.Contains(line, tc.want) {
+			t.Errorf("elector %v: exit %d, stderr %q; want 2 naming %s", tc.args, code, line, tc.want)
+		}
+	}
+	if code, _, stderr := runElector(t, 10*time.Second, nil, "resign", "--redis-addr", freeAddr(t)); code != 2 || !strings.Contains(stderr, "--lease-name") {
+		t.Errorf("no --lease-name: exit %d, %q", code, stderr)
+	}
+}
+
+// workerFixture starts Redis and names the worker log and lock file of one test.
+func workerFixture(t *testing.T) (*redistest.Server, workerLog, string) {
+	dir := t.TempDir()
+	return redistest.Start(t), workerLog(filepath.Join(dir, "worker.log")), filepath.Join(dir, "worker.lock")
+}
+
+// TestResignRun: `elector resign` of three `elector run` replicas stops the leader's command
+// with its stop signal, another replica's command starts with a larger token, never two at
+// once (the workers flock a file), and the old replica does not rerun it during the hold-off.
+// It also measures the handover: from the start of `elector resign` to the new command's
+// start, and the gap between the old command's exit and the new one's start.
+func TestResignRun(t *testing.T) {
+	srv, log, lock := workerFixture(t)
+	const name = "resign-run"
+	for _, id := range []string{"r0", "r1", "r2"} {
+		// Within the lease's margin (1s - 600ms - drift), so that a term lost on a loaded
+		// machine cannot leave its worker running into the next one.
+		runReplica(t, srv.Addr(), name, id, log, lock, []string{"--kill-grace", "300ms"})
+	}
+	first, idx := log.waitEvent(t, 0, 20*time.Second, "a first worker", isStart)
+	var toStart, gaps []time.Duration
+	cur := first
+	for i := range 6 {
+		var extra []string
+		if i%2 == 1 { // every other one names the successor
+			for _, id := range []string{"r0", "r1", "r2"} {
+				if id != cur.ID {
+					extra = []string{"--to", id}
+					break
+				}
+			}
+		}
+		begin := time.Now()
+		code, out, stderr := resignCLI(t, srv.Addr(), name, 30*time.Second, append(extra, "--hold-off", "5s")...)
+		if code != 0 {
+			t.Fatalf("elector resign %v: exit %d; stderr:\n%s\nworker log:\n%s", extra, code, stderr, log.dump(t))
+		}
+		ended := oldWorkerEnd(t, log, idx, cur)
+		next, j := log.waitEvent(t, idx+1, 20*time.Second, "the next worker", isStart)
+		if next.ID == cur.ID || next.Token <= cur.Token || next.ID != out.Holder || (extra != nil && next.ID != extra[1]) {
+			t.Fatalf("after resign %v of %s (token %d): worker of %s token %d, resign printed %+v\nworker log:\n%s", extra, cur.ID, cur.Token, next.ID, next.Token, out, log.dump(t))
+		}
+		toStart = append(toStart, next.time().Sub(begin))
+		gaps = append(gaps, next.time().Sub(ended))
+		cur, idx = next, j
+	}
+	log.checkWorkers(t)
+	// Each stopped worker got the stop signal before it exited: stopped the usual way.
+	signalled := map[int]bool{}
+	for _, ev := range log.events(t) {
+		switch {
+		case ev.Ev == "signal" && ev.Sig == "terminated":
+			signalled[ev.PID] = true
+		case ev.Ev == "exit" && !signalled[ev.PID]:
+			t.Errorf("worker %s (pid %d) exited without SIGTERM first\nworker log:\n%s", ev.ID, ev.PID, log.dump(t))
+		}
+	}
+	t.Logf("elector resign → new command started: %s; old command exited → new started: %s", figures(toStart), figures(gaps))
+}
+
+// oldWorkerEnd waits until the worker cur has ended and returns when: the time of its own
+// exit record, or, when a loaded machine did not run its SIGTERM handler within the kill
+// grace and it was SIGKILLed (no record), the time its process was seen gone.
+func oldWorkerEnd(t *testing.T, log workerLog, from int, cur workerEvent) time.Time {
+	t.Helper()
+	waitFor(t, 20*time.Second, "the old worker's end", func() bool { return processGone(cur.PID) })
+	gone := time.Now()
+	for _, ev := range log.events(t)[from:] {
+		if ev.Ev == "exit" && ev.PID == cur.PID {
+			return ev.time()
+		}
+	}
+	return gone
+}
+
+// figures formats the median and maximum of ds.
+func figures(ds []time.Duration) string {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return fmt.Sprintf("median %v, max %v of %d", s[len(s)/2].Round(100*time.Microsecond), s[len(s)-1].Round(100*time.Microsecond), len(s))
+}
+
+// TestResignACL: README.md's elector user may resign (the sidecars run as it too, with no
+// ACL refusal logged); the observer user may not, and the error names the refused command.
+func TestResignACL(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	createREADMEUsers(t, ctx, srv)
+	dir := t.TempDir()
+	const name = "acl-resign"
+	writer := []string{"REDIS_PASSWORD=pw-elector"}
+	var cars []*sidecar
+	for _, id := range []string{"a0", "a1"} {
+		cars = append(cars, startSidecar(t, srv.Addr(), name, id, dir, writer, "--redis-username", "elector"))
+	}
+	old, tok := waitLeader(t, cars)
+	code, stdout, stderr := runElector(t, 40*time.Second, []string{"REDIS_PASSWORD=pw-viewer"},
+		"resign", "--redis-addr", srv.Addr(), "--redis-username", "elector-observer", "--lease-name", name, "--timeout", "5s")
+	if line := oneLine(t, stderr); code != 1 || !strings.Contains(strings.ToLower(line), "evalsha") {
+		t.Errorf("resign as the observer: exit %d, stdout %q, stderr %q; want 1 naming the refused EVALSHA", code, stdout, line)
+	}
+	srv.Client(t).Do(ctx, "ACL", "LOG", "RESET")
+	code, stdout, stderr = runElector(t, 40*time.Second, writer,
+		"resign", "--redis-addr", srv.Addr(), "--redis-username", "elector", "--lease-name", name, "-o", "json")
+	var out resignJSON
+	if code != 0 || json.Unmarshal([]byte(stdout), &out) != nil || out.Holder == old.id || out.Token <= tok {
+		t.Fatalf("resign as README's elector user: exit %d, %q; stderr:\n%s", code, stdout, stderr)
+	}
+	if entries, err := srv.Client(t).Do(ctx, "ACL", "LOG").Slice(); err != nil || len(entries) != 0 {
+		t.Errorf("Redis refused commands of README's elector user: %v %v", entries, err)
+	}
+}
+
+// TestResignRunEndpoint: POST /resign on `elector run --http-addr` stops the leader's command
+// with its stop signal, another replica's command starts, and the old replica does not rerun
+// its command during the hold-off (--to an absent identity: nobody runs it until then).
+func TestResignRunEndpoint(t *testing.T) {
+	srv, log, lock := workerFixture(t)
+	const name = "resign-run-http"
+	addrs := map[string]string{}
+	for _, id := range []string{"h0", "h1"} {
+		addrs[id] = freeAddr(t)
+		runReplica(t, srv.Addr(), name, id, log, lock, []string{"--kill-grace", "300ms", "--http-addr", addrs[id]})
+	}
+	first, idx := log.waitEvent(t, 0, 20*time.Second, "a first worker", isStart)
+	other := "h0"
+	if first.ID == "h0" {
+		other = "h1"
+	}
+	// The follower's process may not serve yet on a loaded machine.
+	waitFor(t, 20*time.Second, other+"'s HTTP server", func() bool {
+		code, _ := httpGet("http://" + addrs[other] + "/healthz")
+		return code == http.StatusOK
+	})
+	if code, body := httpDo(http.MethodPost, "http://"+addrs[other]+"/resign"); code != http.StatusConflict {
+		t.Fatalf("POST /resign on the follower: %d %q, want 409", code, body)
+	}
+	if code, body := httpDo(http.MethodPost, "http://"+addrs[first.ID]+"/resign"); code != http.StatusOK {
+		t.Fatalf("POST /resign on the leader: %d %q, want 200", code, body)
+	}
+	next, idx := log.waitEvent(t, idx+1, 20*time.Second, "the next worker", isStart)
+	if next.ID != other || next.Token <= first.Token {
+		t.Fatalf("after POST /resign on %s: worker of %s, token %d after %d\nworker log:\n%s", first.ID, next.ID, next.Token, first.Token, log.dump(t))
+	}
+	// ResignTo an absent identity over HTTP is refused by nobody: nobody runs the command
+	// for the hold-off (the lease duration, 1s, for POST /resign), then someone does.
+	before := time.Now()
+	if code, body := httpDo(http.MethodPost, "http://"+addrs[other]+"/resign?to=absent"); code != http.StatusOK {
+		t.Fatalf("POST /resign?to=absent: %d %q", code, body)
+	}
+	later, _ := log.waitEvent(t, idx+1, 20*time.Second, "a worker after the hold-off", isStart)
+	if gap := later.time().Sub(before); gap < time.Second-5*time.Millisecond {
+		t.Fatalf("%s's command started %v after the resign, within the 1s hold-off\nworker log:\n%s", later.ID, gap, log.dump(t))
+	}
+	log.checkWorkers(t)
+}
+
+// TestResignSubscriptionDrop: the connection of `elector resign` breaks while it waits (a
+// holder that does not take part: a record set by hand); it subscribes again and reads the
+// lease once, so that a new term begun meanwhile still ends it with exit 0.
+func TestResignSubscriptionDrop(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := faultproxy.Start(t, srv.Addr())
+	client := srv.Client(t)
+	const name = "resign-drop"
+	holdLease(t, client, name, "v1:100:aaaa:old-holder")
+	p := startElector(t, "elector resign", nil, "resign", "--redis-addr", proxy.Addr(), "--lease-name", name, "--timeout", "20s", "-o", "json")
+	waitFor(t, 10*time.Second, "the request", func() bool {
+		return client.Exists(t.Context(), "elector:{"+name+"}:resign").Val() == 1
+	})
+	proxy.Cut() // the subscription and the pooled connections break
+	// Meanwhile (events are lost) a new term begins.
+	if err := client.Set(t.Context(), leaseKey(name), "v1:200:bbbb:new-holder", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(30 * time.Second); code != 0 || !strings.Contains(p.stdout.String(), `"holder":"new-holder"`) {
+		t.Fatalf("elector resign after a dropped subscription: exit %d, stdout %q, stderr:\n%s", code, p.stdout.String(), p.stderr.String())
+	}
+}
