@@ -73,6 +73,11 @@ run mutant mutant-renew-from-reply    election.pml $E_SAFE -DMUTANT_RENEW_FROM_R
 run mutant mutant-late-start          election.pml $E_SAFE -DMUTANT_LATE_START
 run mutant mutant-sub-drop-acquire    election.pml $E_LOSS -DMUTANT_SUB_DROP_ACQUIRE
 run mutant mutant-token-no-time       election.pml $E_LOSS -DMUTANT_TOKEN_NO_TIME
+# Resign: the leader may resign once (Elector.Resign, or a renewal that replies 2): the work
+# stops, then the release creates the reservation that keeps it out for the hold-off (R1).
+run pass   election-resign            election.pml $E_SAFE -DRESIGNS=1
+run mutant mutant-resign-early-release election.pml $E_SAFE -DRESIGNS=1 -DMUTANT_RESIGN_EARLY_RELEASE
+run mutant mutant-resign-no-reservation election.pml $E_SAFE -DRESIGNS=1 -DMUTANT_NO_RESERVATION
 
 # Group's per-lease state machine.
 run pass   group-1-lease              group.pml -DL=1
