@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"net"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -342,10 +346,10 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	// Close has waited: not one goroutine of the proxy is left at this instant.
+	// Close has waited: not one goroutine of the proxy is at work at this instant.
 	buf := make([]byte, 1<<20)
-	if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "faultproxy.(*") {
-		t.Fatalf("proxy goroutines still running after Close returned:\n%s", stacks)
+	if busy := atWork(t, string(buf[:runtime.Stack(buf, true)])); len(busy) > 0 {
+		t.Fatalf("proxy goroutines still running after Close returned:\n%s", strings.Join(busy, "\n\n"))
 	}
 	if err := p.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
@@ -368,4 +372,94 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	_ = slow.Close()
 	_ = held.Close()
 	goleak.VerifyNone(t, before)
+}
+
+// atWork returns the goroutines of a runtime.Stack dump that run the proxy's code. One whose
+// top frame is a closing brace of a function of faultproxy.go is done: its deferred
+// wg.Done has run (so Close's Wait may have returned) and it was not yet scheduled again to
+// return; on a loaded machine that was seen (a (*conn).read [runnable] at its last line).
+func atWork(t *testing.T, stacks string) []string {
+	t.Helper()
+	ends := closingBraces(t)
+	var busy []string
+	for _, g := range strings.Split(stacks, "\n\n") {
+		if !strings.Contains(g, "faultproxy.(*") {
+			continue
+		}
+		lines := strings.Split(g, "\n")
+		// lines[0] "goroutine N [state]:", lines[1] the top function, lines[2] its file:line.
+		if len(lines) >= 3 && strings.Contains(lines[1], "/internal/faultproxy.") {
+			loc := strings.Fields(lines[2])
+			if len(loc) > 0 {
+				file, line, ok := strings.Cut(loc[0], ":")
+				if n, err := strconv.Atoi(line); ok && err == nil && strings.HasSuffix(file, "/faultproxy/faultproxy.go") && ends[n] {
+					continue
+				}
+			}
+		}
+		busy = append(busy, g)
+	}
+	return busy
+}
+
+// closingBraces returns the lines of faultproxy.go that hold the closing brace of a
+// function or function literal.
+func closingBraces(t *testing.T) map[int]bool {
+	t.Helper()
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "faultproxy.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends := map[int]bool{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch fn := n.(type) {
+		case *ast.FuncDecl:
+			if fn.Body != nil {
+				ends[fset.Position(fn.Body.Rbrace).Line] = true
+			}
+		case *ast.FuncLit:
+			ends[fset.Position(fn.Body.Rbrace).Line] = true
+		}
+		return true
+	})
+	return ends
+}
+
+// TestAtWork pins the parsing of a stack dump: a goroutine at the closing brace of
+// (*conn).read is done, one inside it or in another proxy function is at work, and one
+// that only mentions the test package is none of the proxy's.
+func TestAtWork(t *testing.T) {
+	ends := closingBraces(t)
+	src, err := os.ReadFile("faultproxy.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The lines of read's closing brace and of its Read call, found in the source.
+	var readEnd, readCall int
+	in := false
+	for i, l := range strings.Split(string(src), "\n") {
+		switch {
+		case strings.HasPrefix(l, "func (c *conn) read("):
+			in = true
+		case in && strings.Contains(l, "src.Read(buf)"):
+			readCall = i + 1
+		case in && l == "}":
+			readEnd, in = i+1, false
+		}
+	}
+	if readEnd == 0 || readCall == 0 || !ends[readEnd] || ends[readCall] {
+		t.Fatalf("read's closing brace at %d (a function end: %t), its Read at %d (%t)", readEnd, ends[readEnd], readCall, ends[readCall])
+	}
+	g := func(state string, line int) string {
+		return fmt.Sprintf("goroutine 7 [%s]:\ngithub.com/elector/elector/internal/faultproxy.(*conn).read(0xc000118000, {0x7a5e40, 0xc00011c000}, 0xc000120000)\n"+
+			"\t/build/internal/faultproxy/faultproxy.go:%d +0x1c5\ncreated by github.com/elector/elector/internal/faultproxy.(*conn).start in goroutine 6\n"+
+			"\t/build/internal/faultproxy/faultproxy.go:250 +0x1a5", state, line)
+	}
+	test := "goroutine 1 [running]:\ngithub.com/elector/elector/internal/faultproxy_test.TestAtWork(0xc000102000)\n\t/build/internal/faultproxy/faultproxy_test.go:400 +0x3a"
+	dump := strings.Join([]string{test, g("runnable", readEnd), g("IO wait", readCall)}, "\n\n")
+	busy := atWork(t, dump)
+	if len(busy) != 1 || !strings.Contains(busy[0], fmt.Sprintf("faultproxy.go:%d ", readCall)) {
+		t.Fatalf("atWork = %q, want only the goroutine in read's Read", busy)
+	}
 }
