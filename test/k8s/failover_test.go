@@ -25,6 +25,13 @@ type target struct {
 	// procMarker is an argument of the electing process's command line, to find it on the
 	// host for the crash case.
 	procMarker string
+	// releasesAfterApp is true where the lease is released only after the app exited (the
+	// native sidecar): there the old leader's address must have left the ready endpoints
+	// before anyone else holds the lease. Elsewhere (a plain sidecar, whose elector gets
+	// SIGTERM with the app and releases at once; client-go's single container) nothing orders
+	// the release before the EndpointSlice controller's reaction to the same deletion, so an
+	// overlap is logged and written as a figure, not failed.
+	releasesAfterApp bool
 }
 
 // steady waits for REPLICAS running pods, exactly one of them Ready, that one the lease's
@@ -63,6 +70,9 @@ type failoverResult struct {
 	Ready time.Duration
 	// NoEndpoint: how long the Service had no ready endpoint.
 	NoEndpoint time.Duration
+	// StaleEndpoint: how long (to the sampler's period) the old leader was still a ready
+	// endpoint while another replica held the lease; zero if never seen.
+	StaleEndpoint time.Duration
 }
 
 // failover deletes (or kills) the leader and measures the takeover.
@@ -115,7 +125,7 @@ func failover(t *testing.T, ctx context.Context, s *sampler, tg target, how stri
 		handover, newTerm = newLeader, false
 	}
 	res := failoverResult{Handover: handover.at.Sub(t0), Ready: newLeader.at.Sub(t0)}
-	var emptySince time.Time
+	var emptySince, staleFrom, staleTo time.Time
 	for _, x := range s.since(t0) {
 		if x.at.After(newLeader.at) {
 			break
@@ -126,13 +136,26 @@ func failover(t *testing.T, ctx context.Context, s *sampler, tg target, how stri
 		if len(x.ready) == 0 && emptySince.IsZero() {
 			emptySince = x.at
 		}
-		// The old leader's address must not be a ready endpoint once the new one leads.
+		// The old leader's address still a ready endpoint while another holds the lease.
 		if x.holder != "" && x.holder != old && slices.Contains(x.ready, oldPod.ip) && how != "kill" {
-			t.Errorf("%s %s: the old leader %s still a ready endpoint at +%v while %s holds the lease", tg.label, how, old, x.at.Sub(t0), x.holder)
+			if staleFrom.IsZero() {
+				staleFrom = x.at
+			}
+			staleTo = x.at
 		}
 	}
 	if !emptySince.IsZero() {
 		res.NoEndpoint = newLeader.at.Sub(emptySince)
+	}
+	if !staleFrom.IsZero() {
+		msg := fmt.Sprintf("%s %s: the old leader %s was still a ready endpoint while %s held the lease, in the samples from +%v to +%v",
+			tg.label, how, old, newLeader.holder, staleFrom.Sub(t0), staleTo.Sub(t0))
+		if tg.releasesAfterApp {
+			t.Error(msg)
+		} else {
+			t.Log(msg + " (the release and the EndpointSlice update follow the same deletion unordered)")
+		}
+		res.StaleEndpoint = staleTo.Sub(staleFrom) + samplePeriod
 	}
 	if how == "kill" && !newTerm {
 		t.Logf("%s: after SIGKILL, the restarted process of %s resumed its own term (same identity, no new term) after %v", tg.label, old, res.Ready)
@@ -151,6 +174,9 @@ func failover(t *testing.T, ctx context.Context, s *sampler, tg target, how stri
 	e.figure(tg.label+"_"+how+"_handover_s", secs(res.Handover))
 	e.figure(tg.label+"_"+how+"_ready_s", secs(res.Ready))
 	e.figure(tg.label+"_"+how+"_no_endpoint_s", secs(res.NoEndpoint))
+	if how != "kill" {
+		e.figure(tg.label+"_"+how+"_stale_endpoint_s", secs(res.StaleEndpoint))
+	}
 	return res
 }
 

@@ -190,7 +190,10 @@ func (s sample) pod(name string) (podState, bool) {
 	return podState{}, false
 }
 
-// sampler records, every 100 ms, the pods of a selector, the ready endpoints of a Service
+// samplePeriod is how often the sampler and the rolling update's prober look.
+const samplePeriod = 100 * time.Millisecond
+
+// sampler records, every samplePeriod, the pods of a selector, the ready endpoints of a Service
 // and the lease holder.
 type sampler struct {
 	mu      sync.Mutex
@@ -204,7 +207,7 @@ func (e *env) startSampler(ctx context.Context, selector labels.Selector, servic
 	s := &sampler{stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
-		tick := time.NewTicker(100 * time.Millisecond)
+		tick := time.NewTicker(samplePeriod)
 		defer tick.Stop()
 		for {
 			smp := sample{at: time.Now()}
@@ -262,7 +265,7 @@ func (s *sampler) waitFor(t *testing.T, after time.Time, limit time.Duration, wh
 				return x
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(samplePeriod)
 	}
 	last := s.since(after)
 	var desc string

@@ -27,6 +27,8 @@ func sidecarRelease(t *testing.T, ctx context.Context, name string, native bool)
 		label: name, replicas: 3, selector: r.selector, service: svc,
 		holder:     func(ctx context.Context) (string, int64, error) { return e.holder(ctx, r) },
 		procMarker: "sidecar",
+		// The native sidecar outlives the app: its release follows the app's exit.
+		releasesAfterApp: native,
 	}
 }
 
@@ -189,7 +191,7 @@ func testRollingUpdate(t *testing.T, ctx context.Context, r *release, tg target)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		tick := time.NewTicker(100 * time.Millisecond)
+		tick := time.NewTicker(samplePeriod)
 		defer tick.Stop()
 		for {
 			pods, err := e.cs.CoreV1().Pods("default").List(sctx, metav1.ListOptions{LabelSelector: r.selector.String()})
