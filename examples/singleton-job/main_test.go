@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elector/elector/examples/internal/outbuf"
+	"github.com/elector/elector/internal/outbuf"
 	"github.com/elector/elector/internal/redistest"
 )
 

@@ -76,6 +76,11 @@ type GroupConfig struct {
 //
 // One goroutine (Run's loop) owns the state of every lease; it never waits for Redis or for
 // a callback. Held, Check and Members read a view it keeps up to date (groupView).
+//
+// A Group does not take part in the resign protocol (Elector.Resign, `elector resign`): it
+// renews in batches without looking at requests, and its releases reserve nothing, so a
+// request for one of its leases expires unanswered. Its leases move by shedding: Remove a
+// lease, or stop the replica, to move it off this one.
 type Group struct {
 	cfg      GroupConfig
 	clock    clock.Clock

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/elector/elector/internal/outbuf"
 	"github.com/elector/elector/internal/redistest"
 )
 
@@ -57,8 +58,8 @@ func foregroundGroup(t *testing.T, master *os.File) int {
 }
 
 // ptyOutput collects what is written to the terminal.
-func ptyOutput(master *os.File) *syncBuffer {
-	var out syncBuffer
+func ptyOutput(master *os.File) *outbuf.Buffer {
+	var out outbuf.Buffer
 	go func() {
 		buf := make([]byte, 4096)
 		for {

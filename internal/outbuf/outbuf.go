@@ -1,5 +1,5 @@
-// Package outbuf is a goroutine-safe output buffer for the examples' tests, which run several
-// replicas of an example writing to one place.
+// Package outbuf is a goroutine-safe output buffer for tests that run several processes or
+// replicas writing to one place while the test reads it.
 package outbuf
 
 import (
