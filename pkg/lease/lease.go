@@ -315,24 +315,37 @@ func (l *Lease) Release(ctx context.Context, term Record) (bool, error) {
 // Get returns who holds the lease and for how long, read atomically in one round trip
 // (MULTI GET PTTL EXEC: it needs no script, so a read-only Redis user can observe).
 func (l *Lease) Get(ctx context.Context) (Status, error) {
-	var get *redis.StringCmd
-	var pttl *redis.DurationCmd
-	_, err := l.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		get = p.Get(ctx, l.keys.Lease)
-		pttl = p.PTTL(ctx, l.keys.Lease)
-		return nil
-	})
-	if rediserr.IsNil(err) {
+	v, ttl, ok, err := l.getWithTTL(ctx, l.keys.Lease)
+	if err != nil {
+		return Status{}, fmt.Errorf("get lease %q: %w", l.name, err)
+	}
+	if !ok {
 		return Status{}, nil
 	}
-	if err != nil {
-		return Status{}, fmt.Errorf("get lease %q: %w", l.name, luaerr.ExplainTx(err, get, pttl))
-	}
-	rec, err := ParseRecord(get.Val())
+	rec, err := ParseRecord(v)
 	if err != nil {
 		return Status{}, fmt.Errorf("get lease %q: value of %s: %w", l.name, l.keys.Lease, err)
 	}
-	return Status{Held: true, Record: rec, TTL: durationTTL(pttl.Val())}, nil
+	return Status{Held: true, Record: rec, TTL: ttl}, nil
+}
+
+// getWithTTL reads key and its remaining time atomically in one round trip (MULTI GET PTTL
+// EXEC: no script, so a read-only Redis user may). ok is false when the key does not exist.
+func (l *Lease) getWithTTL(ctx context.Context, key string) (v string, ttl time.Duration, ok bool, err error) {
+	var get *redis.StringCmd
+	var pttl *redis.DurationCmd
+	_, err = l.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		get = p.Get(ctx, key)
+		pttl = p.PTTL(ctx, key)
+		return nil
+	})
+	if rediserr.IsNil(err) {
+		return "", 0, false, nil
+	}
+	if err != nil {
+		return "", 0, false, luaerr.ExplainTx(err, get, pttl)
+	}
+	return get.Val(), durationTTL(pttl.Val()), true, nil
 }
 
 // LastToken returns the last fencing token handed out for this lease, 0 if none is recorded.

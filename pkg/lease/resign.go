@@ -12,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/luaerr"
-	"github.com/elector/elector/internal/rediserr"
 )
 
 // The resign protocol (docs/PROTOCOL.md, "Resign"): a request key P:{NAME}:resign asks the
@@ -140,27 +139,21 @@ func (l *Lease) RequestResign(ctx context.Context, req ResignRequest) (Status, e
 // GetReservation returns the reservation of the lease, nil when there is none (also while a
 // request still waits for its holder), in one round trip (MULTI GET PTTL EXEC, no script).
 func (l *Lease) GetReservation(ctx context.Context) (*Reservation, error) {
-	var get *redis.StringCmd
-	var pttl *redis.DurationCmd
-	_, err := l.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		get = p.Get(ctx, l.keys.Resign)
-		pttl = p.PTTL(ctx, l.keys.Resign)
-		return nil
-	})
-	if rediserr.IsNil(err) {
+	v, ttl, ok, err := l.getWithTTL(ctx, l.keys.Resign)
+	if err != nil {
+		return nil, fmt.Errorf("get reservation of lease %q: %w", l.name, err)
+	}
+	if !ok {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, fmt.Errorf("get reservation of lease %q: %w", l.name, luaerr.ExplainTx(err, get, pttl))
-	}
-	phase, rec, target, err := parseResignValue(get.Val())
+	phase, rec, target, err := parseResignValue(v)
 	if err != nil {
 		return nil, fmt.Errorf("get reservation of lease %q: value of %s: %w", l.name, l.keys.Resign, err)
 	}
 	if phase != "reserved" {
 		return nil, nil
 	}
-	return &Reservation{Resigned: rec, Target: target, TTL: durationTTL(pttl.Val())}, nil
+	return &Reservation{Resigned: rec, Target: target, TTL: ttl}, nil
 }
 
 // parseResignValue decodes "v1\n<phase>\n<hold_ms>\n<record>\n<target>".
