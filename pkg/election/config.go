@@ -122,14 +122,11 @@ func (c *Config) validate() error {
 			return fmt.Errorf("election config: KeyPrefix %q %w", c.KeyPrefix, err)
 		}
 	}
-	id, err := identityOrDefault(c.Identity)
+	id, err := resolveIdentity(c.Identity)
 	if err != nil {
 		return fmt.Errorf("election config: %w", err)
 	}
 	c.Identity = id
-	if err := lease.ValidateIdentity(c.Identity); err != nil {
-		return fmt.Errorf("election config: Identity %q %w", c.Identity, err)
-	}
 	if err := applyTiming("election config", &c.LeaseDuration, &c.RenewDeadline, &c.RetryPeriod); err != nil {
 		return err
 	}

@@ -201,14 +201,11 @@ func (c *GroupConfig) validate() error {
 	if err := lease.ValidateName(c.KeyPrefix); err != nil {
 		return fmt.Errorf("group config: KeyPrefix %q %w", c.KeyPrefix, err)
 	}
-	id, err := identityOrDefault(c.Identity)
+	id, err := resolveIdentity(c.Identity)
 	if err != nil {
 		return fmt.Errorf("group config: %w", err)
 	}
 	c.Identity = id
-	if err := lease.ValidateIdentity(c.Identity); err != nil {
-		return fmt.Errorf("group config: Identity %q %w", c.Identity, err)
-	}
 	if c.MaxLeases < 0 {
 		return fmt.Errorf("group config: MaxLeases must not be negative, got %d", c.MaxLeases)
 	}

@@ -3,6 +3,8 @@ package election
 import (
 	"fmt"
 	"os"
+
+	"github.com/elector/elector/pkg/lease"
 )
 
 // DefaultIdentity returns the identity a replica gets when Config.Identity (or
@@ -19,10 +21,17 @@ func DefaultIdentity() (string, error) {
 	return host, nil
 }
 
-// identityOrDefault returns id, or DefaultIdentity when id is empty.
-func identityOrDefault(id string) (string, error) {
-	if id != "" {
-		return id, nil
+// resolveIdentity returns id, or DefaultIdentity when id is empty, checked as a lease
+// identity.
+func resolveIdentity(id string) (string, error) {
+	if id == "" {
+		var err error
+		if id, err = DefaultIdentity(); err != nil {
+			return "", err
+		}
 	}
-	return DefaultIdentity()
+	if err := lease.ValidateIdentity(id); err != nil {
+		return "", fmt.Errorf("Identity %q %w", id, err)
+	}
+	return id, nil
 }
