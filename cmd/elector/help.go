@@ -26,8 +26,12 @@ Usage: elector COMMAND [flags]
 
 Commands:
 `)
+	width := 0
 	for _, cmd := range commands() {
-		fmt.Fprintf(&b, "  %-9s %s\n", cmd.name, cmd.short)
+		width = max(width, len(cmd.name))
+	}
+	for _, cmd := range commands() {
+		fmt.Fprintf(&b, "  %-*s  %s\n", width, cmd.name, cmd.short)
 	}
 	b.WriteString(`
 Try it without Redis: elector demo
