@@ -67,7 +67,10 @@ func (c *cli) parseDemo(args []string) (cfg demo.Config, realRedis bool, code in
 	dg := fs.group("Demo flags")
 	dg.IntVar(&cfg.Replicas, flagReplicas, 3, fmt.Sprintf("number of electors, 2 to %d", demo.MaxReplicas))
 	dg.DurationVar(&cfg.Duration, flagDuration, 30*time.Second, "how long the demo runs")
-	cfg.Redis.AddFlags(fs.group("Redis flags (optional: without --redis-addr the demo starts an embedded server)"))
+	rg := fs.group("Redis flags (optional: without --redis-addr the demo starts an embedded server)")
+	cfg.Redis.AddFlags(rg)
+	// The demo's default is its embedded server, not the default address of the other commands.
+	rg.Lookup(redisclient.FlagAddr).DefValue = ""
 	fs.addKlogFlags()
 	if code, done := c.parseArgs(fs, args); done {
 		return cfg, false, code, false

@@ -26,8 +26,12 @@ Usage: elector COMMAND [flags]
 
 Commands:
 `)
+	width := 0
 	for _, cmd := range commands() {
-		fmt.Fprintf(&b, "  %-9s %s\n", cmd.name, cmd.short)
+		width = max(width, len(cmd.name))
+	}
+	for _, cmd := range commands() {
+		fmt.Fprintf(&b, "  %-*s  %s\n", width, cmd.name, cmd.short)
 	}
 	b.WriteString(`
 Try it without Redis: elector demo
@@ -124,7 +128,8 @@ Every few seconds the leader crashes (stops renewing, never releases) or stops g
 failed (two leaders at once, a token that did not increase, a crash takeover before expiry).
 Uses lease duration 2s, renew deadline 1.2s, retry period 300ms.`
 	case "version":
-		return `Print the version, commit and Go version of this binary.`
+		return `Print the version, commit, build date, Go version and platform of this binary; a
+field the build did not record (e.g. -buildvcs=false) prints as unknown.`
 	case "install":
 		return `Copy this executable to PATH (into PATH/elector if PATH is a directory) with mode 0755,
 atomically (a temporary file renamed over PATH). For init containers of images without cp.`

@@ -129,6 +129,9 @@ func (c *cli) main(ctx context.Context, args []string) int {
 	case name == "--version":
 		return c.versionCmd(ctx, args[1:])
 	case strings.HasPrefix(name, "-"):
+		if moved, ok := c.commandFirst(args); ok {
+			return c.main(ctx, moved)
+		}
 		return c.usageError("elector", fmt.Errorf("unknown flag %s: the command comes first, as in 'elector run --lease-name=NAME -- CMD'", name))
 	default:
 		cmd, ok := findCommand(name)
@@ -137,6 +140,34 @@ func (c *cli) main(ctx context.Context, args []string) int {
 		}
 		return cmd.run(c, ctx, args[1:])
 	}
+}
+
+// commandFirst accepts flags before the command, as kubectl and etcdctl do: for
+// `elector --redis-addr=X status -o json` it returns `status --redis-addr=X -o json`. The
+// command is the first argument that names one and before which every argument parses as
+// that command's flags (so a flag's value that happens to be a command name is not taken
+// for it); false when there is none.
+func (c *cli) commandFirst(args []string) ([]string, bool) {
+	for i, a := range args {
+		if a == "--" {
+			return nil, false
+		}
+		cmd, ok := findCommand(a)
+		if !ok || cmd.name == "help" || cmd.name == "completion" {
+			continue
+		}
+		parsed := false
+		sub := *c
+		sub.flagSink = func(fs *flagSet) {
+			fs.all.SetOutput(io.Discard)
+			parsed = fs.all.Parse(args[:i]) == nil && fs.all.NArg() == 0
+		}
+		cmd.run(&sub, context.Background(), nil)
+		if parsed {
+			return append(append([]string{a}, args[:i]...), args[i+1:]...), true
+		}
+	}
+	return nil, false
 }
 
 // commandNames lists the commands for error messages.

@@ -150,3 +150,30 @@ func TestIdentityDefault(t *testing.T) {
 		t.Errorf("no identity at all: %v", err)
 	}
 }
+
+// Flags before the command are the command's flags, as kubectl and etcdctl accept them; a
+// flag's value that names a command is still a value.
+func TestCommandFirst(t *testing.T) {
+	c, _, _ := testCLI(nil)
+	for _, tt := range []struct {
+		args []string
+		want []string // nil: not accepted
+	}{
+		{[]string{"--redis-addr=h:1", "status", "-o", "json"}, []string{"status", "--redis-addr=h:1", "-o", "json"}},
+		{[]string{"--redis-addr", "h:1", "status"}, []string{"status", "--redis-addr", "h:1"}},
+		{[]string{"--lease-name", "run", "status"}, []string{"status", "--lease-name", "run"}},
+		{[]string{"--exit-on-lost", "run", "--", "true"}, []string{"run", "--exit-on-lost", "--", "true"}},
+		{[]string{"-o", "yaml", "status", "--all"}, []string{"status", "-o", "yaml", "--all"}},
+		{[]string{"--bogus", "status"}, nil},
+		{[]string{"--lease-name", "x"}, nil},
+		{[]string{"--", "status"}, nil},
+	} {
+		got, ok := c.commandFirst(tt.args)
+		if !ok {
+			got = nil
+		}
+		if strings.Join(got, " ") != strings.Join(tt.want, " ") || (got == nil) != (tt.want == nil) {
+			t.Errorf("commandFirst(%q) = %q, want %q", tt.args, got, tt.want)
+		}
+	}
+}

@@ -23,8 +23,12 @@ func suggest(word string, candidates []string) string {
 	return best
 }
 
-// editDistance is the Levenshtein distance of a and b, in bytes.
+// editDistance is the optimal-string-alignment distance of a and b, in bytes: Levenshtein's
+// insertions, deletions and substitutions, plus a swap of two adjacent bytes as one edit, the
+// commonest typo ("rnu" for "run").
 func editDistance(a, b string) int {
+	// d[i][j] is the distance of a[:i] and b[:j]; rows i-2, i-1 and i are kept.
+	prev2 := make([]int, len(b)+1)
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {
@@ -38,8 +42,11 @@ func editDistance(a, b string) int {
 				cost = 0
 			}
 			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
+		prev2, prev, cur = prev, cur, prev2
 	}
 	return prev[len(b)]
 }

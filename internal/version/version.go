@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
-	"strings"
 )
 
 // The linker can only set package-level string variables (-ldflags -X), so
@@ -66,17 +65,19 @@ func String() string {
 	return Get().String()
 }
 
-// String formats i as one line; see the package-level String.
+// String formats i as one line; see the package-level String. A commit or date that neither
+// the linker stamp nor the build info gave (a build with -buildvcs=false, or outside a git
+// checkout) reads "unknown": the line always has the same fields.
 func (i Info) String() string {
-	parts := make([]string, 0, 3)
-	if i.Commit != "" {
-		parts = append(parts, "commit "+i.Commit)
+	return fmt.Sprintf("elector %s (commit %s, built %s, %s %s)",
+		i.Version, orUnknown(i.Commit), orUnknown(i.Date), i.GoVersion, i.Platform)
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
 	}
-	if i.Date != "" {
-		parts = append(parts, "built "+i.Date)
-	}
-	parts = append(parts, i.GoVersion+" "+i.Platform)
-	return fmt.Sprintf("elector %s (%s)", i.Version, strings.Join(parts, ", "))
+	return s
 }
 
 // shortCommitLen is how many hex digits of a VCS revision taken from the

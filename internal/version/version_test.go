@@ -27,12 +27,12 @@ func TestResolve(t *testing.T) {
 		{
 			name:    "nothing known",
 			version: "dev",
-			want:    "elector dev (" + goLine + ")",
+			want:    "elector dev (commit unknown, built unknown, " + goLine + ")",
 		},
 		{
 			name:    "empty version becomes dev",
 			version: "",
-			want:    "elector dev (" + goLine + ")",
+			want:    "elector dev (commit unknown, built unknown, " + goLine + ")",
 		},
 		{
 			name:    "stamped values win over build info",
@@ -48,7 +48,7 @@ func TestResolve(t *testing.T) {
 			name:    "go install module@version",
 			version: "dev",
 			bi:      &debug.BuildInfo{Main: debug.Module{Version: "v0.4.0"}},
-			want:    "elector v0.4.0 (" + goLine + ")",
+			want:    "elector v0.4.0 (commit unknown, built unknown, " + goLine + ")",
 		},
 		{
 			name:    "devel module version is not a version",
@@ -63,7 +63,7 @@ func TestResolve(t *testing.T) {
 			name:    "modified tree is marked dirty",
 			version: "dev",
 			bi:      &debug.BuildInfo{Settings: vcs("vcs.revision", "0123456789abcdef0123", "vcs.modified", "true")},
-			want:    "elector dev (commit 0123456789ab-dirty, " + goLine + ")",
+			want:    "elector dev (commit 0123456789ab-dirty, built unknown, " + goLine + ")",
 		},
 	}
 	for _, tt := range tests {
