@@ -227,3 +227,84 @@ func (p *indPair) waitSettled(t *testing.T) (leader, follower *indReplica) {
 	})
 	return leader, follower
 }
+
+// TestBlockingStoppedLeadingDelaysOnlyTheHandover: an OnStoppedLeading that blocks holds the
+// release back but not the lease: nothing renews it any more, so a follower takes over when
+// it expires, while the callback still blocks and the old leader says follower.
+func TestBlockingStoppedLeadingDelaysOnlyTheHandover(t *testing.T) {
+	srv := redistest.Start(t)
+	unblock, entered := make(chan struct{}), make(chan struct{}, 1)
+	a := stoppedLeadingReplica(t, srv, "a", func() { entered <- struct{}{}; <-unblock })
+	var bStarted atomic.Bool
+	b := stoppedLeadingReplica(t, srv, "b", func() {})
+	b.cfgStart = func() { bStarted.Store(true) }
+	a.run(t)
+	waitUntil(t, 10*time.Second, "a leads", a.e.IsLeader)
+	b.run(t)
+	waitUntil(t, 10*time.Second, "b observes a", func() bool { return b.e.Leader() == "a" })
+	a.cancel()
+	<-entered
+	waitUntil(t, 10*indLease, "b takes over at the lease's expiry", bStarted.Load)
+	if a.e.IsLeader() {
+		t.Errorf("a says leader while b leads")
+	}
+	select {
+	case <-a.done:
+		t.Errorf("a's Run returned while its OnStoppedLeading blocked")
+	default:
+	}
+	close(unblock)
+	<-a.done
+}
+
+// TestPanickingStoppedLeadingStillReleases: the release runs even when OnStoppedLeading
+// panics, so that followers need not wait for the expiry.
+func TestPanickingStoppedLeadingStillReleases(t *testing.T) {
+	srv := redistest.Start(t)
+	a := stoppedLeadingReplica(t, srv, "a", func() { panic("OnStoppedLeading failed") })
+	a.run(t)
+	waitUntil(t, 10*time.Second, "a leads", a.e.IsLeader)
+	a.cancel()
+	if got := <-a.done; got == nil || !strings.Contains(fmt.Sprint(got), "OnStoppedLeading failed") {
+		t.Fatalf("Run ended with %v, want the callback's panic", got)
+	}
+	if n, err := srv.Client(t).Exists(context.Background(), "elector:{sl-a}:lease").Result(); err != nil || n != 0 {
+		t.Errorf("after the panic the lease key exists (%d, %v): it was not released", n, err)
+	}
+}
+
+// slReplica is one elector of the OnStoppedLeading tests; Run's panic, if any, ends up on done.
+type slReplica struct {
+	e        *election.Elector
+	cancel   context.CancelFunc
+	done     chan any
+	cfgStart func()
+}
+
+func stoppedLeadingReplica(t *testing.T, srv *redistest.Server, id string, stopped func()) *slReplica {
+	r := &slReplica{done: make(chan any, 1), cfgStart: func() {}}
+	var err error
+	r.e, err = election.New(election.Config{
+		Client: srv.Client(t), LeaseName: "sl-a", Identity: id,
+		LeaseDuration: testLease, RenewDeadline: testRenew, RetryPeriod: testRetry,
+		ReleaseOnCancel: true,
+		Callbacks: election.Callbacks{
+			OnStartedLeading: func(ctx context.Context) { r.cfgStart(); <-ctx.Done() },
+			OnStoppedLeading: stopped,
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (r *slReplica) run(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	t.Cleanup(cancel)
+	go func() {
+		defer func() { r.done <- recover() }()
+		_ = r.e.Run(ctx)
+	}()
+}
