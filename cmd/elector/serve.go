@@ -251,7 +251,10 @@ type leadership struct {
 
 // startLeadership builds the client and the elector with cb, writes the status file as
 // "follower" and binds the HTTP address. Nothing contacts Redis yet. On error everything
-// built is closed again. The status file follows the callbacks of cb.
+// built is closed again. The status file follows the callbacks of cb: it turns "follower" in
+// OnStoppedLeading, which the elector runs after IsLeader turned false and before it releases
+// the lease, so the file never says "leader" once a successor can lead (docs/DESIGN.md,
+// "Step-down order").
 func startLeadership(co *commonOptions, so *serveOptions, cb election.Callbacks, exitOnLost bool) (*leadership, error) {
 	client, err := co.newClient()
 	if err != nil {

@@ -35,9 +35,13 @@ type Callbacks struct {
 	// campaigns again: OnStartedLeading runs again with the same fencing token. Nobody else
 	// led in between, so a fenced resource has nothing to refuse.
 	OnStartedLeading func(ctx context.Context)
-	// OnStoppedLeading is called once a term is over: at once when leadership was lost, or
-	// after OnStartedLeading returned and the lease was released when Run's ctx was cancelled.
-	// Required.
+	// OnStoppedLeading is called once a term is over, after IsLeader, Status and the metrics
+	// say this replica does not lead, and before the lease is released: at once when
+	// leadership was lost, or after OnStartedLeading returned when Run's ctx was cancelled or
+	// the replica resigned. So whatever it does (mark a status file "follower", flush) is done
+	// before a successor can start. The release waits for it: keep it short; a slow one
+	// delays the handover (at most until the lease expires: it is no longer renewed), never
+	// the step-down, and a panic still releases. Required.
 	OnStoppedLeading func()
 	// OnNewLeader is called with the identity of each new leader observed, this replica's
 	// included, in order, from one goroutine. Optional.

@@ -111,6 +111,10 @@ func (r *groupRun) loop(ctx context.Context) error {
 	ctxDone := ctx.Done()
 	for {
 		r.applyChanges()
+		// The held gauge first: tick sends the releases queued since, and a lease must not
+		// count as held once its release can let another replica in (docs/DESIGN.md,
+		// "Step-down order"). Again after tick, for the terms its deadlines ended.
+		r.publish()
 		now := g.clock.Now()
 		wake := m.tick(now)
 		r.publish()

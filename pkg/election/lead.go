@@ -178,22 +178,35 @@ func (l *leadership) renewed(r renewal) (reason string, over bool) {
 	return "", false
 }
 
-// stepDown ends the term: the work is told to stop and this replica stops calling itself
-// leader before anything else (in particular before a release lets a follower in). It
-// returns after OnStartedLeading and any renew in flight returned.
+// stepDown ends the term. The order is the promise of docs/DESIGN.md ("Step-down order:
+// indicators before release"): the work is told to stop, this replica stops calling itself
+// leader (IsLeader, Status, the metrics) and OnStoppedLeading returns, all before the release
+// lets a follower in. It returns after OnStartedLeading and any renew in flight returned.
 func (l *leadership) stepDown(reason string, release bool) string {
 	l.cancelWork(fmt.Errorf("%w: %s", ErrLeadershipLost, reason)) // a no-op after a stop or a resign
 	l.e.setFollowing()
-	if release {
-		l.e.release(l.base, l.logger, l.term)
-	}
-	close(l.ctl.over)
+	l.cancelCall() // a renew in flight is of no use any more
 	l.logger.Info("Stopped leading", "token", l.term.Token, "reason", reason)
-	l.e.cfg.Callbacks.OnStoppedLeading()
-	l.cancelCall()
+	l.notifyThenRelease(release)
 	if l.inflight {
 		<-l.results
 	}
 	<-l.workDone
 	return reason
+}
+
+// notifyThenRelease runs OnStoppedLeading, then releases the term if asked and marks it over
+// (Resign waits for that). The callback runs on Run's goroutine after the lead loop returned:
+// this replica already says it does not lead, no renew is sent and no deadline is watched any
+// more, so however long the callback takes, the lease only ages towards its expiry: it can
+// delay the handover, never make a term trusted longer. The release is deferred, so that a
+// panicking callback still releases (and Resign returns) before the panic goes on.
+func (l *leadership) notifyThenRelease(release bool) {
+	defer func() {
+		if release {
+			l.e.release(l.base, l.logger, l.term)
+		}
+		close(l.ctl.over)
+	}()
+	l.e.cfg.Callbacks.OnStoppedLeading()
 }

@@ -86,6 +86,7 @@ func TestSeamResignRequestStepDownOrder(t *testing.T) {
 	h.arm()
 	h.arm()
 	close(w.unblock)
+	h.waitStop() // before the release: docs/DESIGN.md, "Step-down order"
 	rel := h.next("release")
 	if rel.term != mine(7) || h.e.IsLeader() {
 		t.Fatalf("release of %v with IsLeader %v; want term 7, not leader", rel.term, h.e.IsLeader())
@@ -94,7 +95,6 @@ func TestSeamResignRequestStepDownOrder(t *testing.T) {
 		t.Fatalf("release sent before the work returned: %v", got)
 	}
 	rel.answer(reply{ok: true})
-	h.waitStop()
 	// Campaigning again, the server refuses it during the hold-off: it sleeps until then.
 	a := h.next("acquire")
 	a.answer(reply{st: lease.Status{Reservation: &lease.Reservation{Resigned: mine(7), TTL: 250 * time.Millisecond}}})
@@ -167,7 +167,8 @@ func TestSeamResignInProcess(t *testing.T) {
 	default:
 	}
 	c.answer(reply{})
-	rel := h.next("release") // no clock step: woken at once
+	h.waitStop() // no clock step: woken at once; OnStoppedLeading before the release
+	rel := h.next("release")
 	if s.ctx.Err() == nil || h.e.IsLeader() {
 		t.Fatal("released while the work's ctx was live or still leader")
 	}
@@ -180,7 +181,6 @@ func TestSeamResignInProcess(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Fatalf("Resign = %v", err)
 	}
-	h.waitStop()
 	if err := h.waitRun(); !errors.Is(err, ErrResigned) {
 		t.Fatalf("Run = %v, want ErrResigned", err)
 	}

@@ -742,9 +742,9 @@ func TestSeamStaleReleaseResumeStartsNoTerm(t *testing.T) {
 				h.arm() // deadline
 				h.arm() // tick
 				h.cancel()
+				h.waitStop() // before the release: docs/DESIGN.md, "Step-down order"
 				r := h.next("release")
 				r.answer(reply{err: fmt.Errorf("release: %w", context.DeadlineExceeded)})
-				h.waitStop()
 				if err := h.waitRun(); err != nil {
 					t.Fatalf("Run = %v", err)
 				}
