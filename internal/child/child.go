@@ -50,10 +50,11 @@
 //
 // # Terminal
 //
-// The child runs in a process group of its own. When Stdin is a terminal
-// whose foreground group is the elector's (Linux), the child's group gets the
-// foreground while the child runs, and the elector's group gets it back after
-// the child exited: the child can read from the terminal, and Ctrl-C and
+// The command runs in a process group of its own. When Stdin is a terminal
+// whose foreground group is the elector's (Linux), the command's group gets
+// the foreground while the child runs (with a shim, the elector hands it to
+// the shim's group and the shim on to the command's), and the elector's group
+// gets it back after the child exited: the child can read from the terminal, and Ctrl-C and
 // Ctrl-Z reach it as they reach a shell's foreground job. Otherwise (the
 // elector in the background) a child that reads from the terminal is stopped
 // by SIGTTIN, which the shim reports and Process logs. Containers normally
@@ -420,6 +421,11 @@ func (p *Process) start() error {
 // Pid returns the child's process id: the shim's with Spec.Shim (on Linux),
 // which is alone in its process group, else the command's.
 func (p *Process) Pid() int { return p.pid }
+
+// Shimmed reports whether the command runs under the shim, which kills every
+// descendant of the command (found by walking /proc) with it; without it, only
+// the command's process group is killed.
+func (p *Process) Shimmed() bool { return p.pipes != nil }
 
 // CommandPid returns the process id of the command itself, which is also the
 // id of the command's process group.

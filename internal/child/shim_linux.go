@@ -144,6 +144,11 @@ func (s *shim) loop(sigs <-chan os.Signal, ctrl *os.File) int {
 		if !killing {
 			killing = true
 			rekill = time.NewTicker(rekillInterval).C // runs until the shim exits
+			if status == nil {
+				// Most of the tree at once, before the walk; the group id is the unreaped
+				// command's own.
+				_ = syscall.Kill(-s.cmd, syscall.SIGKILL)
+			}
 		}
 		signalDescendants(s.self, syscall.SIGKILL, 0)
 	}
