@@ -28,7 +28,8 @@ func latencies(ds []time.Duration) string {
 // TestShimLatencyFigures measures what the shim adds to the time between a lost leadership
 // and the command's death, which comes out of the margin between --kill-grace and its
 // bound: Start (a term that ends while its command starts is stopped once Start returns),
-// the /proc walk, and Kill until Wait returns for a tree with an orphan in another session.
+// the /proc walk, and Kill until Wait returns for a tree with an orphan in another session;
+// and Stop of a command that exits on SIGTERM, the path of a handover.
 // Each is measured with and without the shim in the same run, so the difference is the
 // shim's. It asserts nothing.
 func TestShimLatencyFigures(t *testing.T) {
@@ -56,7 +57,20 @@ func TestShimLatencyFigures(t *testing.T) {
 			p.Wait()
 			kills = append(kills, time.Since(begin))
 		}
-		t.Logf("shim %v: Start %s; Kill until Wait returns %s", shim, latencies(starts), latencies(kills))
+		var stops []time.Duration
+		for range n {
+			// The handover's path: a command that exits on the stop signal.
+			p, err := Start(context.Background(), Spec{Shim: shim, Path: "sleep", Args: []string{long}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			killLong(t, p.CommandPid())
+			begin := time.Now()
+			p.Stop(context.Background())
+			stops = append(stops, time.Since(begin))
+		}
+		t.Logf("shim %v: Start %s; Kill until Wait returns %s; Stop (SIGTERM, CMD exits on it) until it returns %s",
+			shim, latencies(starts), latencies(kills), latencies(stops))
 	}
 	var walks []time.Duration
 	procs, _ := os.ReadDir("/proc")

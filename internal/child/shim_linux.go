@@ -192,6 +192,12 @@ func (s *shim) loop(sigs <-chan os.Signal, ctrl *os.File) int {
 			case w.pid == s.cmd:
 				ws := w.ws
 				status = &ws
+				if _, err := waitid(pAll, 0, syscall.WEXITED|syscall.WNOHANG|syscall.WNOWAIT); errors.Is(err, syscall.ECHILD) {
+					// No child, so no descendant (an orphan becomes the subreaper's child):
+					// the common exit of a handover needs no /proc walk.
+					fmt.Fprintf(s.report, "%s\n", shimReportGone)
+					return exitAs(ws)
+				}
 				startKilling() // nothing the command started may outlive it
 			}
 		}
