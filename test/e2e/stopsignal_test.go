@@ -94,9 +94,12 @@ func TestRunStopSignalKillsTree(t *testing.T) {
 			name := "stopsig-" + strings.ToLower(tc.name)
 			ids := []string{"a", "b"}
 			for _, id := range ids {
-				args := append([]string{"run"}, leaseArgs(srv.Addr(), name, id)...)
-				args = append(args, "--stop-signal", tc.signal, "--kill-grace", "300ms",
-					"--", "sh", "-c", stopSignalJob, "sh", string(log), lock, tc.mode)
+				// The timing: a renew deadline that a loaded machine does not miss
+				// while the shim kills, so that each resign hands over with a release.
+				args := []string{"run", "--redis-addr", srv.Addr(), "--lease-name", name, "--identity", id,
+					"--lease-duration", "3s", "--renew-deadline", "2s", "--retry-period", "500ms",
+					"--stop-signal", tc.signal, "--kill-grace", "300ms",
+					"--", "sh", "-c", stopSignalJob, "sh", string(log), lock, tc.mode}
 				startElector(t, id, nil, args...)
 			}
 			t.Cleanup(func() { // before the electors' cleanups, which wait for their pipes
