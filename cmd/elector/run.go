@@ -448,7 +448,11 @@ func (s *supervisor) start(token int64) (*child.Process, child.Spec) {
 		return nil, spec
 	}
 	s.setCurrent(p)
-	klog.InfoS("Started the command", "pid", p.CommandPid(), "processGroup", p.Pid(), "token", token, "command", spec.Path)
+	tree := "process group" // who kills what the command leaves: see docs/CLI.md
+	if p.Shimmed() {
+		tree = "shim (/proc walk)"
+	}
+	klog.InfoS("Started the command", "pid", p.CommandPid(), "processGroup", p.CommandPid(), "descendantsKilledBy", tree, "token", token, "command", spec.Path)
 	return p, spec
 }
 
@@ -517,10 +521,10 @@ func (s *supervisor) forward(sig syscall.Signal) {
 		return
 	}
 	if err := p.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		klog.ErrorS(err, "Cannot forward the signal", "signal", sig, "pid", p.Pid())
+		klog.ErrorS(err, "Cannot forward the signal", "signal", sig, "pid", p.CommandPid())
 		return
 	}
-	klog.V(2).InfoS("Forwarded signal to the command", "signal", sig, "pid", p.Pid())
+	klog.V(2).InfoS("Forwarded signal to the command", "signal", sig, "pid", p.CommandPid())
 }
 
 // stoppedStatus returns how the command ended when it was stopped for the elector's exit.

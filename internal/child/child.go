@@ -13,16 +13,22 @@
 // called setsid(2) or setpgid(2), or a double-forked daemon, is outside it,
 // and the parent-death signal kills only the child itself. With Spec.Shim
 // (Linux) the child is therefore a shim: this program re-executed through
-// /proc/self/exe with ShimArg, which runs RunShim. The shim leads the process
-// group, is a child subreaper (every orphaned descendant becomes its child,
-// whatever its group or session) and runs the command as its own child. It
-// SIGKILLs every descendant, found by walking /proc, when the command exits,
-// when Process.Kill (or the end of KillGrace) asks it to over its control
-// pipe, and when the elector dies (its parent-death signal, or the control
-// pipe's end); it passes every signal it gets (those the elector sends to the
-// group) on to the descendants outside the group; it reports stops of its
-// children on a second pipe, which Process logs; and it exits as the command
-// did, with the same exit code or killed by the same signal.
+// /proc/self/exe with ShimArg, which runs RunShim. The shim is alone in a
+// process group of its own, is a child subreaper (every orphaned descendant
+// becomes its child, whatever its group or session) and runs the command as
+// its own child in another process group, the command's (the terminal's
+// foreground passes on to it). So neither the command (`kill -9 0`) nor a stop
+// signal, SIGKILL included, can reach the shim: Process.Signal asks the shim
+// over its control pipe, and the shim sends the signal to the command's group
+// and to every descendant outside it, found by walking /proc. The shim
+// SIGKILLs every descendant when the command exits, when Process.Kill (or the
+// end of KillGrace) or a SIGKILL stop signal asks it to, and when the elector
+// dies (its parent-death signal, or the control pipe's end); it reports stops
+// of its children on a second pipe, which Process logs; it exits only once no
+// child is left (so no descendant is), reports that ("gone"), and exits as
+// the command did, with the same exit code or killed by the same signal. A
+// shim that ends without that report was killed from outside: Process then
+// SIGKILLs the command's group, logs an error and sets ExitStatus.Err.
 //
 // # Pdeathsig and threads
 //
@@ -44,10 +50,11 @@
 //
 // # Terminal
 //
-// The child runs in a process group of its own. When Stdin is a terminal
-// whose foreground group is the elector's (Linux), the child's group gets the
-// foreground while the child runs, and the elector's group gets it back after
-// the child exited: the child can read from the terminal, and Ctrl-C and
+// The command runs in a process group of its own. When Stdin is a terminal
+// whose foreground group is the elector's (Linux), the command's group gets
+// the foreground while the child runs (with a shim, the elector hands it to
+// the shim's group and the shim on to the command's), and the elector's group
+// gets it back after the child exited: the child can read from the terminal, and Ctrl-C and
 // Ctrl-Z reach it as they reach a shell's foreground job. Otherwise (the
 // elector in the background) a child that reads from the terminal is stopped
 // by SIGTTIN, which the shim reports and Process logs. Containers normally
@@ -67,6 +74,7 @@ import (
 	"os/exec"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -198,6 +206,9 @@ type Process struct {
 	tty    int        // the terminal whose foreground the child's group got, -1: none
 	done   chan struct{}
 
+	reportsDone chan struct{} // with a shim: closed when its reports have all been read
+	treeGone    atomic.Bool   // the shim reported the command and its descendants reaped
+
 	mu      sync.Mutex
 	exited  bool // the child has exited: its pid and group may no longer be signalled
 	killed  bool // Stop escalated to SIGKILL while the child was running
@@ -244,6 +255,7 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 		}
 	}
 	if useShim {
+		p.reportsDone = make(chan struct{})
 		if p.pipes, err = newShimPipes(); err != nil {
 			return nil, fmt.Errorf("start %q: %w", spec.Path, err)
 		}
@@ -268,6 +280,7 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 		r := bufio.NewReader(p.pipes.report)
 		pid, err := readShimStart(r)
 		if err != nil {
+			close(p.reportsDone)
 			p.Wait()
 			p.pipes.report.Close()
 			return nil, fmt.Errorf("start %q: %w", spec.Path, err)
@@ -304,10 +317,12 @@ func (p *Process) run(started chan<- error) {
 	// last group kill below and any concurrent Signal safe.
 	waitErr := waitExitedNoReap(p.pid)
 	runtime.UnlockOSThread()
+	var treeErr error
 	if waitErr == nil {
 		p.markExited()
 		// Kill whatever is left of the child's process group.
 		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		treeErr = p.checkShimTree()
 	}
 	if p.tty >= 0 {
 		reclaimTerminal(p.tty)
@@ -344,6 +359,9 @@ func (p *Process) run(started chan<- error) {
 	if err != nil && !errors.As(err, &exitErr) {
 		st.Err = err
 	}
+	if treeErr != nil {
+		st.Err = errors.Join(st.Err, treeErr)
+	}
 
 	p.mu.Lock()
 	p.status = st
@@ -353,6 +371,27 @@ func (p *Process) run(started chan<- error) {
 	if stop != nil {
 		stop()
 	}
+}
+
+// errShimKilled is the status error of a shim that died before it reported the command's
+// tree gone.
+var errShimKilled = errors.New("the shim was killed before the command's processes were all gone: those that left its process group may still run")
+
+// checkShimTree waits, once a shim has exited, until its reports are read, and returns
+// errShimKilled if it never reported the command's tree gone: something outside the
+// elector killed it. The command's own process group is then SIGKILLed, the one thing
+// left to do; with no shim it returns nil.
+func (p *Process) checkShimTree() error {
+	if p.pipes == nil {
+		return nil
+	}
+	<-p.reportsDone // the shim has exited: its report pipe ends now
+	if p.treeGone.Load() {
+		return nil
+	}
+	_ = syscall.Kill(-p.cmdPid, syscall.SIGKILL)
+	klog.ErrorS(errShimKilled, "The command's process supervisor ended early", "shimPid", p.pid, "commandPid", p.cmdPid)
+	return errShimKilled
 }
 
 // markExited makes Signal refuse to signal the child's pid or group.
@@ -379,11 +418,17 @@ func (p *Process) start() error {
 	return nil
 }
 
-// Pid returns the child's process id, which is also its process group id:
-// the shim's with Spec.Shim (on Linux), else the command's.
+// Pid returns the child's process id: the shim's with Spec.Shim (on Linux),
+// which is alone in its process group, else the command's.
 func (p *Process) Pid() int { return p.pid }
 
-// CommandPid returns the process id of the command itself.
+// Shimmed reports whether the command runs under the shim, which kills every
+// descendant of the command (found by walking /proc) with it; without it, only
+// the command's process group is killed.
+func (p *Process) Shimmed() bool { return p.pipes != nil }
+
+// CommandPid returns the process id of the command itself, which is also the
+// id of the command's process group.
 func (p *Process) CommandPid() int { return p.cmdPid }
 
 // Done returns a channel that is closed when the child has exited and its
@@ -398,15 +443,31 @@ func (p *Process) Wait() ExitStatus {
 	return p.status
 }
 
-// Signal sends sig to the child's process group (and to the child itself,
-// should it have left its group). It returns os.ErrProcessDone once the
-// child has exited.
+// Signal sends sig to the command's process group (and to the command itself,
+// should it have left its group). With a shim, the shim does so, and sends sig
+// to every descendant outside the group as well; SIGKILL then kills them all
+// as Kill does. It returns os.ErrProcessDone once the child has exited.
 func (p *Process) Signal(sig syscall.Signal) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.exited {
+		return os.ErrProcessDone
+	}
+	if p.pipes != nil {
+		msg := []byte{shimSignal, byte(sig)}
+		if sig == syscall.SIGKILL {
+			msg = []byte{shimKill}
+		}
+		if _, err := p.pipes.ctrl.Write(msg); err == nil {
+			return nil
+		}
+		// The shim is exiting: what is left is its own process group.
+	}
 	return p.signalLocked(sig)
 }
 
+// signalLocked sends sig to the child's process group: the command's, or
+// the shim's, which holds the shim alone.
 func (p *Process) signalLocked(sig syscall.Signal) error {
 	if p.exited {
 		return os.ErrProcessDone
@@ -427,13 +488,13 @@ func (p *Process) signalLocked(sig syscall.Signal) error {
 	return nil
 }
 
-// Kill sends SIGKILL at once to the child's process group and, with a shim,
-// to every descendant of the command; Stop and StopWith then return at once
+// Kill sends SIGKILL at once to the command's process group and, with a
+// shim, to every descendant of the command; Stop and StopWith then return at once
 // as well. It does nothing once the child has exited.
 func (p *Process) Kill() { p.kill() }
 
-// shimKillBackup is how long a shim has to act on a kill request before the
-// whole process group, the shim included, gets SIGKILL directly.
+// shimKillBackup is how long a shim has to act on a kill request before it
+// and the command's process group get SIGKILL directly.
 const shimKillBackup = 2 * time.Second
 
 // kill sends SIGKILL to the group if the child still runs, and records that
@@ -455,7 +516,10 @@ func (p *Process) kill() {
 				p.backup = time.AfterFunc(shimKillBackup, func() {
 					p.mu.Lock()
 					defer p.mu.Unlock()
-					_ = p.signalLocked(syscall.SIGKILL)
+					if !p.exited {
+						_ = syscall.Kill(-p.cmdPid, syscall.SIGKILL)
+						_ = p.signalLocked(syscall.SIGKILL)
+					}
 				})
 			}
 			return

@@ -19,12 +19,18 @@ const ShimArg = "__elector-child-shim"
 
 // The shim's end of its two pipes to the elector (see the package comment).
 const (
-	shimControlFd = 3 // elector → shim: one byte shimKill per request; EOF: the elector died
+	shimControlFd = 3 // elector → shim: shimKill, or shimSignal and a signal number; EOF: the elector died
 	shimReportFd  = 4 // shim → elector: one line per event, see the shimReport* prefixes
 )
 
-// shimKill on the control pipe asks the shim to SIGKILL every descendant now.
-const shimKill = 'K'
+// The requests on the control pipe.
+const (
+	// shimKill asks the shim to SIGKILL every descendant now.
+	shimKill = 'K'
+	// shimSignal, followed by one byte, a signal number, asks the shim to send that signal
+	// to the command's process group and to every descendant outside it. SIGKILL is shimKill.
+	shimSignal = 'S'
+)
 
 // The lines the shim writes on its report pipe.
 const (
@@ -32,6 +38,7 @@ const (
 	shimReportError     = "error"     // "error MESSAGE": CMD could not be started
 	shimReportStopped   = "stopped"   // "stopped PID SIGNAL": a child of the shim was stopped
 	shimReportContinued = "continued" // "continued PID": it runs again
+	shimReportGone      = "gone"      // "gone": the command and every descendant are reaped
 )
 
 // shimPipes are the elector's ends of a shim's pipes, and the shim's ends until it started.
@@ -91,8 +98,10 @@ func readShimStart(r *bufio.Reader) (int, error) {
 	return 0, fmt.Errorf("unexpected report from the shim: %q", line)
 }
 
-// logShimReports logs what the shim reports after the start until it exits.
+// logShimReports logs what the shim reports after the start until it exits, and records
+// whether it reported the command's tree gone.
 func (p *Process) logShimReports(r *bufio.Reader) {
+	defer close(p.reportsDone)
 	defer p.pipes.report.Close()
 	for {
 		line, err := r.ReadString('\n')
@@ -109,6 +118,8 @@ func (p *Process) logShimReports(r *bufio.Reader) {
 			klog.InfoS("A process of the command is stopped: it does nothing until it gets SIGCONT", "pid", pid, "signal", sig, "reason", stopReason(sig), "commandPid", p.cmdPid)
 		case shimReportContinued:
 			klog.InfoS("A stopped process of the command runs again", "pid", pid, "commandPid", p.cmdPid)
+		case shimReportGone:
+			p.treeGone.Store(true)
 		}
 	}
 }

@@ -37,16 +37,18 @@ const prSetChildSubreaper = 36
 
 // RunShim is the shim: the program's main must call it, and exit with its result, when its
 // first argument is ShimArg; args are the arguments after that. It runs the command as its
-// child in its own process group and waits until the command and every descendant are gone,
-// then exits as the command did (the same code, or death by the same signal).
+// child in a process group of the command's own (never the shim's, so that neither the
+// command nor a signal to its group can kill the shim) and waits until the command and every
+// descendant are gone, then exits as the command did (the same code, or death by the same
+// signal).
 //
 // It is a child subreaper, so every orphaned descendant, whatever session or process group
 // it moved to, becomes its child: it reaps them, and it can find all of them by walking
 // /proc. It SIGKILLs every descendant when the command exits, when the elector asks (on its
 // control pipe), and when the elector dies (the control pipe's EOF, or the parent-death
-// signal with a changed parent pid). Signals it receives (those the elector sends the
-// process group) are passed on to the descendants outside its process group, so that they
-// reach processes that called setsid or setpgid too.
+// signal with a changed parent pid). A signal the elector asks for on the control pipe, or
+// that the shim receives itself, goes to the command's process group and to every
+// descendant outside it, so that it reaches processes that called setsid or setpgid too.
 func RunShim(args []string) int {
 	// The command's parent-death signal follows the thread that forks it: this goroutine
 	// keeps its thread for the shim's life.
@@ -81,13 +83,17 @@ func RunShim(args []string) int {
 	if os.Getppid() != parent {
 		return fail(errors.New("the elector exited before the command started"))
 	}
+	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if tty, ok := foregroundTerminal(os.Stdin); ok {
+		attr.Foreground, attr.Ctty = true, tty // the elector gave the shim's group the terminal
+	}
 	cmd := &exec.Cmd{
 		Path:        args[1],
 		Args:        args[2:],
 		Stdin:       os.Stdin,
 		Stdout:      os.Stdout,
 		Stderr:      os.Stderr,
-		SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+		SysProcAttr: attr,
 	}
 	if err := cmd.Start(); err != nil {
 		return fail(err)
@@ -126,22 +132,8 @@ func (s *shim) loop(sigs <-chan os.Signal, ctrl *os.File) int {
 			}
 		}
 	}()
-	kill := make(chan struct{}, 1)
-	go func() {
-		r := bufio.NewReader(ctrl)
-		for {
-			b, err := r.ReadByte()
-			if err != nil || b == shimKill {
-				select {
-				case kill <- struct{}{}:
-				default:
-				}
-			}
-			if err != nil {
-				return // EOF: the elector is gone
-			}
-		}
-	}()
+	requests := make(chan syscall.Signal, 16)
+	go readRequests(ctrl, requests)
 
 	var (
 		status  *syscall.WaitStatus
@@ -152,8 +144,24 @@ func (s *shim) loop(sigs <-chan os.Signal, ctrl *os.File) int {
 		if !killing {
 			killing = true
 			rekill = time.NewTicker(rekillInterval).C // runs until the shim exits
+			if status == nil {
+				// Most of the tree at once, before the walk; the group id is the unreaped
+				// command's own.
+				_ = syscall.Kill(-s.cmd, syscall.SIGKILL)
+			}
 		}
-		signalDescendants(s.self, syscall.SIGKILL, false)
+		signalDescendants(s.self, syscall.SIGKILL, 0)
+	}
+	forward := func(n syscall.Signal) {
+		switch {
+		case killing:
+		case n == syscall.SIGKILL:
+			startKilling()
+		default:
+			// The command is not reaped before killing starts: its group id is still its own.
+			_ = syscall.Kill(-s.cmd, n)
+			signalDescendants(s.self, n, s.cmd)
+		}
 	}
 	for {
 		select {
@@ -162,21 +170,20 @@ func (s *shim) loop(sigs <-chan os.Signal, ctrl *os.File) int {
 				startKilling() // the parent-death signal, or any signal after the elector died
 				continue
 			}
-			n, ok := sig.(syscall.Signal)
-			if !ok || n == syscall.SIGCHLD || n == syscall.SIGURG || killing {
-				continue // SIGURG: the Go runtime's own preemption signal
+			if n, ok := sig.(syscall.Signal); ok && n != syscall.SIGCHLD && n != syscall.SIGURG {
+				forward(n) // SIGURG: the Go runtime's own preemption signal
 			}
-			signalDescendants(s.self, n, true)
-		case <-kill:
-			startKilling()
+		case n := <-requests:
+			forward(n)
 		case <-rekill:
-			signalDescendants(s.self, syscall.SIGKILL, false)
+			signalDescendants(s.self, syscall.SIGKILL, 0)
 		case w := <-waits:
 			switch {
 			case w.err != nil:
 				if status == nil {
 					return 1 // cannot happen: the command is a child until reaped here
 				}
+				fmt.Fprintf(s.report, "%s\n", shimReportGone) // ECHILD: no descendant is left
 				return exitAs(*status)
 			case w.ws.Stopped():
 				fmt.Fprintf(s.report, "%s %d %d\n", shimReportStopped, w.pid, int(w.ws.StopSignal()))
@@ -185,17 +192,44 @@ func (s *shim) loop(sigs <-chan os.Signal, ctrl *os.File) int {
 			case w.pid == s.cmd:
 				ws := w.ws
 				status = &ws
+				if _, err := waitid(pAll, 0, syscall.WEXITED|syscall.WNOHANG|syscall.WNOWAIT); errors.Is(err, syscall.ECHILD) {
+					// No child, so no descendant (an orphan becomes the subreaper's child):
+					// the common exit of a handover needs no /proc walk.
+					fmt.Fprintf(s.report, "%s\n", shimReportGone)
+					return exitAs(ws)
+				}
 				startKilling() // nothing the command started may outlive it
 			}
 		}
 	}
 }
 
-// signalDescendants sends sig to every descendant of root found in /proc; with
-// outsideGroupOnly, only to those outside root's process group (the rest got it already).
-func signalDescendants(root int, sig syscall.Signal, outsideGroupOnly bool) {
+// readRequests reads the control pipe and sends each request on requests: a signal, SIGKILL
+// for shimKill and for the pipe's end (the elector is gone).
+func readRequests(ctrl *os.File, requests chan<- syscall.Signal) {
+	r := bufio.NewReader(ctrl)
+	for {
+		b, err := r.ReadByte()
+		if err == nil && b == shimSignal {
+			b, err = r.ReadByte()
+			if err == nil && b != 0 {
+				requests <- syscall.Signal(b)
+			}
+		}
+		if err != nil || b == shimKill {
+			requests <- syscall.SIGKILL
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// signalDescendants sends sig to every descendant of root found in /proc, except those in
+// process group skipGroup (which got it already; 0 skips none).
+func signalDescendants(root int, sig syscall.Signal, skipGroup int) {
 	for _, d := range descendants(root) {
-		if outsideGroupOnly && d.pgid == root {
+		if skipGroup != 0 && d.pgid == skipGroup {
 			continue
 		}
 		_ = syscall.Kill(d.pid, sig)

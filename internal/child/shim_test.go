@@ -4,6 +4,7 @@ package child
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -77,8 +78,85 @@ func TestShimCommandPid(t *testing.T) {
 	if p.CommandPid() != pid || p.Pid() == pid {
 		t.Errorf("Pid %d, CommandPid %d; the command is %d", p.Pid(), p.CommandPid(), pid)
 	}
-	if e, ok := readProcStat(pid); !ok || e.ppid != p.Pid() || e.pgid != p.Pid() {
-		t.Errorf("the command's /proc entry %+v; want parent and group %d (the shim)", e, p.Pid())
+	if e, ok := readProcStat(pid); !ok || e.ppid != p.Pid() || e.pgid != pid {
+		t.Errorf("the command's /proc entry %+v; want parent %d (the shim) and a group of its own %d", e, p.Pid(), pid)
+	}
+	if e, ok := readProcStat(p.Pid()); !ok || e.pgid != p.Pid() {
+		t.Errorf("the shim's /proc entry %+v; want a process group of its own", e)
+	}
+}
+
+// assertTreeGone checks that the command's status is clean (the shim reported its tree
+// gone) and that none of pids runs once the child has exited.
+func assertTreeGone(t *testing.T, st ExitStatus, pids []int) {
+	t.Helper()
+	if st.Err != nil {
+		t.Errorf("status %+v: %v", st, st.Err)
+	}
+	for _, pid := range pids {
+		if running(pid) {
+			t.Errorf("process %d still runs after the child exited (status %v)", pid, st)
+		}
+	}
+}
+
+// TestShimSurvivesKillOfCommandGroup: a command that ends with the clean-up idiom
+// `kill -9 0` kills its own process group, never the shim, which then kills the orphan in
+// another session before it exits as the command did.
+func TestShimSurvivesKillOfCommandGroup(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	p := startSh(t, shimSpec("PIDS="+pidFile), treeScript+`
+while [ "$(wc -l < "$PIDS")" -lt 3 ]; do sleep 0.01; done
+kill -9 0`)
+	pids := waitPids(t, pidFile, 3)
+	for _, pid := range pids {
+		killLong(t, pid)
+	}
+	st := waitStatus(t, p)
+	if st.Signal != syscall.SIGKILL {
+		t.Errorf("status %+v, want killed by SIGKILL", st)
+	}
+	assertTreeGone(t, st, pids)
+}
+
+// TestShimStopSignalKill: SIGKILL, and every other signal, as the stop signal reaches the
+// command's group and the processes outside it, never the shim, so that nothing of the tree
+// runs when Stop returns.
+func TestShimStopSignalKill(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1} {
+		t.Run(sig.String(), func(t *testing.T) {
+			pidFile := filepath.Join(t.TempDir(), "pids")
+			// A setsid'd orphan that ignores nothing, besides treeScript's processes.
+			spec := Spec{Shim: true, StopSignal: sig, KillGrace: 200 * time.Millisecond, Env: []string{"PIDS=" + pidFile, "PATH=" + os.Getenv("PATH")}}
+			p := startSh(t, spec, `(setsid sh -c 'sleep `+long+` & echo $! >> "$PIDS"' &)
+`+treeScript+`while :; do sleep 0.05; done`)
+			pids := waitPids(t, pidFile, 4)
+			for _, pid := range pids {
+				killLong(t, pid)
+			}
+			assertTreeGone(t, p.Stop(testCtx(t)), pids)
+		})
+	}
+}
+
+// TestShimKilledIsReported: a shim SIGKILLed from outside cannot report the command's tree
+// gone; the status says so, and the command's own group is SIGKILLed.
+func TestShimKilledIsReported(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	p := startSh(t, shimSpec("PIDS="+pidFile), `sleep `+long+` & echo $! >> "$PIDS"; echo $$ >> "$PIDS"; wait`)
+	pids := waitPids(t, pidFile, 2)
+	for _, pid := range pids {
+		killLong(t, pid)
+	}
+	if err := syscall.Kill(p.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	st := waitStatus(t, p)
+	if !errors.Is(st.Err, errShimKilled) {
+		t.Errorf("status %+v, want the error %v", st, errShimKilled)
+	}
+	for _, pid := range pids {
+		waitGone(t, pid, "process of the command's group")
 	}
 }
 
