@@ -15,6 +15,7 @@ import (
 
 	"github.com/elector/elector/internal/faultproxy"
 	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/wakeprobe"
 	"github.com/elector/elector/pkg/election"
 )
 
@@ -210,45 +211,6 @@ func holdsAll(g *election.Group, names ...string) bool {
 	return true
 }
 
-// wakeProbe is the control of a loop-lag measurement: a goroutine beside the test that
-// sleeps probePeriod again and again and records how late it wakes up. That is the machine's
-// scheduling delay in the same window of the same run, which the Group's loop suffers too: on
-// a starved machine both are late together.
-type wakeProbe struct {
-	stop, done chan struct{}
-	once       sync.Once
-	max        time.Duration // written by the probe until done is closed
-}
-
-// probePeriod is how long the probe sleeps between measurements.
-const probePeriod = 10 * time.Millisecond
-
-// startWakeProbe starts a probe; it is stopped by lag or at cleanup.
-func startWakeProbe(t *testing.T) *wakeProbe {
-	p := &wakeProbe{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(p.done)
-		for {
-			start := time.Now()
-			select {
-			case <-p.stop:
-				return
-			case <-time.After(probePeriod):
-			}
-			p.max = max(p.max, time.Since(start)-probePeriod)
-		}
-	}()
-	t.Cleanup(func() { p.lag() })
-	return p
-}
-
-// lag stops the probe and returns the latest it woke up.
-func (p *wakeProbe) lag() time.Duration {
-	p.once.Do(func() { close(p.stop) })
-	<-p.done
-	return p.max
-}
-
 // assertLoopNotHeld checks that a Group's loop was not held by a call that blocks for
 // blocked: such a loop wakes up at least blocked late, while a free one wakes up as late as
 // the machine lets any goroutine, the probe's control. Half the blocked call's duration
@@ -256,7 +218,7 @@ func (p *wakeProbe) lag() time.Duration {
 // RetryPeriod or OnStoppedLeading late). The figures are logged either way.
 func assertLoopNotHeld(t *testing.T, lag, control, blocked time.Duration) {
 	t.Helper()
-	limit := control + blocked/2
+	limit := wakeprobe.Limit(control, blocked)
 	t.Logf("A's loop woke up at most %v late; the probe beside it %v; a loop held by the blocked call would be %v late (limit %v)",
 		lag.Round(time.Millisecond), control.Round(time.Millisecond), blocked, limit.Round(time.Millisecond))
 	if lag >= limit {
@@ -287,7 +249,7 @@ func TestGroupSlowStopDoesNotFreezeOtherLeases(t *testing.T) {
 	var maxGap time.Duration
 	lastRenew, lastTTL := time.Now(), time.Duration(0)
 	election.ResetGroupMaxLag(a)
-	probe := startWakeProbe(t)
+	probe := wakeprobe.Start(t)
 	a.Remove("x")
 	start := time.Now()
 	for time.Since(start) < 3500*time.Millisecond {
@@ -304,7 +266,7 @@ func TestGroupSlowStopDoesNotFreezeOtherLeases(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	maxGap = max(maxGap, time.Since(lastRenew))
-	lag, control := election.GroupMaxLag(a), probe.lag()
+	lag, control := election.GroupMaxLag(a), probe.Stop()
 	waitUntil(t, 10*time.Second, "B takes x", func() bool { return holdsAll(b, "x") })
 	worst := iv.check(t)
 	t.Logf("during A's 3 s OnStoppedLeading(x): y renewed at most %v apart (retry period %v); A's loop woke up at most %v late; longest overlap %v",
@@ -314,7 +276,7 @@ func TestGroupSlowStopDoesNotFreezeOtherLeases(t *testing.T) {
 	}
 	// A renewal is due every RetryPeriod, and a loop that waits for OnStoppedLeading shows a
 	// 3 s gap; the sampling goroutine is as late as the probe beside it.
-	if limit := retry + control + stopFor/2; maxGap >= limit {
+	if limit := retry + wakeprobe.Limit(control, stopFor); maxGap >= limit {
 		t.Errorf("y went %v without a renewal (retry period %v, probe %v): the renewals waited for the %v OnStoppedLeading(x)", maxGap, retry, control, stopFor)
 	}
 	assertLoopNotHeld(t, lag, control, stopFor)
@@ -365,12 +327,12 @@ func TestGroupRefusedSubscribeAndStalledPath(t *testing.T) {
 	b := runGroup(t, iv, "pod-b", groupOpts{group: "b", client: proxiedClient(t, srv.Addr(), renew/2, "", ""), leases: names, timing: timing})
 	time.Sleep(3 * retry) // renewals with the refused subscription
 	election.ResetGroupMaxLag(a)
-	probe := startWakeProbe(t)
+	probe := wakeprobe.Start(t)
 	proxy.Blackhole(true)
 	stalled := time.Now()
 	waitUntil(t, 10*time.Second, "B takes every lease", func() bool { return holdsAll(b, names...) })
 	took := time.Since(stalled)
-	lag, control := election.GroupMaxLag(a), probe.lag()
+	lag, control := election.GroupMaxLag(a), probe.Stop()
 	if n := len(a.Held()); n != 0 {
 		t.Errorf("A still believes it holds %d leases %v after its path stalled", n, time.Since(stalled))
 	}
@@ -415,7 +377,7 @@ func TestGroupAddAfterRemoveWhileReleasing(t *testing.T) {
 	b := runGroup(t, iv, "pod-b", groupOpts{group: "b", client: proxiedClient(t, srv.Addr(), renew/2, "", ""), leases: xs, timing: timing})
 	time.Sleep(2 * retry)
 	election.ResetGroupMaxLag(a)
-	probe := startWakeProbe(t)
+	probe := wakeprobe.Start(t)
 
 	proxy.SetLatency(holdBack)
 	a.Remove(ws...) // their release batch goes into the proxy and is held back
@@ -436,7 +398,7 @@ func TestGroupAddAfterRemoveWhileReleasing(t *testing.T) {
 	a.Add(xs...) // the release of X has not come back
 	waitUntil(t, 10*time.Second, "B leads every x", func() bool { return holdsAll(b, xs...) })
 	time.Sleep(lease + 2*retry) // A tries X again once the others had their chance
-	lag, control := election.GroupMaxLag(a), probe.lag()
+	lag, control := election.GroupMaxLag(a), probe.Stop()
 	worst := iv.check(t)
 	t.Logf("Remove then Add during the release: longest overlap %v", worst)
 	for _, x := range xs {
