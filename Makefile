@@ -4,7 +4,7 @@ GOFLAGS ?=
 export GOFLAGS
 
 .PHONY: test test-deps lint build check-static helm-test bench-quick adapters-test fuzz-smoke demo ci \
-	test-under-load model compat k8s-e2e check-adapters
+	test-under-load model compat k8s-e2e check-adapters flake-hunt
 
 ## test: install redis-server/sentinel/cli if missing (as root, with apt-get), then run every
 ## test of the main module with the race detector against real Redis processes. The test
@@ -67,6 +67,12 @@ fuzz-smoke:
 LOAD_PKGS ?= ./pkg/election/... ./pkg/lease/... ./test/e2e/...
 test-under-load: test-deps
 	hack/under-load.sh $(GO) test -race -count=1 -timeout 20m $(LOAD_PKGS)
+
+## flake-hunt: the timing-sensitive packages (election, lease, child, e2e, reliability, the
+## adapters) FLAKE_N times (default 10) beside two busy loops and a compile loop at nice 19,
+## against every Redis server found (hack/flake-hunt.sh); prints each test's failure count.
+flake-hunt: test-deps
+	hack/flake-hunt.sh
 
 ## model: the Promela models of the protocol checked by spin, and every mutant refuted.
 model: test-deps

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/elector/elector/internal/ciskip"
 )
 
 // TestBashCompletion sources `elector completion bash` in a real bash, checks that complete
@@ -14,7 +16,7 @@ import (
 func TestBashCompletion(t *testing.T) {
 	bash, err := exec.LookPath("bash")
 	if err != nil {
-		t.Skip("no bash")
+		ciskip.Skip(t, "no bash")
 	}
 	c, stdout, stderr := testCLI(nil)
 	if code := c.main(context.Background(), []string{"completion", "bash"}); code != exitOK {

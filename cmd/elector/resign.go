@@ -104,121 +104,89 @@ func (c *cli) resignCmd(ctx context.Context, args []string) int {
 		fmt.Fprintf(c.stderr, "%s: %v\n", who, err)
 		return code
 	}
-	out := newLeaseStatus(co.lease.name, l.Keys().Lease, lease.Status{Held: true, Record: next.Record, TTL: next.TTL})
-	if err := writeStatus(c.stdout, ro.output, out); err != nil {
+	if err := writeStatus(c.stdout, ro.output, next); err != nil {
 		return c.runtimeError(who, fmt.Errorf("write the new holder: %w", err))
 	}
 	return exitOK
 }
 
-// resign writes the request and waits on the events channel, subscribed before the request
-// is written so that no event is missed, until a term newer than the resigning one begins.
-// It returns that term's Acquired event, or an error with the exit code.
-func resign(ctx context.Context, co *commonOptions, ro *resignOptions, l *lease.Lease) (lease.Event, int, error) {
+// resign writes the request and follows the lease, subscribed before the request is written
+// so that no event is missed, until a term newer than the resigning one begins. It returns
+// that term, or an error with the exit code.
+func resign(ctx context.Context, co *commonOptions, ro *resignOptions, l *lease.Lease) (leaseStatus, int, error) {
 	name := co.lease.name
-	sub, err := l.Subscribe(ctx)
+	f, err := newLeaseFollower(ctx, co, l)
 	if err != nil {
-		return lease.Event{}, exitError, readError(fmt.Sprintf("cannot subscribe to the events of lease %q", name), co, err)
+		return leaseStatus{}, exitError, readError(fmt.Sprintf("cannot subscribe to the events of lease %q", name), co, err)
 	}
-	defer func() {
-		if sub != nil {
-			_ = sub.Close()
-		}
-	}()
+	defer f.close()
 	// The request names the term read first: the client retries a command whose reply was
 	// lost, and a retry after the holder changed must not ask the next term to resign too.
 	cctx, cancel := context.WithTimeout(ctx, callTimeout(co.lease.renewDeadline))
 	defer cancel()
 	cur, err := l.Get(cctx)
 	if err != nil {
-		return lease.Event{}, exitError, readError(fmt.Sprintf("cannot read lease %q", name), co, err)
+		return leaseStatus{}, exitError, readError(fmt.Sprintf("cannot read lease %q", name), co, err)
 	}
 	if !cur.Held {
-		return lease.Event{}, exitNoLeader, fmt.Errorf("lease %q has no holder: nothing to resign", name)
+		return leaseStatus{}, exitNoLeader, fmt.Errorf("lease %q has no holder: nothing to resign", name)
 	}
+	f.armExpiry(newLeaseStatus(name, l.Keys().Lease, cur))
 	_, err = l.RequestResign(cctx, lease.ResignRequest{Target: ro.to, HoldOff: ro.holdOff, Timeout: ro.timeout, Term: cur.Record})
 	switch {
 	case errors.Is(err, lease.ErrTargetIsHolder):
-		return lease.Event{}, exitError, fmt.Errorf("--%s %q holds lease %q already: nothing to hand over", flagTo, ro.to, name)
+		return leaseStatus{}, exitError, fmt.Errorf("--%s %q holds lease %q already: nothing to hand over", flagTo, ro.to, name)
 	case errors.Is(err, lease.ErrOtherTerm):
 		// The term ended meanwhile (or a retry of a request already written found its
 		// successor): wait for, or report, the next term as for a request that worked.
 		klog.InfoS("The holder's term ended before the request was written", "lease", name, "holder", cur.Record.Identity, "token", cur.Record.Token)
 		if now, err := l.Get(cctx); err == nil && now.Held && now.Record.Token > cur.Record.Token {
-			return finishResign(ro, cur.Record, lease.Event{Kind: lease.Acquired, Record: now.Record, TTL: now.TTL}, time.Now(), endedBeforeRequest)
+			return finishResign(ro, cur.Record, newLeaseStatus(name, l.Keys().Lease, now), time.Now(), endedBeforeRequest)
 		}
 	case err != nil:
-		return lease.Event{}, exitError, readError(fmt.Sprintf("cannot write the resign request of lease %q", name), co, err)
+		return leaseStatus{}, exitError, readError(fmt.Sprintf("cannot write the resign request of lease %q", name), co, err)
 	default:
 		klog.InfoS("Asked the holder to resign; it does so at its next renewal", "lease", name, "holder", cur.Record.Identity, "token", cur.Record.Token, "to", ro.to, "holdOff", ro.holdOff)
 	}
-	return awaitSuccessor(ctx, co, ro, l, &sub, cur.Record)
+	return awaitSuccessor(ctx, co, ro, l, f, cur.Record)
 }
 
-// awaitSuccessor waits on *sub's events until a term newer than old begins, renewing *sub
-// (closed by the caller) when its connection fails.
-func awaitSuccessor(ctx context.Context, co *commonOptions, ro *resignOptions, l *lease.Lease, sub **lease.Subscription, old lease.Record) (lease.Event, int, error) {
+// awaitSuccessor follows the lease until a term newer than old begins: announced by an
+// event, or found by a read after a resubscription or at the expiry of the term last seen.
+func awaitSuccessor(ctx context.Context, co *commonOptions, ro *resignOptions, l *lease.Lease, f *leaseFollower, old lease.Record) (leaseStatus, int, error) {
 	start := time.Now()
 	released := false
-	events := (*sub).Events()
 	for {
-		select {
-		case <-ctx.Done():
-			return lease.Event{}, exitError, resignTimeout(co, ro, l, old, released)
-		case ev, open := <-events:
-			if !open {
-				// The connection failed: subscribe again, then read the lease once, since
-				// events published meanwhile are lost.
-				_ = (*sub).Close()
-				again, now, err := resubscribe(ctx, co, l)
-				if *sub = again; err != nil {
-					if ctx.Err() != nil {
-						return lease.Event{}, exitError, resignTimeout(co, ro, l, old, released)
-					}
-					return lease.Event{}, exitError, readError(fmt.Sprintf("the request was written, but the subscription to the events of lease %q broke and could not be renewed", co.lease.name), co, err)
-				}
-				events = again.Events()
-				if now.Held && now.Record.Token > old.Token {
-					return finishResign(ro, old, lease.Event{Kind: lease.Acquired, Record: now.Record, TTL: now.TTL}, start, whyNotTarget(ro, released))
-				}
-				continue
+		u, err := f.next(ctx)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return leaseStatus{}, exitError, resignTimeout(co, ro, l, old, released)
+		case err != nil:
+			return leaseStatus{}, exitError, fmt.Errorf("the request was written, but the lease can no longer be followed: %w", err)
+		case u.isRead():
+			if u.read.Holder != "" && u.read.Token > old.Token {
+				return finishResign(ro, old, u.read, start, whyNotTarget(ro, released))
 			}
-			switch {
-			case ev.Kind == lease.Released && ev.Record == old:
-				released = true
-				klog.V(2).InfoS("The holder released the lease", "lease", co.lease.name, "token", old.Token, "after", time.Since(start))
-			case ev.Kind == lease.Acquired && ev.Record.Token > old.Token:
-				return finishResign(ro, old, ev, start, whyNotTarget(ro, released))
-			}
+		case u.event.Kind == lease.Released && u.event.Record == old:
+			released = true
+			klog.V(2).InfoS("The holder released the lease", "lease", co.lease.name, "token", old.Token, "after", time.Since(start))
+		case u.event.Kind == lease.Acquired && u.event.Record.Token > old.Token:
+			next := newLeaseStatus(co.lease.name, l.Keys().Lease, lease.Status{Held: true, Record: u.event.Record, TTL: u.event.TTL})
+			return finishResign(ro, old, next, start, whyNotTarget(ro, released))
 		}
 	}
-}
-
-// resubscribe subscribes to the lease's events again and then reads the lease once (a read
-// that fails reads as no holder: the events tell the rest). sub is nil with an error.
-func resubscribe(ctx context.Context, co *commonOptions, l *lease.Lease) (*lease.Subscription, lease.Status, error) {
-	sub, err := l.Subscribe(ctx)
-	if err != nil {
-		return nil, lease.Status{}, err
-	}
-	gctx, cancel := context.WithTimeout(ctx, callTimeout(co.lease.renewDeadline))
-	defer cancel()
-	now, err := l.Get(gctx)
-	if err != nil {
-		return sub, lease.Status{}, nil
-	}
-	return sub, now, nil
 }
 
 // finishResign checks that the new term is --to's, when one was named; why says how another
 // replica could take over, for the error.
-func finishResign(ro *resignOptions, old lease.Record, ev lease.Event, start time.Time, why string) (lease.Event, int, error) {
-	if ro.to != "" && ev.Record.Identity != ro.to {
-		return lease.Event{}, exitError, fmt.Errorf("%q took over (token %d), not --%s %q: %s",
-			ev.Record.Identity, ev.Record.Token, flagTo, ro.to, why)
+func finishResign(ro *resignOptions, old lease.Record, next leaseStatus, start time.Time, why string) (leaseStatus, int, error) {
+	if ro.to != "" && next.Holder != ro.to {
+		return leaseStatus{}, exitError, fmt.Errorf("%q took over (token %d), not --%s %q: %s",
+			next.Holder, next.Token, flagTo, ro.to, why)
 	}
-	klog.InfoS("A new term began", "from", old.Identity, "to", ev.Record.Identity, "token", ev.Record.Token, "after", time.Since(start))
-	return ev, exitOK, nil
+	klog.InfoS("A new term began", "from", old.Identity, "to", next.Holder, "token", next.Token, "after", time.Since(start))
+	next.Transitions, next.Reserved = nil, nil // what a read adds: one output, however it was found
+	return next, exitOK, nil
 }
 
 // endedBeforeRequest is why another replica took over when the holder's term ended before

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
 	"github.com/elector/elector/internal/redisfail"
@@ -295,9 +294,9 @@ func printStatus(w io.Writer, s leaseStatus) error {
 	return tw.Flush()
 }
 
-// statusWatch is `elector status --watch`: the current state, then a line per change from
-// the lease's events channel. Expiry is announced by nobody, so at the expiry the last event
-// announced, one read tells whether the lease expired. SIGINT or SIGTERM ends it with 0.
+// statusWatch is `elector status --watch`: the current state, then a line per change, as a
+// leaseFollower sees it (events, and a read after a resubscription or at the expiry of the
+// term last seen). SIGINT or SIGTERM ends it with 0.
 func (c *cli) statusWatch(ctx context.Context, who string, co *commonOptions, l *lease.Lease, output string) int {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -307,11 +306,11 @@ func (c *cli) statusWatch(ctx context.Context, who string, co *commonOptions, l 
 		w.table = tw
 		fmt.Fprintf(tw, "TIME\tEVENT\tHOLDER\tTOKEN\tTTL\tACQUIRED\n")
 	}
-	sub, err := l.Subscribe(ctx)
+	f, err := newLeaseFollower(ctx, co, l)
 	if err != nil {
 		return c.runtimeError(who, readError(fmt.Sprintf("cannot watch lease %q", co.lease.name), co, err))
 	}
-	defer func() { _ = sub.Close() }()
+	defer f.close()
 	st, err := readStatus(ctx, co, l) // after subscribing: no change between is missed
 	if err != nil {
 		return c.runtimeError(who, err)
@@ -323,77 +322,19 @@ func (c *cli) statusWatch(ctx context.Context, who string, co *commonOptions, l 
 	if err := w.print(first, st); err != nil {
 		return c.runtimeError(who, err)
 	}
-	expiry := time.NewTimer(time.Hour)
-	defer expiry.Stop()
-	w.armExpiry(expiry, st.TTLMs)
+	f.armExpiry(st)
 	for {
-		select {
-		case <-ctx.Done():
-			return exitOK
-		case ev, open := <-sub.Events():
-			if !open {
-				if ctx.Err() != nil {
-					return exitOK
-				}
-				// The connection failed: subscribe again, then read the state once, since
-				// events published meanwhile are lost.
-				_ = sub.Close()
-				if sub, err = w.resubscribe(ctx); err != nil {
-					return c.runtimeError(who, err)
-				}
-				if sub == nil {
-					return exitOK
-				}
-				st, err := readStatus(ctx, co, l)
-				if err != nil {
-					return c.runtimeError(who, err)
-				}
-				if st.Holder != w.last.Holder || st.Token != w.last.Token {
-					kind := "acquired"
-					if st.Holder == "" {
-						kind = "expired"
-					}
-					if err := w.print(kind, st); err != nil {
-						return c.runtimeError(who, err)
-					}
-				}
-				w.armExpiry(expiry, st.TTLMs)
-				continue
+		u, err := f.next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return exitOK
 			}
-			s := leaseStatus{Lease: co.lease.name, Key: l.Keys().Lease}
-			switch ev.Kind {
-			case lease.Renewed:
-				w.armExpiry(expiry, ev.TTL.Milliseconds())
-				continue
-			case lease.ResignRequested: // a request changes nothing until the release
-				continue
-			case lease.Acquired:
-				s = newLeaseStatus(co.lease.name, l.Keys().Lease, lease.Status{Held: true, Record: ev.Record, TTL: ev.TTL})
-			}
-			if err := w.print(ev.Kind.String(), s); err != nil {
+			return c.runtimeError(who, err)
+		}
+		if kind, s, changed := w.change(u); changed {
+			if err := w.print(kind, s); err != nil {
 				return c.runtimeError(who, err)
 			}
-			w.armExpiry(expiry, s.TTLMs) // stops it after a release
-		case <-expiry.C:
-			st, err := readStatus(ctx, co, l)
-			if err != nil {
-				if ctx.Err() != nil {
-					return exitOK
-				}
-				return c.runtimeError(who, err)
-			}
-			if st.Holder == "" {
-				if err := w.print("expired", st); err != nil {
-					return c.runtimeError(who, err)
-				}
-				continue
-			}
-			if st.Holder != w.last.Holder || st.Token != w.last.Token {
-				if err := w.print("acquired", st); err != nil {
-					return c.runtimeError(who, err)
-				}
-			}
-			w.armExpiry(expiry, st.TTLMs)
 		}
 	}
 }
@@ -426,34 +367,24 @@ func (w *statusWatcher) print(kind string, s leaseStatus) error {
 	return nil
 }
 
-// armExpiry sets the timer to the lease's expiry, ttlMs from now, plus a little, so that the
-// read finds the key gone; a lease without holder or expiry stops it.
-func (w *statusWatcher) armExpiry(t *time.Timer, ttlMs int64) {
-	t.Stop()
-	if ttlMs > 0 && w.last.Holder != "" {
-		t.Reset(time.Duration(ttlMs)*time.Millisecond + 5*time.Millisecond)
+// change says which line an update prints, if any: an event, but neither a renewal nor a
+// request (it changes nothing until the release); a read that found another state than the
+// last line's ("expired" when nobody holds the lease).
+func (w *statusWatcher) change(u followUpdate) (kind string, s leaseStatus, changed bool) {
+	if u.isRead() {
+		switch {
+		case u.read.Holder == "" && w.last.Holder != "":
+			return "expired", u.read, true
+		case u.read.Holder != "" && (u.read.Holder != w.last.Holder || u.read.Token != w.last.Token):
+			return "acquired", u.read, true
+		}
+		return "", leaseStatus{}, false
 	}
-}
-
-// resubscribe subscribes again, every retry period until it succeeds; nil, nil when ctx ended.
-func (w *statusWatcher) resubscribe(ctx context.Context) (*lease.Subscription, error) {
-	for {
-		sub, err := w.l.Subscribe(ctx)
-		if err == nil {
-			return sub, nil
-		}
-		if ctx.Err() != nil {
-			return nil, nil
-		}
-		switch redisfail.Reason(err) {
-		case "auth", "noperm", "unknown_master": // retrying cannot help
-			return nil, readError(fmt.Sprintf("cannot watch lease %q", w.co.lease.name), w.co, err)
-		}
-		klog.V(2).InfoS("Cannot subscribe again; retrying", "lease", w.co.lease.name, "err", err)
-		select {
-		case <-ctx.Done():
-			return nil, nil
-		case <-time.After(w.co.lease.retryPeriod):
-		}
+	switch u.event.Kind {
+	case lease.Renewed, lease.ResignRequested:
+		return "", leaseStatus{}, false
+	case lease.Acquired:
+		return "acquired", newLeaseStatus(w.co.lease.name, w.l.Keys().Lease, lease.Status{Held: true, Record: u.event.Record, TTL: u.event.TTL}), true
 	}
+	return u.event.Kind.String(), leaseStatus{Lease: w.co.lease.name, Key: w.l.Keys().Lease}, true
 }

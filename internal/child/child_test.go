@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/elector/elector/internal/wakeprobe"
 )
 
 // helperEnv selects a helper mode when the test binary re-executes itself.
@@ -265,14 +267,18 @@ func TestKillGraceEscalation(t *testing.T) {
 	p := startSh(t, Spec{KillGrace: grace, Env: []string{"READY=" + ready, "PATH=" + os.Getenv("PATH")}},
 		`trap '' TERM; echo ready > "$READY"; while :; do sleep 0.05; done`)
 	waitFile(t, ready)
+	probe := wakeprobe.Start(t)
 	start := time.Now()
 	st := p.Stop(testCtx(t))
 	elapsed := time.Since(start)
+	control := probe.Stop()
 	if st.Signal != syscall.SIGKILL || !st.Killed || st.ExitCode() != 137 {
 		t.Errorf("Stop of a child ignoring SIGTERM = %+v", st)
 	}
-	if elapsed < grace || elapsed > 20*grace {
-		t.Errorf("Stop took %v; want the grace period of %v, then SIGKILL", elapsed, grace)
+	// Not before the grace; then SIGKILL, not a wait that never ends (a margin of many
+	// graces above the same run's control).
+	if elapsed < grace || elapsed >= grace+wakeprobe.Limit(control, 40*grace) {
+		t.Errorf("Stop took %v (probe lag %v); want the grace period of %v, then SIGKILL", elapsed, control, grace)
 	}
 	if !strings.Contains(st.String(), "after the stop grace period") {
 		t.Errorf("String() = %q", st.String())
@@ -309,12 +315,13 @@ func TestStopContextForcesKill(t *testing.T) {
 	waitFile(t, ready)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
+	probe := wakeprobe.Start(t)
 	start := time.Now()
 	st := p.Stop(ctx)
 	if st.Signal != syscall.SIGKILL || !st.Killed {
 		t.Errorf("Stop with an expiring context = %+v", st)
 	}
-	if elapsed := time.Since(start); elapsed > 20*time.Second {
+	if elapsed, control := time.Since(start), probe.Stop(); elapsed >= wakeprobe.Limit(control, 40*time.Second) {
 		t.Errorf("Stop took %v despite its context ending after 200ms", elapsed)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/elector/elector/internal/ciskip"
 )
 
 func TestResolve(t *testing.T) {
@@ -91,7 +93,7 @@ func TestLdflagsStamp(t *testing.T) {
 	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		t.Skipf("go toolchain not on PATH: %v", err)
+		ciskip.Skip(t, "go toolchain not on PATH: %v", err)
 	}
 	bin := filepath.Join(t.TempDir(), "stamp")
 	const pkg = "github.com/elector/elector/internal/version"

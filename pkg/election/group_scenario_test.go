@@ -15,6 +15,7 @@ import (
 
 	"github.com/elector/elector/internal/faultproxy"
 	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/wakeprobe"
 	"github.com/elector/elector/pkg/election"
 )
 
@@ -210,25 +211,33 @@ func holdsAll(g *election.Group, names ...string) bool {
 	return true
 }
 
-// lagBound is how late a Group's loop may wake up (for a deadline, a renewal or an attempt)
-// in these scenarios: half the margin between the step-down and the expiry (LeaseDuration −
-// RenewDeadline), which is what a late deadline check eats into. That is many times a
-// wake-up's scheduling delay even under -race on a loaded machine, and far below what a
-// blocking call on the loop costs: the old Group woke up a whole RetryPeriod or
-// OnStoppedLeading late.
-func lagBound(lease, renew time.Duration) time.Duration { return (lease - renew) / 2 }
+// assertLoopNotHeld checks that a Group's loop was not held by a call that blocks for
+// blocked: such a loop wakes up at least blocked late, while a free one wakes up as late as
+// the machine lets any goroutine, the probe's control. Half the blocked call's duration
+// above the control separates the two, whatever the load (the old Group woke up a whole
+// RetryPeriod or OnStoppedLeading late). The figures are logged either way.
+func assertLoopNotHeld(t *testing.T, lag, control, blocked time.Duration) {
+	t.Helper()
+	limit := wakeprobe.Limit(control, blocked)
+	t.Logf("A's loop woke up at most %v late; the probe beside it %v; a loop held by the blocked call would be %v late (limit %v)",
+		lag.Round(time.Millisecond), control.Round(time.Millisecond), blocked, limit.Round(time.Millisecond))
+	if lag >= limit {
+		t.Errorf("A's loop woke up %v late, the probe beside it %v: the loop was held by the call that blocked for %v", lag, control, blocked)
+	}
+}
 
 // TestGroupSlowStopDoesNotFreezeOtherLeases is issue #12's first path: replica A holds X and
 // Y; Remove(X); A's OnStoppedLeading(X) takes 3 s. Y must go on being renewed (the old Group
 // ran OnStoppedLeading on its loop: Y expired, B led Y while A's ctx for Y stayed live).
 func TestGroupSlowStopDoesNotFreezeOtherLeases(t *testing.T) {
 	const lease, renew, retry = time.Second, 600 * time.Millisecond, 150 * time.Millisecond
+	const stopFor = 3 * time.Second // OnStoppedLeading(x)
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	iv := newIntervals()
 	timing := [3]time.Duration{lease, renew, retry}
 	a := runGroup(t, iv, "pod-a", groupOpts{group: "a", client: proxiedClient(t, srv.Addr(), renew/2, "", ""), leases: []string{"x", "y"}, timing: timing,
-		stopFor: map[string]time.Duration{"x": 3 * time.Second}})
+		stopFor: map[string]time.Duration{"x": stopFor}})
 	waitUntil(t, 10*time.Second, "A holds x and y", func() bool { return holdsAll(a, "x", "y") })
 	// B campaigns for both (its own membership, so A keeps its share of 2).
 	b := runGroup(t, iv, "pod-b", groupOpts{group: "b", client: proxiedClient(t, srv.Addr(), renew/2, "", ""), leases: []string{"x", "y"}, timing: timing})
@@ -240,6 +249,7 @@ func TestGroupSlowStopDoesNotFreezeOtherLeases(t *testing.T) {
 	var maxGap time.Duration
 	lastRenew, lastTTL := time.Now(), time.Duration(0)
 	election.ResetGroupMaxLag(a)
+	probe := wakeprobe.Start(t)
 	a.Remove("x")
 	start := time.Now()
 	for time.Since(start) < 3500*time.Millisecond {
@@ -256,7 +266,7 @@ func TestGroupSlowStopDoesNotFreezeOtherLeases(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	maxGap = max(maxGap, time.Since(lastRenew))
-	lag := election.GroupMaxLag(a)
+	lag, control := election.GroupMaxLag(a), probe.Stop()
 	waitUntil(t, 10*time.Second, "B takes x", func() bool { return holdsAll(b, "x") })
 	worst := iv.check(t)
 	t.Logf("during A's 3 s OnStoppedLeading(x): y renewed at most %v apart (retry period %v); A's loop woke up at most %v late; longest overlap %v",
@@ -264,14 +274,12 @@ func TestGroupSlowStopDoesNotFreezeOtherLeases(t *testing.T) {
 	if got := a.Held()["y"]; got != yTok {
 		t.Errorf("A lost y during the slow OnStoppedLeading(x): token %d, was %d", got, yTok)
 	}
-	// A renewal is due every RetryPeriod; a gap up to the renew deadline is still safe, and
-	// a loop that waits for OnStoppedLeading shows 3 s.
-	if maxGap > renew {
-		t.Errorf("y went %v without a renewal, more than the renew deadline %v", maxGap, renew)
+	// A renewal is due every RetryPeriod, and a loop that waits for OnStoppedLeading shows a
+	// 3 s gap; the sampling goroutine is as late as the probe beside it.
+	if limit := retry + wakeprobe.Limit(control, stopFor); maxGap >= limit {
+		t.Errorf("y went %v without a renewal (retry period %v, probe %v): the renewals waited for the %v OnStoppedLeading(x)", maxGap, retry, control, stopFor)
 	}
-	if bound := lagBound(lease, renew); lag > bound {
-		t.Errorf("A's loop woke up %v late, more than %v", lag, bound)
-	}
+	assertLoopNotHeld(t, lag, control, stopFor)
 }
 
 // captureLog returns a logger that keeps every line, and the lines.
@@ -319,19 +327,19 @@ func TestGroupRefusedSubscribeAndStalledPath(t *testing.T) {
 	b := runGroup(t, iv, "pod-b", groupOpts{group: "b", client: proxiedClient(t, srv.Addr(), renew/2, "", ""), leases: names, timing: timing})
 	time.Sleep(3 * retry) // renewals with the refused subscription
 	election.ResetGroupMaxLag(a)
+	probe := wakeprobe.Start(t)
 	proxy.Blackhole(true)
 	stalled := time.Now()
 	waitUntil(t, 10*time.Second, "B takes every lease", func() bool { return holdsAll(b, names...) })
 	took := time.Since(stalled)
-	lag := election.GroupMaxLag(a)
+	lag, control := election.GroupMaxLag(a), probe.Stop()
 	if n := len(a.Held()); n != 0 {
 		t.Errorf("A still believes it holds %d leases %v after its path stalled", n, time.Since(stalled))
 	}
 	worst := iv.check(t)
-	t.Logf("A stalled: B led every lease after %v; A's loop woke up at most %v late; longest overlap %v", took.Round(time.Millisecond), lag.Round(time.Millisecond), worst)
-	if bound := lagBound(lease, renew); lag > bound {
-		t.Errorf("A's loop woke up %v late, more than %v", lag, bound)
-	}
+	t.Logf("A stalled: B led every lease after %v; longest overlap %v", took.Round(time.Millisecond), worst)
+	// A call on the stalled path blocks for the client's timeout (renew/2) at least.
+	assertLoopNotHeld(t, lag, control, renew/2)
 	refusals := 0
 	for _, l := range lines() {
 		if strings.Contains(l, "refused the pattern subscription") {
@@ -369,6 +377,7 @@ func TestGroupAddAfterRemoveWhileReleasing(t *testing.T) {
 	b := runGroup(t, iv, "pod-b", groupOpts{group: "b", client: proxiedClient(t, srv.Addr(), renew/2, "", ""), leases: xs, timing: timing})
 	time.Sleep(2 * retry)
 	election.ResetGroupMaxLag(a)
+	probe := wakeprobe.Start(t)
 
 	proxy.SetLatency(holdBack)
 	a.Remove(ws...) // their release batch goes into the proxy and is held back
@@ -389,9 +398,9 @@ func TestGroupAddAfterRemoveWhileReleasing(t *testing.T) {
 	a.Add(xs...) // the release of X has not come back
 	waitUntil(t, 10*time.Second, "B leads every x", func() bool { return holdsAll(b, xs...) })
 	time.Sleep(lease + 2*retry) // A tries X again once the others had their chance
-	lag := election.GroupMaxLag(a)
+	lag, control := election.GroupMaxLag(a), probe.Stop()
 	worst := iv.check(t)
-	t.Logf("Remove then Add during the release: A's loop woke up at most %v late; longest overlap %v", lag.Round(time.Millisecond), worst)
+	t.Logf("Remove then Add during the release: longest overlap %v", worst)
 	for _, x := range xs {
 		_, inA := a.Held()[x]
 		_, inB := b.Held()[x]
@@ -399,9 +408,7 @@ func TestGroupAddAfterRemoveWhileReleasing(t *testing.T) {
 			t.Errorf("A and B both hold %s", x)
 		}
 	}
-	if bound := lagBound(lease, renew); lag > bound {
-		t.Errorf("A's loop woke up %v late, more than %v", lag, bound)
-	}
+	assertLoopNotHeld(t, lag, control, holdBack) // the held-back batch blocks at least one way
 	if got := a.Names(); len(got) != len(xs) {
 		t.Errorf("A campaigns for %v, want %v", got, xs)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/ciskip"
 	"github.com/elector/elector/pkg/election"
 )
 
@@ -18,7 +19,7 @@ func TestIdentityDefault(t *testing.T) {
 	defer client.Close()
 	host, err := os.Hostname()
 	if err != nil {
-		t.Skip("no host name:", err)
+		ciskip.Skip(t, "no host name: %v", err)
 	}
 	cb := election.Callbacks{OnStartedLeading: func(context.Context) {}, OnStoppedLeading: func() {}}
 	gcb := election.GroupCallbacks{OnStartedLeading: func(context.Context, string, int64) {}, OnStoppedLeading: func(string) {}}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/elector/elector/internal/outbuf"
 	"github.com/elector/elector/internal/testbin"
+	"github.com/elector/elector/internal/wakeprobe"
 )
 
 // Fast election timing for the tests; bounds in assertions are many times these.
@@ -181,6 +182,20 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 			t.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// assertPrompt fails the test when took, how long the elector took to do what, is not below
+// wakeprobe.Limit(control, blocked): blocked is what the behaviour tested avoids (a wait for
+// the expiry, a timeout), control the wake-up lag of probe in the same window. A fixed bound
+// would fail on a starved machine where the processes are late together.
+func assertPrompt(t testing.TB, probe *wakeprobe.Probe, what string, took, blocked time.Duration) {
+	t.Helper()
+	control := probe.Stop()
+	limit := wakeprobe.Limit(control, blocked)
+	t.Logf("%s took %v (probe lag %v, limit %v)", what, took.Round(time.Millisecond), control.Round(time.Millisecond), limit.Round(time.Millisecond))
+	if took >= limit {
+		t.Errorf("%s took %v, not below %v: the probe beside it was %v late, and what it must not wait for takes %v", what, took, limit, control, blocked)
 	}
 }
 

@@ -8,9 +8,12 @@ import (
 	"net/http"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/faultproxy"
 	"github.com/elector/elector/internal/redistest"
@@ -382,8 +385,9 @@ func TestResignRunEndpoint(t *testing.T) {
 }
 
 // TestResignSubscriptionDrop: the connection of `elector resign` breaks while it waits (a
-// holder that does not take part: a record set by hand); it subscribes again and reads the
-// lease once, so that a new term begun meanwhile still ends it with exit 0.
+// holder that does not take part: a record set by hand) and a new term begins while it cannot
+// reconnect (its events are lost: a raw SET announces nothing); it subscribes again and reads
+// the lease, so that the new term still ends it with exit 0.
 func TestResignSubscriptionDrop(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := faultproxy.Start(t, srv.Addr())
@@ -394,12 +398,72 @@ func TestResignSubscriptionDrop(t *testing.T) {
 	waitFor(t, 10*time.Second, "the request", func() bool {
 		return client.Exists(t.Context(), "elector:{"+name+"}:resign").Val() == 1
 	})
+	// Refused while the new term begins: the CLI cannot subscribe and read before it.
+	proxy.Refuse(true)
 	proxy.Cut() // the subscription and the pooled connections break
-	// Meanwhile (events are lost) a new term begins.
+	if err := client.Set(t.Context(), leaseKey(name), "v1:200:bbbb:new-holder", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Refuse(false)
+	if code := p.wait(30 * time.Second); code != 0 || !strings.Contains(p.stdout.String(), `"holder":"new-holder"`) {
+		t.Fatalf("elector resign after a dropped subscription: exit %d, stdout %q, stderr:\n%s", code, p.stdout.String(), p.stderr.String())
+	}
+}
+
+// TestResignFailedReadAfterDrop: after the subscription of `elector resign` broke, its first
+// read of the lease fails (the key holds a hash: WRONGTYPE, counted by the server, so the test
+// waits for that failure), and then a new term begins without an event (a raw SET). The CLI
+// retries the read rather than taking the failure for "no holder" and waiting for an event
+// that never comes: it reports the new holder well within its --timeout.
+func TestResignFailedReadAfterDrop(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := faultproxy.Start(t, srv.Addr())
+	client := srv.Client(t)
+	const name = "resign-failed-read"
+	holdLease(t, client, name, "v1:100:aaaa:old-holder")
+	p := startElector(t, "elector resign", nil, "resign", "--redis-addr", proxy.Addr(), "--lease-name", name, "--timeout", "15s", "-o", "json")
+	waitFor(t, 10*time.Second, "the request", func() bool {
+		return client.Exists(t.Context(), "elector:{"+name+"}:resign").Val() == 1
+	})
+	failReadsAfterCut(t, client, proxy, name)
 	if err := client.Set(t.Context(), leaseKey(name), "v1:200:bbbb:new-holder", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if code := p.wait(30 * time.Second); code != 0 || !strings.Contains(p.stdout.String(), `"holder":"new-holder"`) {
-		t.Fatalf("elector resign after a dropped subscription: exit %d, stdout %q, stderr:\n%s", code, p.stdout.String(), p.stderr.String())
+		t.Fatalf("elector resign after a failed read: exit %d, stdout %q, stderr:\n%s", code, p.stdout.String(), p.stderr.String())
 	}
+}
+
+// failReadsAfterCut makes every read of the lease fail (its key holds a hash), cuts the
+// connections of the proxy and waits until the server refused a read with WRONGTYPE: the
+// read that follows the resubscription.
+func failReadsAfterCut(t *testing.T, client *redis.Client, proxy *faultproxy.Proxy, name string) {
+	t.Helper()
+	before := errorCount(t, client, "WRONGTYPE")
+	if err := client.Del(t.Context(), leaseKey(name)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.HSet(t.Context(), leaseKey(name), "not", "a record").Err(); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Cut()
+	waitFor(t, 10*time.Second, "a read of the lease refused with WRONGTYPE", func() bool {
+		return errorCount(t, client, "WRONGTYPE") > before
+	})
+}
+
+// errorCount is how many error replies with the prefix the server sent (INFO errorstats).
+func errorCount(t *testing.T, client *redis.Client, prefix string) int64 {
+	t.Helper()
+	info, err := client.Info(t.Context(), "errorstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "errorstat_"+prefix+":count="); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
 }

@@ -123,7 +123,10 @@ func failoverToClockAhead(t *testing.T, lib string, tm timing, margin time.Durat
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := skew - tc.offset; d < -200*time.Millisecond || d > 200*time.Millisecond {
+	// Whether the offset took effect, not how fast TIME answered: half the offset separates
+	// the two (the measurement errs by half a round trip at most, however late).
+	t.Logf("the replica's TIME is %v ahead of ours (offset %v)", skew, tc.offset)
+	if d := skew - tc.offset; d < -tc.offset/2 || d > tc.offset/2 {
 		t.Fatalf("the replica's TIME is %v ahead of ours, want %v: libfaketime did not take effect", skew, tc.offset)
 	}
 
