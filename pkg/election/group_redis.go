@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -122,7 +121,7 @@ func (r redisGroup) subscribe(ctx context.Context) (groupSubscription, error) {
 		_ = ps.Close()
 		return nil, fmt.Errorf("group %q: subscribe to lease events (PSUBSCRIBE %s): %w", r.g.cfg.Group, r.g.pattern, err)
 	}
-	return &redisGroupSub{ps: ps}, nil
+	return &redisGroupSub{ps: ps, prefix: r.g.cfg.KeyPrefix}, nil
 }
 
 // redisGroupSub reads its connection directly (no PubSub.Channel, which reconnects behind
@@ -130,6 +129,7 @@ func (r redisGroup) subscribe(ctx context.Context) (groupSubscription, error) {
 // sent after timing.HealthInterval of silence stays unanswered as long again.
 type redisGroupSub struct {
 	ps     *redis.PubSub
+	prefix string // the Group's key prefix: events of other prefixes' channels are dropped
 	pinged bool
 }
 
@@ -164,20 +164,10 @@ func (s *redisGroupSub) next(ctx context.Context) (string, lease.Event, error) {
 		if err != nil {
 			continue
 		}
-		if name := channelLease(m.Channel); name != "" {
+		if name, ok := lease.LeaseOfChannel(s.prefix, m.Channel); ok {
 			return name, ev, nil
 		}
 	}
 }
 
 func (s *redisGroupSub) close() { _ = s.ps.Close() }
-
-// channelLease returns NAME of a channel "PREFIX:{NAME}:events".
-func channelLease(channel string) string {
-	i := strings.IndexByte(channel, '{')
-	j := strings.LastIndex(channel, "}:events")
-	if i < 0 || j <= i {
-		return ""
-	}
-	return channel[i+1 : j]
-}
