@@ -49,9 +49,17 @@ func (s *evictionState) set(v eviction) {
 // checkEviction asks Redis for its eviction policy on a goroutine of its own, off the
 // campaign's path, once per Run: again with a growing delay (RetryPeriod doubling up to
 // LeaseDuration) while Redis cannot be reached, and never again once it answered or refused
-// (an ACL without CONFIG and INFO is the norm, and stays quiet). It returns the function that
+// (quietly: a renamed CONFIG is common on managed services). It returns the function that
 // stops the goroutine and waits for it, which Run defers.
+//
+// A client that logs in as a named ACL user is not checked: README's users may run neither
+// command, and each refusal would add an ACL LOG entry at every start, a log that stays empty
+// for the documented users so that a real refusal stands out.
 func (e *Elector) checkEviction(ctx context.Context) (stop func()) {
+	if user := aclUser(e.cfg.Client); user != "" {
+		klog.FromContext(ctx).V(2).Info("Not reading Redis's eviction policy as a named ACL user (a refusal would show in ACL LOG); see docs/RELIABILITY.md, Eviction", "user", user)
+		return func() {}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -80,7 +88,7 @@ func (e *Elector) checkEviction(ctx context.Context) (stop func()) {
 func reportEviction(logger logr.Logger, m *Metrics, name string, v eviction, err error) {
 	switch {
 	case err != nil:
-		logger.V(2).Info("Cannot read Redis's eviction policy (CONFIG GET and INFO refused); not checked", "err", err)
+		logger.V(2).Info("Cannot read Redis's eviction policy (CONFIG GET and INFO refused or renamed); not checked", "err", err)
 		return
 	case v.risky():
 		logger.Info("Warning: Redis may evict the lease keys under memory pressure (they carry an expiry): an evicted lease lets a second replica acquire while this one still leads",
@@ -89,6 +97,21 @@ func reportEviction(logger logr.Logger, m *Metrics, name string, v eviction, err
 		logger.V(2).Info("Redis does not evict the lease keys", "maxmemoryPolicy", v.policy, "maxmemory", v.maxmemory)
 	}
 	m.evictionRisk(name, v.risky())
+}
+
+// aclUser returns the ACL user c logs in as, "" for the default user.
+func aclUser(c redis.UniversalClient) string {
+	var user string
+	switch c := c.(type) {
+	case *redis.Client:
+		user = c.Options().Username
+	case *redis.ClusterClient:
+		user = c.Options().Username
+	}
+	if user == "default" {
+		return ""
+	}
+	return user
 }
 
 // isRefusal reports whether err is an error reply (NOPERM, an unknown or renamed command)

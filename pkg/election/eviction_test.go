@@ -106,6 +106,12 @@ func (r *evictionRun) leaderJSON(t *testing.T) map[string]any {
 // limitMemory sets maxmemory to 1 MB above what Redis uses now, and policy.
 func limitMemory(t *testing.T, admin *redis.Client, policy string) {
 	t.Helper()
+	limitMemoryWith(t, admin, "CONFIG", policy)
+}
+
+// limitMemoryWith is limitMemory with CONFIG renamed to config.
+func limitMemoryWith(t *testing.T, admin *redis.Client, config, policy string) {
+	t.Helper()
 	ctx := context.Background()
 	info, err := admin.Info(ctx, "memory").Result()
 	if err != nil {
@@ -113,7 +119,7 @@ func limitMemory(t *testing.T, admin *redis.Client, policy string) {
 	}
 	used := infoInt(t, info, "used_memory")
 	for k, v := range map[string]string{"maxmemory": strconv.FormatInt(used+1<<20, 10), "maxmemory-policy": policy} {
-		if err := admin.ConfigSet(ctx, k, v).Err(); err != nil {
+		if err := admin.Do(ctx, config, "SET", k, v).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -236,30 +242,46 @@ func TestNoEvictionNotFlagged(t *testing.T) {
 	}
 }
 
-// TestEvictionCheckUnderACL: a user without CONFIG still gets the policy through INFO; one
-// without both is not flagged, and the refusal is not reported as an error.
-func TestEvictionCheckUnderACL(t *testing.T) {
-	srv := redistest.Start(t)
-	admin := srv.Client(t)
-	limitMemory(t, admin, "allkeys-lru")
-	const rules = "resetkeys resetchannels ~elector:* &elector:* -@all +evalsha +eval +get +set +pexpire +pttl +del +time +publish +multi +exec +subscribe +ping"
+// TestEvictionCheckWithoutConfig: with CONFIG renamed (as managed services do), the policy
+// still comes from INFO memory; a default user refused both is not flagged and logs no error;
+// a named ACL user (README's) is not checked at all, so that ACL LOG stays empty.
+func TestEvictionCheckWithoutConfig(t *testing.T) {
+	const renamed = "config-9f2c"
+	ctx := context.Background()
 	for _, c := range []struct {
-		user, extra string
-		flagged     bool
-	}{{"with-info", "+info", true}, {"plain", "", false}} {
-		t.Run(c.user, func(t *testing.T) {
-			args := []any{"ACL", "SETUSER", c.user, "on", ">pw"}
-			for _, a := range strings.Fields(rules + " " + c.extra) {
+		name    string
+		flagged bool
+		setup   func(t *testing.T, srv *redistest.Server, admin *redis.Client) redis.UniversalClient
+	}{
+		{"INFO", true, func(t *testing.T, srv *redistest.Server, admin *redis.Client) redis.UniversalClient {
+			return srv.Client(t)
+		}},
+		{"refused", false, func(t *testing.T, srv *redistest.Server, admin *redis.Client) redis.UniversalClient {
+			if err := admin.Do(ctx, "ACL", "SETUSER", "default", "-info").Err(); err != nil {
+				t.Fatal(err)
+			}
+			return srv.Client(t)
+		}},
+		{"ACL user", false, func(t *testing.T, srv *redistest.Server, admin *redis.Client) redis.UniversalClient {
+			args := []any{"ACL", "SETUSER", "elector", "on", ">pw"}
+			for _, a := range strings.Fields("resetkeys resetchannels ~elector:* &elector:* -@all +evalsha +eval +get +set +pexpire +pttl +del +time +publish +multi +exec +subscribe +ping") {
 				args = append(args, a)
 			}
-			if err := admin.Do(context.Background(), args...).Err(); err != nil {
+			if err := admin.Do(ctx, args...).Err(); err != nil {
 				t.Fatal(err)
 			}
 			opts := srv.Options()
-			opts.Username, opts.Password = c.user, "pw"
+			opts.Username, opts.Password = "elector", "pw"
 			client := redis.NewClient(opts)
 			t.Cleanup(func() { _ = client.Close() })
-			r := runForEviction(t, client)
+			return client
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := redistest.Start(t, "--rename-command", "CONFIG", renamed)
+			admin := srv.Client(t)
+			limitMemoryWith(t, admin, renamed, "allkeys-lru")
+			r := runForEviction(t, c.setup(t, srv, admin))
 			waitFor(t, "leader", r.e.IsLeader)
 			if c.flagged {
 				waitFor(t, "eviction gauge", func() bool { v, ok := r.gauge(t); return ok && v == 1 })
@@ -268,7 +290,9 @@ func TestEvictionCheckUnderACL(t *testing.T) {
 				}
 				return
 			}
-			waitFor(t, "refused check", func() bool { return len(r.logged("Cannot read Redis's eviction policy")) > 0 })
+			waitFor(t, "skipped or refused check", func() bool {
+				return len(r.logged("Cannot read Redis's eviction policy"))+len(r.logged("Not reading Redis's eviction policy")) > 0
+			})
 			if _, ok := r.gauge(t); ok {
 				t.Error("elector_redis_eviction_risk set although the policy is unknown")
 			}
@@ -276,7 +300,12 @@ func TestEvictionCheckUnderACL(t *testing.T) {
 				t.Errorf("/leader = %v, want no eviction fields", b)
 			}
 			if e := r.logged(`"error"`); len(e) != 0 {
-				t.Errorf("the refused check logged errors: %q", e)
+				t.Errorf("the check logged errors: %q", e)
+			}
+			if c.name == "ACL user" {
+				if log, err := admin.Do(ctx, "ACL", "LOG").Slice(); err != nil || len(log) != 0 {
+					t.Errorf("ACL LOG of README's elector user: %v %v; want empty", log, err)
+				}
 			}
 		})
 	}
