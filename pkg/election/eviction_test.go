@@ -310,3 +310,53 @@ func TestEvictionCheckWithoutConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestGroupEvictionRisk: a Group checks the policy when it subscribes to the lease events, and
+// flags volatile-ttl (lease keys go first: theirs is the shortest expiry) in the same gauge,
+// labelled with the group's name.
+func TestGroupEvictionRisk(t *testing.T) {
+	srv := redistest.Start(t)
+	limitMemory(t, srv.Client(t), "volatile-ttl")
+	reg := prometheus.NewRegistry()
+	m, err := election.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := election.NewGroup(election.GroupConfig{
+		Client: srv.Client(t), Group: "shards", Identity: "a", Leases: []string{"s1"}, Metrics: m,
+		Callbacks: election.GroupCallbacks{
+			OnStartedLeading: func(ctx context.Context, _ string, _ int64) { <-ctx.Done() },
+			OnStoppedLeading: func(string) {},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &evictionRun{reg: reg}
+	logger := funcr.New(func(prefix, args string) {
+		r.mu.Lock()
+		r.log = append(r.log, args)
+		r.mu.Unlock()
+	}, funcr.Options{})
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
+	done := make(chan struct{})
+	go func() { defer close(done); _ = g.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "eviction gauge of the group", func() bool {
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fams {
+			for _, x := range f.GetMetric() {
+				if f.GetName() == "elector_redis_eviction_risk" && x.GetLabel()[0].GetValue() == "shards" {
+					return x.GetGauge().GetValue() == 1
+				}
+			}
+		}
+		return false
+	})
+	if w := r.logged("Warning: Redis may evict the lease keys"); len(w) == 0 || !strings.Contains(w[0], "volatile-ttl") {
+		t.Errorf("want a warning naming volatile-ttl, got %q", w)
+	}
+}
