@@ -18,7 +18,7 @@ import (
 // replica that cannot reach Redis, or that Redis refuses, says so instead of only "name":"".
 // Once Run read Redis's eviction policy, "evictionPolicy" is its maxmemory-policy and
 // "evictionRisk" whether Redis may evict the lease keys (docs/RELIABILITY.md); both are
-// absent while unknown (an ACL that allows neither CONFIG GET nor INFO).
+// absent while unknown (CONFIG GET and INFO refused, or a named ACL user, which is not checked).
 func (e *Elector) LeaderHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !readonly.Allow(w, r) {
@@ -35,7 +35,8 @@ func (e *Elector) LeaderHandler() http.Handler {
 	})
 }
 
-// leaderBody is the JSON of LeaderHandler: Status's fields and the current Redis failure.
+// leaderBody is the JSON of LeaderHandler: Status's fields, the current Redis failure and
+// Redis's eviction policy.
 type leaderBody struct {
 	Status
 	RedisError     *RedisFailure `json:"redisError,omitempty"`
@@ -43,6 +44,7 @@ type leaderBody struct {
 	EvictionRisk   *bool         `json:"evictionRisk,omitempty"`
 }
 
+// newLeaderBody returns e's leaderBody now.
 func newLeaderBody(e *Elector) leaderBody {
 	b := leaderBody{Status: e.Status(), RedisError: e.RedisError()}
 	if v := e.evict.get(); v.policy != "" {

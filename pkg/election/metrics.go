@@ -45,7 +45,8 @@ type Metrics struct {
 //	                                             (a Group's series appears at its first failed call)
 //	elector_redis_eviction_risk{name}            1 when Redis may evict the lease keys (a maxmemory limit with a
 //	                                             policy other than noeviction), 0 when not; absent while unknown
-//	                                             (CONFIG GET and INFO refused). See docs/RELIABILITY.md.
+//	                                             (CONFIG GET and INFO refused, or a named ACL user: not checked).
+//	                                             See docs/RELIABILITY.md, section 7.
 //	elector_fencing_token{name}                  token of the current term, 0 when not leading
 //	elector_seconds_since_last_renew{name}       age of the last successful renew (only while leading)
 //	elector_group_leases_held{group}             leases a Group holds
