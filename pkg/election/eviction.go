@@ -72,10 +72,14 @@ func (e *Elector) checkEviction(ctx context.Context) (stop func()) {
 				reportEviction(klog.FromContext(ctx), e.cfg.Metrics, e.cfg.Name, v, err)
 				return
 			}
+			// The real clock, not e.clock: this wait is no part of the algorithm, and a timer
+			// on an injected clock would be one its tests do not expect.
+			timer := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
+				timer.Stop()
 				return
-			case <-e.clock.After(wait):
+			case <-timer.C:
 			}
 			wait = min(2*wait, e.cfg.LeaseDuration)
 		}
