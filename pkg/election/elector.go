@@ -85,6 +85,7 @@ type Elector struct {
 
 	notify *notifier
 	errs   errorLog
+	evict  evictionState // Redis's eviction policy, as checkEviction found it (eviction.go)
 }
 
 // New validates cfg, filling in defaults, and returns an Elector. Errors name the field.
@@ -135,6 +136,7 @@ func (e *Elector) Run(ctx context.Context) error {
 	defer e.running.Store(false)
 	logger := klog.FromContext(ctx).WithValues("lease", e.cfg.Name, "identity", e.cfg.Identity)
 	ctx = klog.NewContext(ctx, logger)
+	defer e.checkEviction(ctx)() // once per Run, off the campaign's path (eviction.go)
 
 	e.notify = startNotifier(e.cfg.Callbacks.OnNewLeader)
 	defer e.notify.stop()

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
+	"k8s.io/klog/v2"
 
 	"github.com/elector/elector/internal/luaerr"
 	"github.com/elector/elector/internal/timing"
@@ -122,7 +122,26 @@ func (r redisGroup) subscribe(ctx context.Context) (groupSubscription, error) {
 		_ = ps.Close()
 		return nil, fmt.Errorf("group %q: subscribe to lease events (PSUBSCRIBE %s): %w", r.g.cfg.Group, r.g.pattern, err)
 	}
-	return &redisGroupSub{ps: ps}, nil
+	r.checkEviction(ctx)
+	return &redisGroupSub{ps: ps, prefix: r.g.cfg.KeyPrefix}, nil
+}
+
+// checkEviction reads Redis's eviction policy at each subscription (Run's first, and again
+// after a reconnection: one cheap call), as Elector.checkEviction does once per Run: a warning
+// and elector_redis_eviction_risk{name=group} when the lease keys may be evicted. Named ACL
+// users are not checked, and a refusal or a failure is passed over quietly.
+func (r redisGroup) checkEviction(ctx context.Context) {
+	g := r.g
+	logger := klog.FromContext(ctx).WithValues("group", g.cfg.Group)
+	if aclUser(g.cfg.Client) != "" {
+		return
+	}
+	v, err := readEviction(ctx, g.cfg.Client, g.cfg.RetryPeriod)
+	if err != nil && !isRefusal(err) {
+		logger.V(2).Info("Cannot read Redis's eviction policy; asked again at the next subscription", "err", err)
+		return
+	}
+	reportEviction(logger, g.cfg.Metrics, g.cfg.Group, v, err)
 }
 
 // redisGroupSub reads its connection directly (no PubSub.Channel, which reconnects behind
@@ -130,6 +149,7 @@ func (r redisGroup) subscribe(ctx context.Context) (groupSubscription, error) {
 // sent after timing.HealthInterval of silence stays unanswered as long again.
 type redisGroupSub struct {
 	ps     *redis.PubSub
+	prefix string // the Group's key prefix: events of other prefixes' channels are dropped
 	pinged bool
 }
 
@@ -164,20 +184,10 @@ func (s *redisGroupSub) next(ctx context.Context) (string, lease.Event, error) {
 		if err != nil {
 			continue
 		}
-		if name := channelLease(m.Channel); name != "" {
+		if name, ok := lease.LeaseOfChannel(s.prefix, m.Channel); ok {
 			return name, ev, nil
 		}
 	}
 }
 
 func (s *redisGroupSub) close() { _ = s.ps.Close() }
-
-// channelLease returns NAME of a channel "PREFIX:{NAME}:events".
-func channelLease(channel string) string {
-	i := strings.IndexByte(channel, '{')
-	j := strings.LastIndex(channel, "}:events")
-	if i < 0 || j <= i {
-		return ""
-	}
-	return channel[i+1 : j]
-}

@@ -16,12 +16,15 @@ import (
 // name is the current leader, as the classic Kubernetes leader-elector sidecar reports it.
 // While the elector's Redis calls fail, "redisError" carries the failure (RedisError): a
 // replica that cannot reach Redis, or that Redis refuses, says so instead of only "name":"".
+// Once Run read Redis's eviction policy, "evictionPolicy" is its maxmemory-policy and
+// "evictionRisk" whether Redis may evict the lease keys (docs/RELIABILITY.md); both are
+// absent while unknown (CONFIG GET and INFO refused, or a named ACL user, which is not checked).
 func (e *Elector) LeaderHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !readonly.Allow(w, r) {
 			return
 		}
-		body, err := json.Marshal(leaderBody{Status: e.Status(), RedisError: e.RedisError()})
+		body, err := json.Marshal(newLeaderBody(e))
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
@@ -32,10 +35,23 @@ func (e *Elector) LeaderHandler() http.Handler {
 	})
 }
 
-// leaderBody is the JSON of LeaderHandler: Status's fields and the current Redis failure.
+// leaderBody is the JSON of LeaderHandler: Status's fields, the current Redis failure and
+// Redis's eviction policy.
 type leaderBody struct {
 	Status
-	RedisError *RedisFailure `json:"redisError,omitempty"`
+	RedisError     *RedisFailure `json:"redisError,omitempty"`
+	EvictionPolicy string        `json:"evictionPolicy,omitempty"`
+	EvictionRisk   *bool         `json:"evictionRisk,omitempty"`
+}
+
+// newLeaderBody returns e's leaderBody now.
+func newLeaderBody(e *Elector) leaderBody {
+	b := leaderBody{Status: e.Status(), RedisError: e.RedisError()}
+	if v := e.evict.get(); v.policy != "" {
+		risky := v.risky()
+		b.EvictionPolicy, b.EvictionRisk = v.policy, &risky
+	}
+	return b
 }
 
 // HealthzAdaptor is a liveness check in the shape of client-go's leaderelection

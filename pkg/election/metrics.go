@@ -26,6 +26,7 @@ type Metrics struct {
 	groupTerms   *prometheus.CounterVec
 	groupSheds   *prometheus.CounterVec
 	groupBatches *prometheus.HistogramVec
+	evictionG    *prometheus.GaugeVec
 
 	mu       sync.Mutex
 	electors map[string]*Elector
@@ -42,6 +43,10 @@ type Metrics struct {
 //	                                             heartbeat; reason: see RedisFailure.Reason)
 //	elector_redis_up{name}                       1 while Redis answers this replica's calls, 0 while they fail
 //	                                             (a Group's series appears at its first failed call)
+//	elector_redis_eviction_risk{name}            1 when Redis may evict the lease keys (a maxmemory limit with a
+//	                                             policy other than noeviction), 0 when not; absent while unknown
+//	                                             (CONFIG GET and INFO refused, or a named ACL user: not checked).
+//	                                             See docs/RELIABILITY.md, section 7.
 //	elector_fencing_token{name}                  token of the current term, 0 when not leading
 //	elector_seconds_since_last_renew{name}       age of the last successful renew (only while leading)
 //	elector_group_leases_held{group}             leases a Group holds
@@ -94,6 +99,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "elector_group_shed_total",
 			Help: "Leases the named Group released to rebalance them to other replicas.",
 		}, []string{"group"}),
+		evictionG: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "elector_redis_eviction_risk",
+			Help: "1 when Redis may evict the lease keys under memory pressure (maxmemory with a policy other than noeviction), else 0.",
+		}, []string{"name"}),
 		groupBatches: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "elector_group_batch_duration_seconds",
 			Help:    "Duration of a Group's batched acquire and renew round trips.",
@@ -102,7 +111,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		electors: map[string]*Elector{},
 	}
 	for _, c := range []prometheus.Collector{m.masterStatus, m.isLeader, m.transitions, m.renewLatency, m.errors, m.redisUpG, m.token,
-		(*sinceRenewCollector)(m), m.groupLeases, m.groupTerms, m.groupSheds, m.groupBatches} {
+		(*sinceRenewCollector)(m), m.groupLeases, m.groupTerms, m.groupSheds, m.groupBatches, m.evictionG} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register elector metrics: %w", err)
 		}
@@ -157,6 +166,17 @@ func (m *Metrics) redisUp(name string, up bool) {
 		v = 1
 	}
 	m.redisUpG.WithLabelValues(name).Set(v)
+}
+
+func (m *Metrics) evictionRisk(name string, risky bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if risky {
+		v = 1
+	}
+	m.evictionG.WithLabelValues(name).Set(v)
 }
 
 // sinceRenewCollector computes elector_seconds_since_last_renew at scrape time.

@@ -45,9 +45,29 @@ func KeysFor(prefix, name string) Keys {
 func (k Keys) Other(suffix string) string { return k.base + suffix }
 
 // EventsPattern returns the PSUBSCRIBE pattern that matches the events channel of every lease
-// under prefix (DefaultPrefix when empty): PREFIX:{*}:events. The prefix is not escaped, so
-// that the pattern is the one an ACL channel rule (&PREFIX:{*}:events) names literally.
-func EventsPattern(prefix string) string { return keyBase(prefix) + ":{*}:events" }
+// under prefix (DefaultPrefix when empty), and only those: PREFIX:{*}:events, with the glob
+// characters of the prefix (* ? [ ] \) escaped by a backslash, as leaseKeyPattern does for
+// SCAN. Unescaped, the prefix "jobs?" would also match the channels of the prefix "jobs1", and
+// a Group would take another prefix's events for its own leases' (issue 23). Redis compares a
+// PSUBSCRIBE pattern with an ACL channel rule literally, so the rule to grant is
+// &EventsPattern(prefix) exactly as returned; for a prefix without glob characters it is
+// &PREFIX:{*}:events.
+func EventsPattern(prefix string) string { return globEscape(keyBase(prefix)) + ":{*}:events" }
+
+// LeaseOfChannel returns NAME when channel is PREFIX:{NAME}:events, the events channel of a
+// lease under prefix (DefaultPrefix when empty), and false for any other channel: the reader
+// of an EventsPattern subscription drops what is not its own prefix's.
+func LeaseOfChannel(prefix, channel string) (string, bool) {
+	name, ok := strings.CutPrefix(channel, keyBase(prefix)+":{")
+	if !ok {
+		return "", false
+	}
+	name, ok = strings.CutSuffix(name, "}:events")
+	if !ok || name == "" || strings.ContainsAny(name, "{}") {
+		return "", false
+	}
+	return name, true
+}
 
 // leaseKeyPattern returns the SCAN MATCH pattern of the lease keys under prefix, with the
 // prefix's glob characters escaped.

@@ -1,0 +1,81 @@
+package lease_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/pkg/lease"
+)
+
+// TestLeaseOfChannel: the parser of events channels accepts only its own prefix's channels.
+func TestLeaseOfChannel(t *testing.T) {
+	for _, c := range []struct {
+		prefix, channel, name string
+		ok                    bool
+	}{
+		{"elector", "elector:{job}:events", "job", true},
+		{"", "elector:{job}:events", "job", true},
+		{"t?", "t?:{job}:events", "job", true},
+		{"t?", "tx:{job}:events", "", false},
+		{"t*", "t:{a}:b:{job}:events", "", false},
+		{"elector", "elector:{job}:lease", "", false},
+		{"elector", "elector:{}:events", "", false},
+		{"elector", "other:{job}:events", "", false},
+	} {
+		name, ok := lease.LeaseOfChannel(c.prefix, c.channel)
+		if name != c.name || ok != c.ok {
+			t.Errorf("LeaseOfChannel(%q, %q) = %q, %v; want %q, %v", c.prefix, c.channel, name, ok, c.name, c.ok)
+		}
+	}
+	if got, want := lease.EventsPattern(`a*b?[c]\`), `a\*b\?\[c\]\\:{*}:events`; got != want {
+		t.Errorf("EventsPattern = %q, want %q", got, want)
+	}
+}
+
+// TestEventsPatternMatchesOnlyItsPrefix (issue 23, item 6), against a real Redis: the pattern
+// of a prefix with glob characters receives its own channels only, and an ACL user granted
+// exactly &EventsPattern(prefix) may subscribe with it but not to another prefix's channel.
+func TestEventsPatternMatchesOnlyItsPrefix(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const prefix = "jobs*"
+	pattern := lease.EventsPattern(prefix)
+	if err := admin.Do(ctx, "ACL", "SETUSER", "sub", "on", ">pw", "resetchannels", "&"+pattern, "-@all", "+psubscribe", "+subscribe", "+ping").Err(); err != nil {
+		t.Fatal(err)
+	}
+	opts := srv.Options()
+	opts.Username, opts.Password = "sub", "pw"
+	user := redis.NewClient(opts)
+	defer user.Close()
+
+	ps := user.PSubscribe(ctx, pattern)
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil {
+		t.Fatalf("PSUBSCRIBE %s as a user granted &%s: %v", pattern, pattern, err)
+	}
+	other := user.Subscribe(ctx, lease.KeysFor("jobs-b", "x").Events)
+	defer other.Close()
+	if got, err := other.Receive(ctx); err == nil {
+		t.Errorf("the ACL rule &%s grants the channel of prefix jobs-b: %#v", pattern, got)
+	}
+
+	foreign, own := lease.KeysFor("jobs-b", "x").Events, lease.KeysFor(prefix, "x").Events
+	for _, ch := range []string{foreign, own} {
+		if err := admin.Publish(ctx, ch, ch).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msg, err := ps.ReceiveMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg.Channel != own {
+		t.Errorf("PSUBSCRIBE %s received %q first; want only %q", pattern, msg.Channel, own)
+	}
+}
