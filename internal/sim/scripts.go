@@ -11,7 +11,7 @@ import (
 // packages embed, so that the simulation runs exactly what ships.
 type Scripts struct {
 	Acquire, Renew, Release, Resign string // pkg/lease/scripts
-	Members                             string // pkg/election/scripts
+	Members                         string // pkg/election/scripts
 }
 
 // LoadScripts reads the scripts from the module containing the working directory.
