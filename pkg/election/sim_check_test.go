@@ -61,6 +61,7 @@ type recorder struct {
 	last         *simTerm  // the term with maxToken
 	lastDataLoss time.Time // of the last restart without data or restore of a snapshot
 	violations   []string
+	ends         int // terms ended (ctx cancelled or crashed)
 	exceptions   map[string]int
 }
 
@@ -82,17 +83,36 @@ func (r *recorder) flush() {
 	evs := r.pending
 	r.pending = nil
 	r.mu.Unlock()
+	// Within one instant: the ends of terms of other replicas first, then the starts, then the
+	// ends of the terms that started in this very instant (a term starts before it ends).
+	startedAt := map[[2]int]time.Time{}
+	for _, ev := range evs {
+		if ev.kind == evStarted {
+			startedAt[[2]int{ev.replica, ev.gen}] = ev.at
+		}
+	}
+	phase := func(ev simEvent) int {
+		switch {
+		case ev.kind == evStarted:
+			return 1
+		case startedAt[[2]int{ev.replica, ev.gen}].Equal(ev.at):
+			return 2
+		}
+		return 0
+	}
 	sort.SliceStable(evs, func(i, j int) bool {
 		a, b := evs[i], evs[j]
 		switch {
 		case !a.at.Equal(b.at):
 			return a.at.Before(b.at)
-		case a.kind != b.kind:
-			return a.kind < b.kind
+		case phase(a) != phase(b):
+			return phase(a) < phase(b)
 		case a.replica != b.replica:
 			return a.replica < b.replica
+		case a.gen != b.gen:
+			return a.gen < b.gen
 		}
-		return a.gen < b.gen
+		return a.kind < b.kind
 	})
 	for _, ev := range evs {
 		r.apply(ev)
@@ -149,6 +169,7 @@ func (r *recorder) endTerm(replica, gen int, at time.Time) {
 	for _, t := range r.terms {
 		if t.live && t.replica == replica && t.gen == gen {
 			t.live, t.end = false, at
+			r.ends++
 		}
 	}
 }
