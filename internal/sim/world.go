@@ -124,9 +124,11 @@ type Node struct {
 	IgnoreCtx   bool
 	ReadTimeout time.Duration
 
-	cut     bool // partitioned: messages to and from it are lost
-	refuse  bool // while cut: calls fail at once instead of hanging
-	crashed bool
+	stallUntil         time.Time // until then, its messages take stallMin..stallMax
+	stallMin, stallMax time.Duration
+	cut                bool // partitioned: messages to and from it are lost
+	refuse             bool // while cut: calls fail at once instead of hanging
+	crashed            bool
 }
 
 // NewNode adds a node called name.
@@ -251,6 +253,22 @@ func (w *World) latency() time.Duration {
 	return 50*time.Microsecond + time.Duration(w.Rand.Int64N(int64(950*time.Microsecond)))
 }
 
+// latencyOf draws the delay of a message to or from n: a stalled node's are long.
+func (w *World) latencyOf(n *Node) time.Duration {
+	if n != nil && time.Now().Before(n.stallUntil) && n.stallMax > n.stallMin {
+		return n.stallMin + time.Duration(w.Rand.Int64N(int64(n.stallMax-n.stallMin)))
+	}
+	return w.latency()
+}
+
+// Stall makes every message to and from n sent in the next d take lo..hi (a connection that
+// retransmits, a GC pause of the server's client handling).
+func (w *World) Stall(n *Node, d, lo, hi time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n.stallUntil, n.stallMin, n.stallMax = time.Now().Add(d), lo, hi
+}
+
 func (w *World) lost(p float64) bool { return p > 0 && w.Rand.Float64() < p }
 
 func (w *World) schedule(m *msg, at time.Time) {
@@ -296,7 +314,7 @@ func (w *World) Absorb() {
 		case w.lost(w.Faults.Loss):
 			w.Tracef("%s: #%d %s lost before it ran", n.name, m.call.id, m.call.name)
 		default:
-			w.schedule(m, now.Add(w.latency()))
+			w.schedule(m, now.Add(w.latencyOf(n)))
 		}
 	}
 }
@@ -309,7 +327,7 @@ func (n *Node) state() string {
 }
 
 func (w *World) scheduleReply(m *msg, r result, now time.Time) {
-	w.schedule(&msg{kind: reply, node: m.node, call: m.call, res: r}, now.Add(w.latency()))
+	w.schedule(&msg{kind: reply, node: m.node, call: m.call, res: r}, now.Add(w.latencyOf(m.node)))
 }
 
 // NextAt returns the time of the next message, and false when none is in flight.

@@ -21,7 +21,7 @@ func (d *simDriver) tick() {
 	}
 	faults := []func(){
 		d.cutOne, d.cutAll, d.breakSubs, d.restartRedis, d.restoreSnapshot,
-		d.crash, d.cancelRun, d.resign, d.resign, d.release, d.network, d.network,
+		d.crash, d.cancelRun, d.resign, d.resign, d.release, d.network, d.network, d.stall, d.stall,
 	}
 	faults[d.rng.IntN(len(faults))]()
 	d.after(d.dur(time.Millisecond, d.timing.lease), "tick", d.tick)
@@ -143,7 +143,7 @@ func (d *simDriver) resign() {
 	}
 	name := fmt.Sprintf("%s.ResignTo(%q)", r.node.Name(), target)
 	d.w.Tracef("user: %s", name)
-	d.goOp(name, func(ctx context.Context) error { return r.e.ResignTo(ctx, target) })
+	d.goOp(r, name, func(ctx context.Context) error { return r.e.ResignTo(ctx, target) })
 }
 
 // release calls Release with the replica's current, an old or an unknown token.
@@ -169,7 +169,7 @@ func (d *simDriver) release() {
 	e := r.e
 	call := func() {
 		d.w.Tracef("user: %s", name)
-		d.goOp(name, func(ctx context.Context) error {
+		d.goOp(r, name, func(ctx context.Context) error {
 			ok, err := e.Release(ctx, token)
 			if err == nil && !ok {
 				return fmt.Errorf("not released")
@@ -191,7 +191,7 @@ func (d *simDriver) release() {
 	})
 }
 
-func (d *simDriver) goOp(name string, fn func(context.Context) error) {
+func (d *simDriver) goOp(r *simReplica, name string, fn func(context.Context) error) {
 	done := make(chan error, 1)
 	timeout := 2 * d.timing.lease
 	go func() {
@@ -199,7 +199,7 @@ func (d *simDriver) goOp(name string, fn func(context.Context) error) {
 		defer cancel()
 		done <- fn(ctx)
 	}()
-	d.ops = append(d.ops, simOp{name: name, done: done})
+	d.ops = append(d.ops, simOp{name: name, r: r, done: done})
 }
 
 // network changes how lossy and slow the network is.
@@ -215,4 +215,20 @@ func (d *simDriver) network() {
 	}
 	d.w.Tracef("fault: network loss %.3f pub/sub loss %.3f slow %.3f up to %v", f.Loss, f.PubLoss, f.Slow, f.SlowMax)
 	d.w.Faults = f
+}
+
+// stall slows every message of one replica, the leader more often, for a while: long enough
+// for calls to time out and run later, or for replies to come after the caller's deadline.
+func (d *simDriver) stall() {
+	r := d.pick()
+	for _, x := range d.replicas {
+		if !x.crashed && x.e.IsLeader() && d.rng.IntN(3) != 0 {
+			r = x
+		}
+	}
+	window := d.dur(d.timing.retry, d.timing.lease)
+	lo := d.dur(0, d.callTimeout())
+	hi := lo + d.dur(time.Millisecond, max(2*d.callTimeout(), 2*d.timing.lease))
+	d.w.Tracef("fault: %s stalls for %v: its messages take %v to %v", r.node.Name(), window, lo, hi)
+	d.w.Stall(r.node, window, lo, hi)
 }

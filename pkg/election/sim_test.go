@@ -77,6 +77,7 @@ type simDriver struct {
 // simOp is a user call in flight (Resign, Release).
 type simOp struct {
 	name string
+	r    *simReplica
 	done chan error
 }
 
@@ -105,6 +106,7 @@ func (d *simDriver) callTimeout() time.Duration { return max(d.timing.retry, d.t
 func (d *simDriver) quietLen() time.Duration {
 	t := d.timing
 	q := d.blockMax + 2*t.lease + d.holdOff + t.renew + 4*t.retry
+	q += 2 * t.lease // a Release from before the calm keeps Run from starting until its deadline
 	if d.ignoreCtx {
 		q += 2 * t.lease
 	}
@@ -159,6 +161,24 @@ func (d *simDriver) poll() {
 		}
 	}
 	d.ops = kept
+	if d.chaos {
+		return
+	}
+	for _, r := range d.replicas { // calm: every replica runs once its Release returned
+		if !r.running && !r.crashed && !d.busy(r) {
+			d.restart(r)
+		}
+	}
+}
+
+// busy reports whether a user call of r is in flight (Release keeps Run from starting).
+func (d *simDriver) busy(r *simReplica) bool {
+	for _, op := range d.ops {
+		if op.r == r {
+			return true
+		}
+	}
+	return false
 }
 
 func (d *simDriver) done() bool {
@@ -260,7 +280,9 @@ func (d *simDriver) calm() {
 	d.w.Up()
 	for _, r := range d.replicas {
 		d.w.Heal(r.node)
-		d.restart(r)
+		if !d.busy(r) {
+			d.restart(r)
+		}
 	}
 	d.w.Tracef("calm for %v", d.quietLen())
 }
@@ -282,6 +304,7 @@ func (d *simDriver) restart(r *simReplica) {
 
 func (d *simDriver) shutdown() {
 	d.w.Tracef("shutdown")
+	d.chaos = true // no more restarts
 	for _, r := range d.replicas {
 		if r.running {
 			r.cancel()
