@@ -87,7 +87,7 @@ k8s-e2e:
 ## check and its differential test against redis-server. SEED=n replays one seed and prints
 ## its trace; SIM_DURATION=1h runs seeds for that long (soak); MUTANTS=1 shows that it
 ## catches the mutants (build tag elector_mutants).
-SEEDS ?= 300
+SEEDS ?= 1000
 .PHONY: sim
 sim: test-deps
 ifdef SEED

@@ -338,7 +338,7 @@ func runSeed(t *testing.T, seed uint64, duration time.Duration) simResult {
 // time passed) and fails with the seeds that broke an invariant. SIM_TRACE=1 prints the trace of
 // each seed: `make sim SEED=n` replays one.
 func TestSim(t *testing.T) {
-	first, count := simEnv("SIM_SEED", 1), simEnv("SIM_SEEDS", 40)
+	first, count := simEnv("SIM_SEED", 1), simEnv("SIM_SEEDS", 10)
 	soak, _ := time.ParseDuration(os.Getenv("SIM_DURATION"))
 	began := time.Now()
 	var simulated time.Duration
