@@ -84,6 +84,7 @@ func (f *follower) attempt(ctx context.Context) (attempt, bool) {
 		if st.TTL != lease.NoExpiry && st.TTL >= 0 {
 			a.wait = min(st.TTL, e.cfg.LeaseDuration)
 		}
+	case mutant(5) && err == nil && won && ctx.Err() != nil: // mutant 5 (elector_mutants builds only): left held
 	case err == nil && won && (ctx.Err() != nil || late):
 		// A term that never started: release it whatever ReleaseOnCancel says (no work
 		// can overlap), rather than make followers wait for its expiry.

@@ -135,6 +135,7 @@ func (r *simReplica) poll() {
 	case err := <-r.done:
 		r.running = false
 		r.d.w.Tracef("r%d.%d: Run returned: %v", r.idx, r.gen, err)
+		r.checkLeftHeld()
 	default:
 	}
 }
@@ -167,3 +168,23 @@ type simTimer struct {
 }
 
 func (t *simTimer) Reset(d time.Duration) bool { return t.Timer.Reset(d + t.c.late()) }
+
+// checkLeftHeld: when Run returned, every term this incarnation won either started or was
+// released (Run's doc: a term won by an acquire in flight at the cancel is released).
+func (r *simReplica) checkLeftHeld() {
+	st := r.e.store.(*simStore)
+	started := func(rec lease.Record) bool {
+		for _, t := range r.d.rec.terms {
+			if t.replica == r.idx && t.gen == r.gen && t.token == rec.Token {
+				return true
+			}
+		}
+		return false
+	}
+	for _, rec := range st.leftHeld(started) {
+		r.d.rec.fail("r%d.%d: Run returned leaving token %d held: neither started nor released", r.idx, r.gen, rec.Token)
+	}
+	st.mu.Lock()
+	st.won = nil
+	st.mu.Unlock()
+}

@@ -21,6 +21,37 @@ type simStore struct {
 	scripts sim.Scripts
 	keys    lease.Keys
 	owner   string // "<instance>:<identity>"
+
+	mu       sync.Mutex
+	won      []lease.Record        // records an acquire reply gave this replica, in order
+	released map[lease.Record]bool // records a release was sent for
+}
+
+func (s *simStore) note(rec lease.Record, won bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if won {
+		s.won = append(s.won, rec)
+		return
+	}
+	if s.released == nil {
+		s.released = map[lease.Record]bool{}
+	}
+	s.released[rec] = true
+}
+
+// leftHeld returns the records this replica won that neither started a term (started) nor
+// were released.
+func (s *simStore) leftHeld(started func(lease.Record) bool) []lease.Record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []lease.Record
+	for _, rec := range s.won {
+		if !s.released[rec] && !started(rec) {
+			out = append(out, rec)
+		}
+	}
+	return out
 }
 
 func millis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
@@ -48,6 +79,9 @@ func (s *simStore) acquire(ctx context.Context, ttl time.Duration, _ lease.Repli
 		return false, lease.Status{}, fmt.Errorf("acquire: %w", err)
 	}
 	pttl, _ := reply[2].(int64)
+	if reply[0] == int64(1) {
+		s.note(rec, true)
+	}
 	return reply[0] == int64(1), lease.Status{Held: true, Record: rec, TTL: pttlOf(pttl)}, nil
 }
 
@@ -73,6 +107,7 @@ func (s *simStore) renew(ctx context.Context, term lease.Record, ttl time.Durati
 }
 
 func (s *simStore) release(ctx context.Context, term lease.Record) (bool, error) {
+	s.note(term, false)
 	k := s.keys
 	v, err := s.node.Call(ctx, "release", s.scripts.Release, []string{k.Lease, k.Resign}, []string{term.String(), k.Events})
 	if err != nil {
