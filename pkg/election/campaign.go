@@ -53,7 +53,7 @@ func (e *Elector) campaign(ctx context.Context, w *watch) (term lease.Record, se
 		if a.won {
 			return a.term, a.sent, true
 		}
-		resetTimer(f.timer, a.wait+jitter())
+		resetTimer(f.timer, a.wait+e.jitter())
 		if !f.sleep(ctx) {
 			return lease.Record{}, time.Time{}, false
 		}
@@ -72,6 +72,7 @@ func (f *follower) attempt(ctx context.Context) (attempt, bool) {
 	won, st, err := e.store.acquire(actx, e.cfg.LeaseDuration, e.cfg.ReplicaAck)
 	cancel()
 	late := !e.clock.Now().Before(a.sent.Add(e.cfg.RenewDeadline))
+	late = late && !mutant(4) // mutant 4 (elector_mutants builds only): a late reply starts a term
 	switch {
 	case err == nil && e.resumesPoisoned(won, st.Record):
 		// A resume of our record whose release failed: that release may still run and
@@ -83,6 +84,7 @@ func (f *follower) attempt(ctx context.Context) (attempt, bool) {
 		if st.TTL != lease.NoExpiry && st.TTL >= 0 {
 			a.wait = min(st.TTL, e.cfg.LeaseDuration)
 		}
+	case mutant(5) && err == nil && won && ctx.Err() != nil: // mutant 5 (elector_mutants builds only): left held
 	case err == nil && won && (ctx.Err() != nil || late):
 		// A term that never started: release it whatever ReleaseOnCancel says (no work
 		// can overlap), rather than make followers wait for its expiry.
@@ -144,7 +146,7 @@ func (f *follower) sleep(ctx context.Context) bool {
 				return true
 			}
 			if rearm >= 0 {
-				resetTimer(f.timer, rearm+jitter())
+				resetTimer(f.timer, rearm+f.e.jitter())
 			}
 		}
 	}

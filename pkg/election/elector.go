@@ -85,7 +85,8 @@ type Elector struct {
 
 	notify *notifier
 	errs   errorLog
-	evict  evictionState // Redis's eviction policy, as checkEviction found it (eviction.go)
+	evict  evictionState                       // Redis's eviction policy, as checkEviction found it (eviction.go)
+	rand   func(n time.Duration) time.Duration // the jitter's source in the simulator; nil: math/rand
 }
 
 // New validates cfg, filling in defaults, and returns an Elector. Errors name the field.
@@ -165,6 +166,14 @@ func (e *Elector) Run(ctx context.Context) error {
 
 func jitter() time.Duration { return rand.N(maxJitter) }
 
+// jitter draws a follower's wake-up jitter from e.rand, the simulator's seeded source, if set.
+func (e *Elector) jitter() time.Duration {
+	if e.rand != nil {
+		return e.rand(maxJitter)
+	}
+	return jitter()
+}
+
 type tokenKey struct{}
 
 // TokenFrom returns the fencing token of the term whose OnStartedLeading received ctx (or a
@@ -202,6 +211,7 @@ func (e *Elector) noteRelease(term lease.Record, err error) {
 	} else if e.poisoned == term {
 		e.poisoned = lease.Record{}
 	}
+	e.poisoned = mutantPoisoned(e.poisoned) // mutant 6 (elector_mutants builds only): forget it
 }
 
 // resumesPoisoned reports whether an acquire reply (won, rec) resumes the record whose

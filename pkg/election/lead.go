@@ -165,6 +165,7 @@ func (l *leadership) renewed(r renewal) (reason string, over bool) {
 		e.errs.succeeded(l.logger)
 		l.retry.reset()
 		l.lastOK = r.sent
+		mutantDeadlineFromReply(l) // mutant 8 (elector_mutants builds only)
 		e.renewed(r.sent)
 		e.cfg.Metrics.renewed(e.cfg.Name, r.took)
 		l.logger.V(4).Info("Renewed the lease", "token", l.term.Token, "took", r.took)

@@ -1,0 +1,234 @@
+package election
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/elector/elector/internal/sim"
+)
+
+// tick injects one fault or user action, then schedules the next while the chaos lasts.
+func (d *simDriver) tick() {
+	if !d.chaos {
+		return
+	}
+	if d.rng.IntN(4) == 0 {
+		d.snaps = append(d.snaps, d.w.Snapshot())
+		if len(d.snaps) > 6 {
+			d.snaps = d.snaps[1:]
+		}
+	}
+	faults := []func(){
+		d.cutOne, d.cutAll, d.breakSubs, d.restartRedis, d.restoreSnapshot,
+		d.crash, d.cancelRun, d.resign, d.resign, d.release, d.network, d.network, d.stall, d.stall,
+	}
+	faults[d.rng.IntN(len(faults))]()
+	d.after(d.dur(time.Millisecond, d.timing.lease), "tick", d.tick)
+}
+
+func (d *simDriver) pick() *simReplica { return d.replicas[d.rng.IntN(len(d.replicas))] }
+
+func (d *simDriver) cutOne() {
+	r := d.pick()
+	refuse := d.rng.IntN(2) == 0
+	dt := d.dur(time.Millisecond, 2*d.timing.lease)
+	d.w.Tracef("fault: cut %s from Redis for %v (refused %v)", r.node.Name(), dt, refuse)
+	n := r.node
+	d.w.Cut(n, refuse)
+	d.after(dt, "heal", func() { d.w.Tracef("heal %s", n.Name()); d.w.Heal(n) })
+}
+
+func (d *simDriver) cutAll() {
+	dt := d.dur(time.Millisecond, 2*d.timing.lease)
+	refuse := d.rng.IntN(2) == 0
+	d.w.Tracef("fault: Redis unreachable from all for %v (refused %v)", dt, refuse)
+	var nodes []*sim.Node
+	for _, r := range d.replicas {
+		d.w.Cut(r.node, refuse)
+		nodes = append(nodes, r.node)
+	}
+	d.after(dt, "heal all", func() {
+		d.w.Tracef("heal all")
+		for _, n := range nodes {
+			d.w.Heal(n)
+		}
+	})
+}
+
+func (d *simDriver) breakSubs() {
+	if d.rng.IntN(3) == 0 {
+		d.w.Tracef("fault: every subscription breaks")
+		d.w.BreakSubscriptions(nil)
+		return
+	}
+	r := d.pick()
+	d.w.Tracef("fault: subscriptions of %s break", r.node.Name())
+	d.w.BreakSubscriptions(r.node)
+}
+
+func (d *simDriver) restartRedis() {
+	dt := d.dur(0, d.timing.lease)
+	d.w.Tracef("fault: Redis restarts without data, down for %v", dt)
+	d.rec.dataLost()
+	d.w.RestartRedis(nil, true)
+	d.after(dt, "redis up", func() { d.w.Tracef("Redis up"); d.w.Up() })
+}
+
+func (d *simDriver) restoreSnapshot() {
+	if len(d.snaps) == 0 {
+		return
+	}
+	i := d.rng.IntN(len(d.snaps))
+	d.w.Tracef("fault: Redis restored from snapshot %d of %d", i, len(d.snaps))
+	d.rec.dataLost()
+	d.w.RestartRedis(d.snaps[i], false)
+}
+
+func (d *simDriver) crash() {
+	r := d.pick()
+	if r.crashed {
+		return
+	}
+	dt := d.dur(time.Millisecond, 2*d.timing.lease)
+	d.w.Tracef("fault: %s crashes; restart in %v", r.node.Name(), dt)
+	d.w.Crash(r.node)
+	d.rec.crash(r.idx, r.gen)
+	r.crashed = true
+	if r.running {
+		r.cancel() // the zombie's goroutines wind down; the world no longer hears them
+		d.zombies = append(d.zombies, r.done)
+		r.running = false
+	}
+	d.after(dt, "restart", func() {
+		if r.crashed {
+			d.restart(r)
+		}
+	})
+}
+
+func (d *simDriver) cancelRun() {
+	r := d.pick()
+	if !r.running {
+		return
+	}
+	dt := d.dur(0, 2*d.timing.lease)
+	d.w.Tracef("user: cancel Run of %s; run again in %v", r.node.Name(), dt)
+	r.cancel()
+	d.after(dt, "run again", func() {
+		if !r.crashed && !r.running {
+			d.restart(r)
+		}
+	})
+}
+
+// resign calls Resign or ResignTo (another replica, an absent one, itself) on the leader, or
+// on anyone.
+func (d *simDriver) resign() {
+	r := d.pick()
+	for _, x := range d.replicas {
+		if !x.crashed && x.e.IsLeader() {
+			r = x
+		}
+	}
+	if r.crashed {
+		return
+	}
+	target := ""
+	switch d.rng.IntN(4) {
+	case 1:
+		target = d.pick().identity
+	case 2:
+		target = "absent"
+	}
+	name := fmt.Sprintf("%s.ResignTo(%q)", r.node.Name(), target)
+	d.w.Tracef("user: %s", name)
+	d.goOp(r, name, func(ctx context.Context) error { return r.e.ResignTo(ctx, target) })
+}
+
+// release calls Release with the replica's current, an old or an unknown token.
+func (d *simDriver) release() {
+	r := d.pick()
+	if r.crashed {
+		return
+	}
+	var tokens []int64
+	for _, t := range d.rec.terms {
+		if t.replica == r.idx && t.gen == r.gen {
+			tokens = append(tokens, t.token)
+		}
+	}
+	token := int64(12345)
+	if len(tokens) > 0 && d.rng.IntN(4) != 0 {
+		token = tokens[len(tokens)-1]
+		if d.rng.IntN(2) == 0 {
+			token = tokens[d.rng.IntN(len(tokens))]
+		}
+	}
+	name := fmt.Sprintf("%s.Release(%d)", r.node.Name(), token)
+	e := r.e
+	call := func() {
+		d.w.Tracef("user: %s", name)
+		d.goOp(r, name, func(ctx context.Context) error {
+			ok, err := e.Release(ctx, token)
+			if err == nil && !ok {
+				return fmt.Errorf("not released")
+			}
+			return err
+		})
+	}
+	if !r.running || d.rng.IntN(3) == 0 {
+		call()
+		return
+	}
+	d.w.Tracef("user: cancel Run of %s to release token %d", r.node.Name(), token)
+	r.cancel() // Release needs Run to have returned; it may not have yet
+	d.after(d.dur(0, d.timing.lease), "release", call)
+	d.after(d.dur(d.timing.lease, 2*d.timing.lease), "run again", func() {
+		if !r.crashed && !r.running && r.e == e {
+			d.restart(r)
+		}
+	})
+}
+
+func (d *simDriver) goOp(r *simReplica, name string, fn func(context.Context) error) {
+	done := make(chan error, 1)
+	timeout := 2 * d.timing.lease
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		done <- fn(ctx)
+	}()
+	d.ops = append(d.ops, simOp{name: name, r: r, done: done})
+}
+
+// network changes how lossy and slow the network is.
+func (d *simDriver) network() {
+	f := sim.Faults{}
+	if d.rng.IntN(2) == 0 {
+		f.Loss = d.lossLevel * d.rng.Float64()
+		f.PubLoss = d.lossLevel * d.rng.Float64()
+	}
+	if d.rng.IntN(2) == 0 {
+		f.Slow = d.slowLevel * d.rng.Float64()
+		f.SlowMax = d.dur(time.Millisecond, max(2*d.callTimeout(), 2*d.timing.lease))
+	}
+	d.w.Tracef("fault: network loss %.3f pub/sub loss %.3f slow %.3f up to %v", f.Loss, f.PubLoss, f.Slow, f.SlowMax)
+	d.w.Faults = f
+}
+
+// stall slows every message of one replica, the leader more often, for a while: long enough
+// for calls to time out and run later, or for replies to come after the caller's deadline.
+func (d *simDriver) stall() {
+	r := d.pick()
+	for _, x := range d.replicas {
+		if !x.crashed && x.e.IsLeader() && d.rng.IntN(3) != 0 {
+			r = x
+		}
+	}
+	window := d.dur(d.timing.retry, d.timing.lease)
+	lo := d.dur(0, d.callTimeout())
+	hi := lo + d.dur(time.Millisecond, max(2*d.callTimeout(), 2*d.timing.lease))
+	d.w.Tracef("fault: %s stalls for %v: its messages take %v to %v", r.node.Name(), window, lo, hi)
+	d.w.Stall(r.node, window, lo, hi)
+}

@@ -1,0 +1,397 @@
+package election
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/elector/elector/internal/sim"
+	"github.com/elector/elector/pkg/lease"
+)
+
+// The deterministic simulator (issue 24, docs/MODEL.md): N replicas run the production
+// Elector against a simulated Redis that executes the project's own scripts, inside a
+// testing/synctest bubble (virtual time, real goroutines). The driver delivers at most one
+// message per step, after synctest.Wait, and draws every delay, loss, fault and user action
+// from one seed, so a seed replays byte-identically.
+
+const simLease = "sim"
+
+type simTiming struct{ lease, renew, retry time.Duration }
+
+// simTimings are valid Configs; in the later ones a call may take longer (callTimeout) than the
+// lease outlasts the renew deadline, which some bugs need.
+var simTimings = []simTiming{
+	{300 * time.Millisecond, 200 * time.Millisecond, 50 * time.Millisecond},
+	{1000 * time.Millisecond, 900 * time.Millisecond, 200 * time.Millisecond},
+	{500 * time.Millisecond, 450 * time.Millisecond, 100 * time.Millisecond},
+	{2000 * time.Millisecond, 1500 * time.Millisecond, 400 * time.Millisecond},
+}
+
+// simResult is what one seed did.
+type simResult struct {
+	trace      string
+	violations []string
+	exceptions map[string]int
+	simulated  time.Duration
+	terms      int
+}
+
+type simAction struct {
+	at   time.Time
+	seq  int
+	name string
+	fn   func()
+}
+
+// simDriver runs one seed.
+type simDriver struct {
+	w         *sim.World
+	rng       *rand.Rand
+	rec       *recorder
+	scripts   sim.Scripts
+	keys      lease.Keys
+	client    redis.UniversalClient
+	timing    simTiming
+	holdOff   time.Duration
+	ignoreCtx bool
+	replicas  []*simReplica
+	zombies   []chan error // Runs of crashed incarnations
+	actions   []simAction
+	aseq      int
+	ops       []simOp
+	snaps     []*sim.Snapshot
+	chaos     bool
+	blockMax  time.Duration
+	lossLevel float64
+	slowLevel float64
+}
+
+// simOp is a user call in flight (Resign, Release).
+type simOp struct {
+	name string
+	r    *simReplica
+	done chan error
+}
+
+func (d *simDriver) after(dt time.Duration, name string, fn func()) {
+	d.aseq++
+	a := simAction{at: time.Now().Add(dt), seq: d.aseq, name: name, fn: fn}
+	i := len(d.actions)
+	for i > 0 && d.actions[i-1].at.After(a.at) {
+		i--
+	}
+	d.actions = append(d.actions, simAction{})
+	copy(d.actions[i+1:], d.actions[i:])
+	d.actions[i] = a
+}
+
+func (d *simDriver) dur(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(d.rng.Int64N(int64(hi-lo)+1))
+}
+
+func (d *simDriver) callTimeout() time.Duration { return max(d.timing.retry, d.timing.renew/2) }
+
+// quietLen is the liveness bound: once Redis and every replica are healthy for this long,
+// someone leads. A callback may block for blockMax, then a lease nobody renews expires
+// (LeaseDuration) and a resignation's hold-off runs out; a follower learns of it within a
+// RetryPeriod, and a call from before the calm may hang for its read timeout.
+func (d *simDriver) quietLen() time.Duration {
+	t := d.timing
+	q := d.blockMax + 2*t.lease + d.holdOff + t.renew + 4*t.retry
+	q += 2 * t.lease // a Release from before the calm keeps Run from starting until its deadline
+	if d.ignoreCtx {
+		q += 2 * t.lease
+	}
+	return q
+}
+
+// loop runs until `until`, or until stop says so: each turn waits for every goroutine of the
+// bubble to block, then does one thing.
+func (d *simDriver) loop(until time.Time, stop func() bool) {
+	for {
+		synctest.Wait()
+		d.w.Absorb()
+		d.rec.flush()
+		d.poll()
+		if d.w.DeliverDue() {
+			continue
+		}
+		if len(d.actions) > 0 && !d.actions[0].at.After(time.Now()) {
+			a := d.actions[0]
+			d.actions = d.actions[1:]
+			a.fn()
+			continue
+		}
+		if (stop != nil && stop()) || !time.Now().Before(until) {
+			return
+		}
+		next := until
+		if stop != nil { // nothing wakes the driver when a Run returns: look again soon
+			next = minTime(next, time.Now().Add(d.timing.retry))
+		}
+		if t, ok := d.w.NextAt(); ok && t.Before(next) {
+			next = t
+		}
+		if len(d.actions) > 0 && d.actions[0].at.Before(next) {
+			next = d.actions[0].at
+		}
+		d.w.SleepUntil(next)
+	}
+}
+
+func (d *simDriver) poll() {
+	for _, r := range d.replicas {
+		r.poll()
+	}
+	kept := d.ops[:0]
+	for _, op := range d.ops {
+		select {
+		case err := <-op.done:
+			d.w.Tracef("%s returned %v", op.name, err)
+		default:
+			kept = append(kept, op)
+		}
+	}
+	d.ops = kept
+	if d.chaos {
+		return
+	}
+	for _, r := range d.replicas { // calm: every replica runs once its Release returned
+		if !r.running && !r.crashed && !d.busy(r) {
+			d.restart(r)
+		}
+	}
+}
+
+// busy reports whether a user call of r is in flight (Release keeps Run from starting).
+func (d *simDriver) busy(r *simReplica) bool {
+	for _, op := range d.ops {
+		if op.r == r {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *simDriver) done() bool {
+	if len(d.ops) > 0 {
+		return false
+	}
+	for _, r := range d.replicas {
+		if r.running {
+			return false
+		}
+	}
+	for _, z := range d.zombies {
+		select {
+		case <-z:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// runSim runs seed for duration of simulated time (0: 40 lease durations) inside the
+// synctest bubble of the caller.
+func runSim(seed uint64, duration time.Duration, client redis.UniversalClient, scripts sim.Scripts) simResult {
+	w := sim.NewWorld(seed)
+	d := &simDriver{w: w, rng: w.Rand, rec: newRecorder(w), scripts: scripts, keys: lease.KeysFor("", simLease), client: client}
+	d.configure()
+	if duration == 0 {
+		duration = 40 * d.timing.lease
+	}
+	start := time.Now()
+	end := start.Add(duration)
+	for _, r := range d.replicas {
+		r.startRun()
+	}
+	for time.Now().Before(end) {
+		d.chaos = true
+		d.after(0, "tick", d.tick)
+		d.loop(time.Now().Add(d.dur(3*d.timing.lease, 8*d.timing.lease)), nil)
+		d.calm()
+		d.loop(time.Now().Add(d.quietLen()), nil)
+		d.checkLiveness()
+	}
+	d.shutdown()
+	d.loop(time.Now().Add(time.Hour), d.done)
+	d.rec.flush()
+	return simResult{trace: w.Trace(), violations: d.rec.violations, exceptions: d.rec.exceptions,
+		simulated: time.Since(start), terms: len(d.rec.terms)}
+}
+
+// checkLiveness: after a calm of quietLen, someone leads, and keeps leading (no term ends)
+// for two more lease durations of calm.
+func (d *simDriver) checkLiveness() {
+	d.rec.flush()
+	if !d.rec.leading() {
+		d.rec.fail("liveness: nobody leads after %v of calm", d.quietLen())
+		return
+	}
+	ends := d.rec.ends
+	d.loop(time.Now().Add(2*d.timing.lease), nil)
+	d.rec.flush()
+	if !d.rec.leading() || d.rec.ends != ends {
+		d.rec.fail("liveness: leadership changed %d times in a calm after the bound", d.rec.ends-ends)
+		return
+	}
+	d.w.Tracef("liveness: someone leads after %v of calm, for %v more", d.quietLen(), 2*d.timing.lease)
+}
+
+// configure draws the seed's world: timing, replicas, their modes, the network's faults.
+func (d *simDriver) configure() {
+	d.timing = simTimings[d.rng.IntN(len(simTimings))]
+	d.holdOff = d.timing.lease
+	if d.rng.IntN(2) == 0 {
+		d.holdOff = d.dur(time.Millisecond, d.timing.lease).Truncate(time.Millisecond)
+	}
+	d.ignoreCtx = d.rng.IntN(3) == 0
+	d.blockMax = d.timing.lease
+	d.lossLevel = []float64{0.01, 0.05, 0.2}[d.rng.IntN(3)]
+	d.slowLevel = []float64{0.05, 0.2, 0.5}[d.rng.IntN(3)]
+	n := 2 + d.rng.IntN(4)
+	d.w.Tracef("seed world: %d replicas, lease %v renew %v retry %v hold-off %v, context timeouts ignored %v, loss %v slow %v",
+		n, d.timing.lease, d.timing.renew, d.timing.retry, d.holdOff, d.ignoreCtx, d.lossLevel, d.slowLevel)
+	for i := 0; i < n; i++ {
+		r := &simReplica{d: d, idx: i, identity: fmt.Sprintf("r%d", i),
+			recampaign: d.rng.IntN(5) != 0, releaseOnCancel: d.rng.IntN(3) != 0,
+			work: d.rng.IntN(workModes), slowStop: d.rng.IntN(4) == 0}
+		d.w.Tracef("r%d: recampaign %v, release on cancel %v, work %s, slow stop %v", i, r.recampaign, r.releaseOnCancel, workNames[r.work], r.slowStop)
+		if err := r.newElector(d.client); err != nil {
+			panic(err)
+		}
+		d.replicas = append(d.replicas, r)
+	}
+}
+
+// calm ends the chaos: the network heals, Redis is up, every replica runs.
+func (d *simDriver) calm() {
+	d.chaos = false
+	d.w.Faults = sim.Faults{}
+	d.w.Up()
+	for _, r := range d.replicas {
+		d.w.Heal(r.node)
+		if !d.busy(r) {
+			d.restart(r)
+		}
+	}
+	d.w.Tracef("calm for %v", d.quietLen())
+}
+
+// restart runs a replica again: a new incarnation after a crash, else Run again.
+func (d *simDriver) restart(r *simReplica) {
+	switch {
+	case r.crashed:
+		r.gen++
+		r.crashed = false
+		if err := r.newElector(d.client); err != nil {
+			panic(err)
+		}
+		r.startRun()
+	case !r.running:
+		r.startRun()
+	}
+}
+
+func (d *simDriver) shutdown() {
+	d.w.Tracef("shutdown")
+	d.chaos = true // no more restarts
+	for _, r := range d.replicas {
+		if r.running {
+			r.cancel()
+		}
+	}
+}
+
+// simEnv reads an integer knob of `make sim`.
+func simEnv(name string, def uint64) uint64 {
+	if v, err := strconv.ParseUint(os.Getenv(name), 10, 64); err == nil {
+		return v
+	}
+	return def
+}
+
+// runSeed runs one seed in its own synctest bubble.
+func runSeed(t *testing.T, seed uint64, duration time.Duration) simResult {
+	t.Helper()
+	scripts, err := sim.LoadScripts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}) // never dialled
+	defer func() { _ = client.Close() }()
+	var res simResult
+	synctest.Test(t, func(*testing.T) { res = runSim(seed, duration, client, scripts) })
+	return res
+}
+
+// TestSim runs SIM_SEEDS seeds from SIM_SEED (or, with SIM_DURATION, seeds until that much wall
+// time passed) and fails with the seeds that broke an invariant. SIM_TRACE=1 prints the trace of
+// each seed: `make sim SEED=n` replays one.
+func TestSim(t *testing.T) {
+	first, count := simEnv("SIM_SEED", 1), simEnv("SIM_SEEDS", 10)
+	soak, _ := time.ParseDuration(os.Getenv("SIM_DURATION"))
+	began := time.Now()
+	var simulated time.Duration
+	var failed []uint64
+	seeds := uint64(0)
+	exceptions := map[string]int{}
+	for seed := first; ; seed++ {
+		if (soak == 0 && seed >= first+count) || (soak > 0 && time.Since(began) >= soak) {
+			break
+		}
+		res := runSeed(t, seed, 0)
+		seeds++
+		simulated += res.simulated
+		for k, v := range res.exceptions {
+			exceptions[k] += v
+		}
+		if os.Getenv("SIM_TRACE") != "" {
+			fmt.Print(res.trace)
+		}
+		if len(res.violations) > 0 {
+			failed = append(failed, seed)
+			t.Errorf("seed %d: %d violations, first: %s\nreplay: make sim SEED=%d", seed, len(res.violations), res.violations[0], seed)
+		}
+	}
+	wall := time.Since(began)
+	t.Logf("%d seeds in %v: %.2f seeds/s, %.1f simulated s per wall s, %v simulated; documented exceptions %v; failed seeds %v",
+		seeds, wall.Round(time.Millisecond), float64(seeds)/wall.Seconds(), simulated.Seconds()/wall.Seconds(), simulated.Round(time.Second), exceptions, failed)
+}
+
+// TestSimReplaysIdentically runs seeds twice and requires byte-identical traces. The seeds
+// are worlds whose clients honour context deadlines: in a world without them (a go-redis
+// client with ContextTimeoutEnabled off), the production campaign loop, back from a call that
+// hung past its timers and a cancel, selects among several ready channels (ctx.Done, its
+// timer, events), and Go's select picks one at random, so those seeds replay the same faults
+// but not always the same trace (docs/MODEL.md, "Deterministic simulator").
+func TestSimReplaysIdentically(t *testing.T) {
+	for _, seed := range []uint64{2, 6, 8, 9, 10} {
+		a, b := runSeed(t, seed, 0), runSeed(t, seed, 0)
+		ha, hb := sha256.Sum256([]byte(a.trace)), sha256.Sum256([]byte(b.trace))
+		if ha != hb {
+			t.Errorf("seed %d: traces differ (%d and %d bytes)\n%s", seed, len(a.trace), len(b.trace), firstDiff(a.trace, b.trace))
+		}
+		if a.terms == 0 {
+			t.Errorf("seed %d: nobody ever led", seed)
+		}
+	}
+}
+
+func firstDiff(a, b string) string {
+	i := 0
+	for i < len(a) && i < len(b) && a[i] == b[i] {
+		i++
+	}
+	lo := max(0, i-1500)
+	return fmt.Sprintf("first difference at byte %d:\n--- a\n%s\n--- b\n%s", i, a[lo:min(len(a), i+300)], b[lo:min(len(b), i+300)])
+}
