@@ -96,7 +96,7 @@ run mutant mutant-group-trust-stale-resume group.pml -DL=1 -DSTALE=1 -DMUTANT_TR
 # state space is too large for this script's budget, so both are bounded searches (DEPTH=120
 # steps: the mutant's violation is found at depth <= 120); opt in with MODEL_POISON=1.
 if [ "${MODEL_POISON:-0}" = 1 ]; then
-	E_POISON="-DANYWAKE -DPOISONSCEN -DRESTARTS=0 -DSUBDROPS=0 -DGIVEUPS=2 -DSTALE=1 -DCANCELS=1 -DRERUNS=1 -DURELS=1"
+	E_POISON="-DGUARD -DANYWAKE -DPOISONSCEN -DRESTARTS=0 -DSUBDROPS=0 -DGIVEUPS=2 -DSTALE=1 -DCANCELS=1 -DRERUNS=1 -DURELS=1"
 	DEPTH=120 run pass   election-poison-bounded election.pml $E_POISON
 	DEPTH=120 run mutant mutant-one-poison-slot  election.pml $E_POISON -DMUTANT_ONE_SLOT
 fi
