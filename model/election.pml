@@ -18,7 +18,18 @@
  *
  * Compile-time switches: N (replicas), LIVE (the liveness configuration: zero network delay,
  * finitely many faults), and the mutants MUTANT_RENEW_FROM_REPLY, MUTANT_LATE_START,
- * MUTANT_SUB_DROP_ACQUIRE, MUTANT_TOKEN_NO_TIME (see docs/MODEL.md).
+ * MUTANT_SUB_DROP_ACQUIRE, MUTANT_TOKEN_NO_TIME, MUTANT_ONE_SLOT (see docs/MODEL.md).
+ *
+ * Released records (termGuard, pkg/election/termguard.go): a replica retires the token of every
+ * record it sends a release for, whatever the outcome (ret[i], the largest), and never starts a
+ * term on a won record whose token is not above it: such a release may still run later and
+ * delete the key under the term. With RERUNS a returned Run may run again (the same Elector),
+ * and with URELS a returned Run may call Elector.Release with an older token of its own, a
+ * second release whose outcome is unknown. The rest of the guard (tokens seen in replies) only
+ * matters after a rollback, which this model does not have (a restart loses everything).
+ * The guard is compiled in with -DGUARD only: without stale requests and Runs again it only
+ * refuses resumes that are safe anyway, and its retired tokens multiply the state space of the
+ * default runs (election-resign: past 18 million states instead of 3).
  */
 
 #ifndef N
@@ -64,6 +75,21 @@
 #endif
 #ifndef HOLDT
 #define HOLDT 3           /* the hold-off of a resignation's reservation, in ticks */
+#endif
+#ifndef RERUNS
+#define RERUNS 0          /* Runs started again on the same Elector after one returned */
+#endif
+#ifndef URELS
+#define URELS 0           /* Elector.Release of an older token after Run returned */
+#endif
+/* POISONSCEN: the review's scenario of issue 23 item 3, to keep the search small: only replica
+ * 0 is cancelled, runs again and calls Release; only releases time out or lose their reply. */
+#ifdef POISONSCEN
+#define CALLGU false      /* acquires and renewals never give up */
+#define SOLO(i) (i == 0)
+#else
+#define CALLGU (giveups > 0)
+#define SOLO(i) true
 #endif
 
 /* replica states (the place in Run/campaign/lead) */
@@ -117,6 +143,8 @@ byte tlo[N];              /* ticks until the timer may fire */
 byte thi[N];              /* ticks until it must have fired */
 byte ttok[N];             /* token of the term held or being released */
 byte seen[N];             /* Elector.seen */
+byte ret[N];              /* termGuard.retired: largest token of a record a release was sent for
+                           * (MUTANT_ONE_SLOT: the one poisoned record, the old Elector.poisoned) */
 byte rlsd[N];             /* Elector.released */
 byte sub[N];
 bit  resub[N];            /* the resubscribe timer of campaign is armed */
@@ -144,6 +172,8 @@ byte giveups = GIVEUPS;
 byte stale = STALE;
 byte cancels = CANCELS;
 byte resigns = RESIGNS;
+byte reruns = RERUNS;
+byte urels = URELS;
 /* ---- resign (pkg/lease/scripts/resign.lua; the reservation in P:{NAME}:resign) ---- */
 bit  rsg[N];              /* asked to resign: the work is stopping, then release with the reservation */
 byte rvown;               /* the reservation keeps out replica rvown-1; 0 = no reservation */
@@ -215,6 +245,42 @@ inline observe(i, tok, released) {
 	fi
 }
 
+/* termGuard: is the won record rpt[i] one no term may start on? (sets `cur`) */
+inline untrusted(i) {
+#ifndef GUARD
+	cur = 0
+#elif defined(MUTANT_ONE_SLOT)
+	/* the old rule: only the one poisoned record; a reply showing another forgets it */
+	if
+	:: ret[i] != 0 && rpt[i] == ret[i] -> cur = 1
+	:: else -> cur = 0; ret[i] = 0
+	fi
+#else
+	cur = (rpt[i] <= ret[i])
+#endif
+}
+
+/* a release of ttok[i] is sent: retire it (MUTANT_ONE_SLOT: poisoned only when it fails) */
+inline retire(i) {
+#if defined(GUARD) && !defined(MUTANT_ONE_SLOT)
+	if :: ttok[i] > ret[i] -> ret[i] = ttok[i] :: else fi
+#else
+	skip
+#endif
+}
+
+/* the outcome of the release of ttok[i] (MUTANT_ONE_SLOT: a failure overwrites the slot) */
+inline relout(i) {
+#if defined(GUARD) && defined(MUTANT_ONE_SLOT)
+	if
+	:: rpk[i] == 0 || rpk[i] == R_ERR -> ret[i] = ttok[i]
+	:: else -> if :: ret[i] == ttok[i] -> ret[i] = 0 :: else fi
+	fi
+#else
+	skip
+#endif
+}
+
 /* Elector.followerWait with the timer of campaign (jitter is inside DRIFT) */
 inline followerwait(i, ttl) {
 	if
@@ -237,7 +303,7 @@ inline unsubscribe(i) {
  * values present, so that < and == between any two of them are kept ---- */
 byte m, mnext, mcode;
 #define TOKVARS(OP) OP(ktok); OP(tokkey); OP(maxtok); OP(lastst); \
-	j = 0; do :: j < N -> OP(ttok[j]); OP(rpt[j]); OP(evt[j]); OP(seen[j]); OP(rlsd[j]); j++ :: else -> break od; \
+	j = 0; do :: j < N -> OP(ttok[j]); OP(rpt[j]); OP(evt[j]); OP(seen[j]); OP(rlsd[j]); OP(ret[j]); j++ :: else -> break od; \
 	j = 0; do :: j < NS -> OP(rqt[j]); j++ :: else -> break od
 #define NEXTVAL(v) if :: v > m && v < mnext -> mnext = v :: else fi
 #define RECODE(v) if :: v == mnext -> v = mcode :: else fi
@@ -303,10 +369,21 @@ end:
 			el[i] = 0; send(i, Q_ACQ, 0); st[i] = AWAIT
 		fi }
 	/* campaign: the acquire returned a win */
+	/* campaign: the acquire returned a win; first the guard: a resume of a record no term may
+	 * start on is taken as held (no term, no release; the next attempt after its expiry) */
 	:: atomic { st[i] == AWAIT && rpk[i] == R_WON ->
+		untrusted(i);
+		if
+		:: cur ->
+			call[i] = 0; rpk[i] = 0; rpt[i] = 0; rpl[i] = 0; cur = 0;
+			if
+			:: canc[i] -> st[i] = DONE; unsubscribe(i)
+			:: else -> settimer(i, LD); knows[i] = 0; st[i] = FOLLOW
+			fi
+		:: else ->
 		ttok[i] = rpt[i]; call[i] = 0; rpk[i] = 0; rpt[i] = 0; rpl[i] = 0;
 		if
-		:: canc[i] -> send(i, Q_REL, ttok[i]); aft[i] = A_DONE; st[i] = RELW   /* cancel during a winning acquire */
+		:: canc[i] -> retire(i); send(i, Q_REL, ttok[i]); aft[i] = A_DONE; st[i] = RELW   /* cancel during a winning acquire */
 		:: else ->
 			if
 #ifndef MUTANT_LATE_START
@@ -319,7 +396,7 @@ end:
 #endif
 			fi;
 			if
-			:: !cur -> send(i, Q_REL, ttok[i]); aft[i] = A_RETRY; st[i] = RELW
+			:: !cur -> retire(i); send(i, Q_REL, ttok[i]); aft[i] = A_RETRY; st[i] = RELW
 			:: cur ->
 				/* S3: the work starts inside the trust window */
 				assert(el[i] < RD + DRIFT);
@@ -337,10 +414,14 @@ end:
 				st[i] = LEAD
 			fi
 		fi;
-		cur = 0 }
+		cur = 0
+		fi }
 	/* campaign: held by another */
 	:: atomic { st[i] == AWAIT && rpk[i] == R_HELD ->
 		call[i] = 0; rpk[i] = 0;
+#if defined(GUARD) && defined(MUTANT_ONE_SLOT)
+		ret[i] = 0;       /* another record: the old rule forgot the poisoned one */
+#endif
 		if
 		:: canc[i] -> st[i] = DONE; unsubscribe(i)
 #ifdef ANYWAKE
@@ -351,7 +432,7 @@ end:
 		fi;
 		cur = 0; rpt[i] = 0; rpl[i] = 0; repfresh[i] = 0 }
 	/* campaign: the acquire failed, timed out or lost its reply */
-	:: atomic { st[i] == AWAIT && (rpk[i] == R_ERR || (rpk[i] == 0 && giveups > 0)) ->
+	:: atomic { st[i] == AWAIT && (rpk[i] == R_ERR || (rpk[i] == 0 && CALLGU)) ->
 		GIVEUP(i);
 		abandon(i);
 		if
@@ -429,7 +510,7 @@ end:
 		lead[i] = 0; stopping[i] = 0; rsg[i] = 0; stoptimer(i); ttok[i] = 0;
 		st[i] = ((canc[i] -> DONE : CAMP)); if :: st[i] == DONE -> unsubscribe(i) :: else fi }
 	/* lead: renew failed */
-	:: atomic { st[i] == LEAD && call[i] == Q_REN && (rpk[i] == R_ERR || (rpk[i] == 0 && giveups > 0)) ->
+	:: atomic { st[i] == LEAD && call[i] == Q_REN && (rpk[i] == R_ERR || (rpk[i] == 0 && CALLGU)) ->
 		GIVEUP(i);
 		abandon(i); settimer(i, RP); tlo[i] = 0 }
 	/* lead: Run's ctx cancelled: the work is told to stop, renewals go on */
@@ -442,22 +523,35 @@ end:
 	:: atomic { st[i] == LEAD && rsg[i] && !stopping[i] ->
 		stoptimer(i);
 		if :: call[i] != 0 -> abandon(i) :: else fi;
-		send(i, Q_RSG, ttok[i]); rsg[i] = 0; aft[i] = A_RETRY; st[i] = RELW }
+		retire(i); send(i, Q_RSG, ttok[i]); rsg[i] = 0; aft[i] = A_RETRY; st[i] = RELW }
 #endif
 	/* lead: OnStartedLeading returned after the cancel or resignation: stepDown(stopped or
 	 * resigned, release); a resignation releases with the reservation and campaigns again */
 	:: atomic { st[i] == LEAD && stopping[i] ->
 		lead[i] = 0; stopping[i] = 0; stoptimer(i);
 		if :: call[i] != 0 -> abandon(i) :: else fi;
+		retire(i);
 		if
 		:: rsg[i] -> send(i, Q_RSG, ttok[i])
 		:: else -> send(i, Q_REL, ttok[i])
 		fi;
 		aft[i] = ((rsg[i] && !canc[i]) -> A_RETRY : A_DONE); rsg[i] = 0; st[i] = RELW }
 
+	/* the same Elector runs again after Run returned (RERUNS) */
+	:: atomic { st[i] == DONE && call[i] == 0 && reruns > 0 && SOLO(i) -> reruns--; canc[i] = 0; st[i] = CAMP }
+	/* Elector.Release of an older token of this replica after Run returned (URELS): its record
+	 * is long gone (token 0 matches no record), and the call fails: its outcome is unknown.
+	 * The fixed guard retires nothing above what it retired; the one slot is overwritten. */
+	:: atomic { st[i] == DONE && call[i] == 0 && urels > 0 && giveups > 0 && SOLO(i) ->
+		urels--; send(i, Q_REL, 0); GIVEUP(i); abandon(i);
+#ifdef MUTANT_ONE_SLOT
+		ret[i] = 0;
+#endif
+		skip }
 	/* a release returned, failed or was given up */
 	:: atomic { st[i] == RELW && (rpk[i] != 0 || giveups > 0) ->
 		GIVEUP(i);
+		relout(i);
 		abandon(i); ttok[i] = 0; rpt[i] = 0;
 #ifdef MUTANT_RESIGN_EARLY_RELEASE
 		lead[i] = 0;
@@ -652,6 +746,9 @@ active proctype Env() {
 	byte e;
 end:	do
 	:: atomic { cancels > 0 -> select(e : 0 .. N-1);
+#ifdef POISONSCEN
+		e = 0;
+#endif
 #ifdef LIVE
 		if :: e == N-1 -> e = 0 :: else fi;    /* the last replica stays up */
 #endif

@@ -8,6 +8,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/lease"
 )
 
@@ -73,17 +74,16 @@ func (f *follower) attempt(ctx context.Context) (attempt, bool) {
 	cancel()
 	late := !e.clock.Now().Before(a.sent.Add(e.cfg.RenewDeadline))
 	late = late && !mutant(4) // mutant 4 (elector_mutants builds only): a late reply starts a term
+	trusted := err == nil && e.trustsReply(won, st.Record)
 	switch {
-	case err == nil && e.resumesPoisoned(won, st.Record):
-		// A resume of our record whose release failed: that release may still run and
-		// delete the key during the term. Not ours: neither a term nor a second release;
-		// try again once the record (renewed by this very acquire) expired. Not observed
-		// either: it would name this replica leader.
-		f.logger.Info("Acquire resumed a record whose release failed; not trusted, waiting for it to expire", "token", st.Record.Token)
-		a.wait = e.cfg.RetryPeriod
-		if st.TTL != lease.NoExpiry && st.TTL >= 0 {
-			a.wait = min(st.TTL, e.cfg.LeaseDuration)
-		}
+	case err == nil && won && !trusted:
+		// Our record, but one no term may start on (termGuard): a record we sent a release
+		// for (that release may still run and delete the key during the term), or one older
+		// than a token already seen (brought back by a rollback). Not ours: neither a term
+		// nor a release; try again once it (renewed by this very acquire) expired. Not
+		// observed either: it would name this replica leader.
+		f.logger.Info("Acquire resumed a record this replica released or saw replaced; not trusted, waiting for it to expire", "token", st.Record.Token)
+		a.wait = e.untrustedWait(st.TTL)
 	case mutant(5) && err == nil && won && ctx.Err() != nil: // mutant 5 (elector_mutants builds only): left held
 	case err == nil && won && (ctx.Err() != nil || late):
 		// A term that never started: release it whatever ReleaseOnCancel says (no work
@@ -167,6 +167,17 @@ func (e *Elector) onEvent(ev lease.Event) (wake bool, rearm time.Duration) {
 		}
 	}
 	return false, -1
+}
+
+// untrustedWait is how long to wait for an untrusted record of ours, just renewed to ttl by
+// our acquire, to expire: its ttl plus the drift margin, so that a clock faster than Redis's
+// does not resume (and renew) it again and again. Only liveness depends on it.
+func (e *Elector) untrustedWait(ttl time.Duration) time.Duration {
+	if ttl == lease.NoExpiry || ttl < 0 {
+		return e.cfg.RetryPeriod
+	}
+	d := min(ttl, e.cfg.LeaseDuration)
+	return d + timing.DriftMargin(d)
 }
 
 // followerWait is how long a follower sleeps after finding the lease held for ttl: until it

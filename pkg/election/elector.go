@@ -70,18 +70,11 @@ type Elector struct {
 
 	mu       sync.Mutex
 	leader   string       // last observed leader identity, "" when none is known
-	seen     int64        // token of the newest term observed; older news is stale
-	released int64        // token of the newest term observed to be released
+	guard    termGuard    // tokens seen, released and retired; which won acquire may start a term
 	term     lease.Record // this replica's term while it leads
 	ctl      *termControl // how Resign reaches the current term's lead loop
 	leading  bool
 	lastRenw time.Time // send time of the last successful acquire or renew of the current term
-	// poisoned is this replica's record whose release failed (zero: none). The release may
-	// still run later, so an acquire that resumes the record (the script renews a record its
-	// owner holds) must not start a term: the stale release would delete the key under it.
-	// Forgotten when an acquire reply shows another record (a record once gone never comes
-	// back), never by time: a delayed release can run at any time. Kept across Runs.
-	poisoned lease.Record
 
 	notify *notifier
 	errs   errorLog
@@ -188,8 +181,8 @@ func TokenFrom(ctx context.Context) int64 {
 func (e *Elector) release(ctx context.Context, logger klog.Logger, term lease.Record) {
 	rctx, cancel := context.WithTimeout(ctx, e.callTimeout())
 	defer cancel()
+	e.noteRelease(term)
 	released, err := e.store.release(rctx, term)
-	e.noteRelease(term, err)
 	switch {
 	case err != nil:
 		logger.Error(err, "Failed to release the lease; followers take over when it expires", "token", term.Token)
@@ -201,32 +194,21 @@ func (e *Elector) release(ctx context.Context, logger klog.Logger, term lease.Re
 	}
 }
 
-// noteRelease records the outcome of a release of term: one that failed may still run and
-// delete the key later, so its record is never resumed (resumesPoisoned).
-func (e *Elector) noteRelease(term lease.Record, err error) {
+// noteRelease records that a release of term was sent, whatever its outcome (termGuard): one
+// that failed may still run and delete the key later, and one that succeeded brings the
+// record back only after Redis lost writes; no term starts on that record again.
+func (e *Elector) noteRelease(term lease.Record) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if err != nil {
-		e.poisoned = term // its outcome is unknown: never resume this record
-	} else if e.poisoned == term {
-		e.poisoned = lease.Record{}
-	}
-	e.poisoned = mutantPoisoned(e.poisoned) // mutant 6 (elector_mutants builds only): forget it
+	e.guard.retire(term.Token)
 }
 
-// resumesPoisoned reports whether an acquire reply (won, rec) resumes the record whose
-// release failed, and forgets that record once a reply shows another one.
-func (e *Elector) resumesPoisoned(won bool, rec lease.Record) bool {
+// trustsReply records an acquire reply (won, rec) and reports whether a won one may start a
+// term (termGuard.reply).
+func (e *Elector) trustsReply(won bool, rec lease.Record) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.poisoned == (lease.Record{}) {
-		return false
-	}
-	if won && rec == e.poisoned {
-		return true
-	}
-	e.poisoned = lease.Record{}
-	return false
+	return e.guard.reply(rec, won)
 }
 
 // callTimeout bounds one Redis call: max(RetryPeriod, RenewDeadline/2), so that a round trip
@@ -276,14 +258,13 @@ func (e *Elector) setFollowing() {
 // OnNewLeader.
 func (e *Elector) observe(rec lease.Record, released bool) bool {
 	e.mu.Lock()
-	if rec.Token < e.seen || rec.Token <= e.released {
+	if !e.guard.news(rec.Token, released) {
 		e.mu.Unlock()
 		return false
 	}
 	identity := rec.Identity
-	e.seen = rec.Token
 	if released {
-		e.released, identity = rec.Token, ""
+		identity = ""
 	}
 	changed := identity != e.leader
 	e.leader = identity
@@ -335,14 +316,16 @@ func (e *Elector) Name() string { return e.cfg.Name }
 // one. false means the term had already ended; nothing changed. While Run runs it refuses:
 // a release then would let a follower in while OnStartedLeading may still work (cancel Run's
 // ctx with ReleaseOnCancel, or Resign, instead); Run cannot start until Release returned.
+// Whatever its outcome, no later Run of this Elector starts a term on that record again (an
+// error may mean the release still runs later); it waits for a new record instead.
 func (e *Elector) Release(ctx context.Context, token int64) (bool, error) {
 	if !e.running.CompareAndSwap(false, true) {
 		return false, fmt.Errorf("release lease %q, token %d: Run is running; cancel its ctx (with ReleaseOnCancel) or call Resign", e.cfg.LeaseName, token)
 	}
 	defer e.running.Store(false)
 	term := lease.Record{Token: token, Instance: e.lease.Instance(), Identity: e.cfg.Identity}
+	e.noteRelease(term) // a later Run never resumes the term, whatever the outcome
 	released, err := e.store.release(ctx, term)
-	e.noteRelease(term, err) // a Run after a failed Release must not resume the term
 	if err != nil {
 		return false, fmt.Errorf("release lease %q, token %d: %w", e.cfg.LeaseName, token, err)
 	}

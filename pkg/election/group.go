@@ -96,10 +96,10 @@ type Group struct {
 	wake    chan struct{}
 
 	view *groupView
-	// poisoned is the machine's (groupMachine.poisoned), kept across Runs: a release that
-	// failed at the end of one Run may still run during the next. Used by one Run at a time.
-	poisoned map[string]lease.Record
-	maxLag   atomic.Int64 // the latest the loop woke up after it planned to, in ns (tests)
+	// guards is the machine's (groupMachine.guards), kept across Runs: a release that failed
+	// at the end of one Run may still run during the next. Used by one Run at a time.
+	guards map[string]*termGuard
+	maxLag atomic.Int64 // the latest the loop woke up after it planned to, in ns (tests)
 }
 
 type groupChange struct {
@@ -172,7 +172,7 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 		pattern:  lease.EventsPattern(cfg.KeyPrefix),
 		names:    map[string]struct{}{},
 		wake:     make(chan struct{}, 1),
-		poisoned: map[string]lease.Record{},
+		guards:   map[string]*termGuard{},
 	}
 	if g.clock == nil {
 		g.clock = clock.RealClock{}

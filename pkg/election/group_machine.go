@@ -8,6 +8,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
+	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/lease"
 )
 
@@ -58,8 +59,7 @@ type groupLease struct {
 	relErr   bool         // notifying: the release failed, so the record may still be in Redis
 	cancel   func()       // cancels OnStartedLeading's ctx
 
-	seen     int64 // newest token heard of (replies and events)
-	released int64 // newest token heard released
+	guard *termGuard // the lease's tokens, kept by the Group across Runs and Remove/Add
 
 	wakeStop chan struct{} // closed to let the term's goroutine run OnStoppedLeading (groupRun's)
 }
@@ -140,14 +140,12 @@ type groupMachine struct {
 	acquiring int                      // leases in stateAcquiring
 	busy      int                      // leases not idle
 	releases  []termItem               // releases not yet sent
-	// poisoned holds, per lease name, our record whose release failed: the release may still
-	// run later (a command sent is not a command undone), so an acquire that resumes that
-	// record (the script renews a record this owner already holds) must not start a term: the
-	// stale release would delete the key under it. Forgotten only when a reply or event shows
-	// another record: a record once gone never comes back (tokens grow), while a clock cannot
-	// tell when a delayed release or renew will have run. It is the Group's (Run sets it), so
-	// that it outlives Remove/Add and a new Run. One record per lease name at most.
-	poisoned map[string]lease.Record
+	// guards holds, per lease name, what this replica knows of the lease's tokens and which
+	// won acquire may start a term (termGuard): a record we sent a release for is never
+	// resumed (a release whose reply was an error may still run and delete the key under the
+	// term), nor one older than a token seen (a rollback). It is the Group's (Run sets it), so
+	// that it outlives Remove/Add and a new Run.
+	guards map[string]*termGuard
 
 	stopping                        bool // Run's ctx was cancelled
 	membersKnown                    bool // the first heartbeat came back (or failed)
@@ -170,7 +168,7 @@ func newGroupMachine(cfg *GroupConfig, clk clock.PassiveClock, fx groupEffects, 
 	instance string, newLease func(string) (*lease.Lease, error)) *groupMachine {
 	return &groupMachine{
 		cfg: cfg, clock: clk, jitter: jitter, fx: fx, view: view, logger: logger, newLease: newLease, instance: instance,
-		leases: map[string]*groupLease{}, held: map[*groupLease]struct{}{}, poisoned: map[string]lease.Record{},
+		leases: map[string]*groupLease{}, held: map[*groupLease]struct{}{}, guards: map[string]*termGuard{},
 		retry: backoff{min: 50 * time.Millisecond, max: cfg.RetryPeriod},
 		live:  1,
 	}
@@ -219,7 +217,12 @@ func (m *groupMachine) add(name string) {
 			m.logger.Error(err, "Cannot campaign for lease", "lease", name)
 			return
 		}
-		gl = &groupLease{name: name, l: l, heapIdx: -1}
+		g := m.guards[name]
+		if g == nil {
+			g = &termGuard{}
+			m.guards[name] = g
+		}
+		gl = &groupLease{name: name, l: l, heapIdx: -1, guard: g}
 		m.leases[name] = gl
 		m.active++
 		m.toIdle(gl, now)
@@ -322,6 +325,7 @@ func (m *groupMachine) schedule(gl *groupLease, t time.Time) {
 func (m *groupMachine) toReleasing(gl *groupLease, term lease.Record, notify bool) {
 	m.setState(gl, stateReleasing)
 	gl.term, gl.notify = term, notify
+	gl.guard.retire(term.Token) // whatever the outcome, no term starts on this record again
 	m.releases = append(m.releases, termItem{gl, term})
 }
 
@@ -358,9 +362,6 @@ func (m *groupMachine) begin(gl *groupLease, term lease.Record, sent time.Time) 
 	m.cfg.Metrics.groupStarted(m.cfg.Group)
 	gl.cancel = m.fx.startTerm(gl, term)
 }
-
-// observeToken records a token heard of in a reply.
-func (gl *groupLease) observeToken(t int64) { gl.seen = max(gl.seen, t) }
 
 // tick runs what is due at now: deadlines, the renew batch, the acquire batch, the release
 // batch. It returns when the loop must wake up next.
@@ -482,12 +483,8 @@ func (m *groupMachine) onAcquire(b *acquireBatch) {
 			sent = b.sent
 		}
 		late := !now.Before(sent.Add(cfg.RenewDeadline))
-		stale := false
-		if p, ok := m.poisoned[gl.name]; ok && r.err == nil {
-			if stale = r.won && r.rec == p; !stale {
-				delete(m.poisoned, gl.name) // another record: ours is gone for good
-			}
-		}
+		trusted := r.err == nil && gl.guard.reply(r.rec, r.won)
+		stale := r.err == nil && r.won && !trusted // ours, but no term may start on it
 		if late && r.won && !stale {
 			lateWins++
 		}
@@ -497,21 +494,19 @@ func (m *groupMachine) onAcquire(b *acquireBatch) {
 			m.errs.failed(m.logger, cfg.Metrics, cfg.Group, "acquire", r.err)
 			m.toIdle(gl, now.Add(cfg.RetryPeriod+m.jitter()))
 		case stale:
-			// A resume of the record whose release failed: that release may still run and
-			// delete the key during the term. Not ours: neither a term nor a second release;
-			// try again once the record (renewed by this very acquire) expired.
-			gl.observeToken(r.rec.Token)
-			m.logger.Info("Acquire resumed a record whose release failed; not trusted, waiting for it to expire", "lease", gl.name, "token", r.rec.Token)
-			m.toIdle(gl, now.Add(m.untilExpiry(r.ttl)+m.jitter()))
+			// Our record, but one no term may start on (termGuard): one we sent a release for
+			// (it may still run and delete the key during the term), or one older than a token
+			// seen (a rollback). Neither a term nor a release; try again once the record
+			// (renewed by this very acquire) expired, drift margin included.
+			m.logger.Info("Acquire resumed a record this replica released or saw replaced; not trusted, waiting for it to expire", "lease", gl.name, "token", r.rec.Token)
+			d := m.untilExpiry(r.ttl)
+			m.toIdle(gl, now.Add(d+timing.DriftMargin(d)+m.jitter()))
 		case r.won && (gl.removed || m.stopping || late):
 			// No term was started, so no callbacks: release it as a failed attempt.
-			gl.observeToken(r.rec.Token)
 			m.toReleasing(gl, r.rec, false)
 		case r.won:
-			gl.observeToken(r.rec.Token)
 			m.begin(gl, r.rec, sent)
 		default:
-			gl.observeToken(r.rec.Token)
 			m.toIdle(gl, now.Add(m.untilExpiry(r.ttl)+m.jitter()))
 		}
 	}
@@ -601,9 +596,6 @@ func (m *groupMachine) onRelease(b *releaseBatch) {
 		if err != nil {
 			m.logger.Error(err, "Failed to release the lease; others take over when it expires", "lease", gl.name, "token", it.term.Token)
 			m.cfg.Metrics.redisError(m.cfg.Group, "release", err)
-			m.poisoned[gl.name] = it.term // its outcome is unknown: never resume it
-		} else if m.poisoned[gl.name] == it.term {
-			delete(m.poisoned, gl.name)
 		}
 		if gl.notify {
 			gl.relErr = err != nil
@@ -613,7 +605,7 @@ func (m *groupMachine) onRelease(b *releaseBatch) {
 		// A won acquire that started no term. If the release failed, it may still run
 		// (a command sent is not a command undone): wait until the record expired. The
 		// wait is for the others' sake (an earlier attempt would only resume the record,
-		// which poisoned makes untrusted, and extend its life); safety is poisoned's.
+		// which the guard refuses, and extend its life); safety is the guard's.
 		wait := m.cfg.RetryPeriod
 		if err != nil {
 			wait = m.cfg.LeaseDuration
@@ -665,23 +657,17 @@ func (m *groupMachine) onEvent(name string, ev lease.Event) {
 	if gl == nil || m.stopping || ev.Record.Instance == m.instance {
 		return
 	}
-	if p, ok := m.poisoned[name]; ok && ev.Record.Token > p.Token {
-		delete(m.poisoned, name) // a newer term of another replica: ours is gone for good
-	}
 	switch gl.state {
 	case stateIdle:
 	case stateAcquiring, stateLeading, stateStopping, stateReleasing, stateDraining, stateNotifying:
 		return // the replies of this replica's own calls tell it more
 	}
-	tok := ev.Record.Token
-	if tok < gl.seen || tok <= gl.released {
+	if !gl.guard.news(ev.Record.Token, ev.Kind == lease.Released) {
 		return // older news than what this replica knows
 	}
-	gl.seen = tok
 	now := m.clock.Now()
 	switch ev.Kind {
 	case lease.Released:
-		gl.released = tok
 		if len(m.held) < m.share() {
 			m.schedule(gl, now)
 		}

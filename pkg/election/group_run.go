@@ -51,7 +51,7 @@ func (g *Group) Run(ctx context.Context) error {
 	r.m = newGroupMachine(&g.cfg, g.clock, r, g.view, logger, g.instance, func(name string) (*lease.Lease, error) {
 		return lease.New(g.cfg.Client, name, lease.Options{Prefix: g.cfg.KeyPrefix, Identity: g.cfg.Identity, Instance: g.instance})
 	})
-	r.m.poisoned = g.poisoned
+	r.m.guards = g.guards
 	for _, n := range names {
 		r.m.add(n)
 	}

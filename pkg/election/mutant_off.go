@@ -2,8 +2,6 @@
 
 package election
 
-import "github.com/elector/elector/pkg/lease"
-
 // The mutation switches of the deterministic simulator (issue 24; docs/MODEL.md). Each one
 // re-introduces a bug found by review, at a one-line site in the production code, only in a
 // build with the tag elector_mutants (mutant_on.go). In every other build they are these
@@ -11,9 +9,6 @@ import "github.com/elector/elector/pkg/lease"
 
 // mutant reports whether mutant n is switched on: never.
 func mutant(int) bool { return false }
-
-// mutantPoisoned is mutant 6's site: it returns the poisoned record unchanged.
-func mutantPoisoned(r lease.Record) lease.Record { return r }
 
 // mutantDeadlineFromReply is mutant 8's site: nothing.
 func mutantDeadlineFromReply(*leadership) {}

@@ -2,11 +2,7 @@
 
 package election
 
-import (
-	"sync/atomic"
-
-	"github.com/elector/elector/pkg/lease"
-)
+import "sync/atomic"
 
 // activeMutant is the mutant the simulator switched on (0: none). A test-only build's switch:
 // production builds compile mutant_off.go instead.
@@ -19,15 +15,6 @@ func mutant(n int) bool { return activeMutant.Load() == int64(n) }
 func setMutant(n int) bool {
 	activeMutant.Store(int64(n))
 	return true
-}
-
-// mutantPoisoned is mutant 6: a record whose release failed is not remembered, so that an
-// acquire may resume it (the poisoned record of the second review).
-func mutantPoisoned(r lease.Record) lease.Record {
-	if mutant(6) {
-		return lease.Record{}
-	}
-	return r
 }
 
 // mutantDeadlineFromReply is mutant 8: the renew deadline counts from the reply of the last
