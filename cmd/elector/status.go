@@ -319,7 +319,7 @@ func (c *cli) statusWatch(ctx context.Context, who string, co *commonOptions, l 
 	if st.Holder == "" {
 		first = "free"
 	}
-	if err := w.print(first, st); err != nil {
+	if err := w.print(first, st, st); err != nil {
 		return c.runtimeError(who, err)
 	}
 	f.armExpiry(st)
@@ -331,8 +331,8 @@ func (c *cli) statusWatch(ctx context.Context, who string, co *commonOptions, l 
 			}
 			return c.runtimeError(who, err)
 		}
-		if kind, s, changed := w.change(u); changed {
-			if err := w.print(kind, s); err != nil {
+		for _, l := range w.changes(u) {
+			if err := w.print(l.kind, l.s, l.state); err != nil {
 				return c.runtimeError(who, err)
 			}
 		}
@@ -349,11 +349,16 @@ type statusWatcher struct {
 	last   leaseStatus
 }
 
-// print writes one event and remembers the state it describes.
-func (w *statusWatcher) print(kind string, s leaseStatus) error {
-	w.last = s
+// print writes one event, s, and remembers the state of the lease after it.
+func (w *statusWatcher) print(kind string, s, state leaseStatus) error {
+	w.last = state
 	now := time.Now()
 	if w.table == nil {
+		if w.output == "yaml" { // a YAML stream: one document per line of the watch
+			if _, err := io.WriteString(w.c.stdout, "---\n"); err != nil {
+				return fmt.Errorf("write the status: %w", err)
+			}
+		}
 		return encode(w.c.stdout, w.output, watchEvent{Time: now, Event: kind, leaseStatus: s})
 	}
 	holder := s.Holder
@@ -367,24 +372,52 @@ func (w *statusWatcher) print(kind string, s leaseStatus) error {
 	return nil
 }
 
-// change says which line an update prints, if any: an event, but neither a renewal nor a
-// request (it changes nothing until the release); a read that found another state than the
-// last line's ("expired" when nobody holds the lease).
-func (w *statusWatcher) change(u followUpdate) (kind string, s leaseStatus, changed bool) {
-	if u.isRead() {
-		switch {
-		case u.read.Holder == "" && w.last.Holder != "":
-			return "expired", u.read, true
-		case u.read.Holder != "" && (u.read.Holder != w.last.Holder || u.read.Token != w.last.Token):
-			return "acquired", u.read, true
+// watchLine is one line of status --watch: the event and the state it reports.
+type watchLine struct {
+	kind  string
+	s     leaseStatus // what the line prints
+	state leaseStatus // the lease after the change
+}
+
+// changes says which lines an update prints: none for a renewal or a request (it changes
+// nothing until the release); "released" for a release; "acquired" for a new term, after an
+// "expired" line for the term last printed when its end was not heard (a crashed holder's
+// lease runs out unannounced, and its successor may acquire before the watch's own read at
+// the expiry). A read prints what differs from the last line. "released" and "expired" carry
+// the holder and token of the term that ended.
+func (w *statusWatcher) changes(u followUpdate) []watchLine {
+	var next leaseStatus // the state the update reports; Holder "" when the lease is free
+	switch {
+	case u.isRead():
+		next = u.read
+	case u.event.Kind == lease.Acquired:
+		next = newLeaseStatus(w.co.lease.name, w.l.Keys().Lease, lease.Status{Held: true, Record: u.event.Record, TTL: u.event.TTL})
+	case u.event.Kind == lease.Released:
+		if w.last.Holder == "" || u.event.Record.Token < w.last.Token {
+			return nil // nothing held, or the release of an older term already accounted for
 		}
-		return "", leaseStatus{}, false
+		return []watchLine{{"released", w.ended(u.event.Record.Identity, u.event.Record.Token), w.free()}}
+	default: // renewed, resign requested: no change
+		return nil
 	}
-	switch u.event.Kind {
-	case lease.Renewed, lease.ResignRequested:
-		return "", leaseStatus{}, false
-	case lease.Acquired:
-		return "acquired", newLeaseStatus(w.co.lease.name, w.l.Keys().Lease, lease.Status{Held: true, Record: u.event.Record, TTL: u.event.TTL}), true
+	var lines []watchLine
+	if w.last.Holder != "" && (next.Holder != w.last.Holder || next.Token != w.last.Token) {
+		lines = append(lines, watchLine{"expired", w.ended(w.last.Holder, w.last.Token), w.free()})
 	}
-	return u.event.Kind.String(), leaseStatus{Lease: w.co.lease.name, Key: w.l.Keys().Lease}, true
+	if next.Holder != "" && (next.Holder != w.last.Holder || next.Token != w.last.Token) {
+		lines = append(lines, watchLine{"acquired", next, next})
+	}
+	return lines
+}
+
+// ended is the line of a term (holder, token) that ended.
+func (w *statusWatcher) ended(holder string, token int64) leaseStatus {
+	s := w.free()
+	s.Holder, s.Token = holder, token
+	return s
+}
+
+// free is the lease with no holder.
+func (w *statusWatcher) free() leaseStatus {
+	return leaseStatus{Lease: w.co.lease.name, Key: w.l.Keys().Lease}
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/elector/elector/internal/faultproxy"
 	"github.com/elector/elector/internal/redistest"
 	"github.com/elector/elector/internal/wakeprobe"
@@ -299,8 +301,8 @@ func TestStatusWatch(t *testing.T) {
 	if _, err := a.Release(ctx, st.Record); err != nil {
 		t.Fatal(err)
 	}
-	if got := waitLines(3, "released"); got[2].Event != "released" || got[2].Holder != "" {
-		t.Fatalf("line %+v, want released", got[2])
+	if got := waitLines(3, "released"); got[2].Event != "released" || got[2].Holder != "a" || got[2].Token != st.Record.Token {
+		t.Fatalf("line %+v, want released, of a's term", got[2])
 	}
 	// A lease nobody renews expires without an announcement: the watch notices at its expiry.
 	b, err := lease.New(client, "watched", lease.Options{Identity: "b"})
@@ -311,8 +313,8 @@ func TestStatusWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := waitLines(5, "acquired by b, then expired")
-	if got[3].Event != "acquired" || got[3].Holder != "b" || got[4].Event != "expired" || got[4].Holder != "" {
-		t.Fatalf("lines %+v, want acquired by b, then expired", got[3:])
+	if got[3].Event != "acquired" || got[3].Holder != "b" || got[4].Event != "expired" || got[4].Holder != "b" || got[4].Token != got[3].Token {
+		t.Fatalf("lines %+v, want acquired by b, then expired, of b's term", got[3:])
 	}
 	if len(got) != 5 {
 		t.Errorf("%d lines, want 5 (a line per change, none for renewals): %s", len(got), w.stdout.String())
@@ -320,6 +322,78 @@ func TestStatusWatch(t *testing.T) {
 	w.signal(syscall.SIGTERM)
 	if code := w.wait(5 * time.Second); code != 0 {
 		t.Errorf("exit %d after SIGTERM; stderr %s", code, w.stderr.String())
+	}
+}
+
+// TestStatusWatchCrashReportsExpired: a holder that crashed (stops renewing, never releases)
+// and a successor that acquires the moment the lease runs out — before the watch's own read at
+// the expiry — print "expired" for the crashed term, then "acquired" (issue 28 item 3: only the
+// acquire printed). With -o yaml the lines are a YAML stream, one document each.
+func TestStatusWatchCrashReportsExpired(t *testing.T) {
+	for _, format := range []string{"json", "yaml"} {
+		t.Run(format, func(t *testing.T) {
+			srv := redistest.Start(t)
+			client := srv.Client(t)
+			ctx := context.Background()
+			a, err := lease.New(client, "crashed", lease.Options{Identity: "a"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, sta, err := a.Acquire(ctx, 2*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := startElector(t, "status --watch", nil, "status", "--redis-addr", srv.Addr(), "--lease-name", "crashed", "-w", "-o", format)
+			type line struct {
+				Event  string `json:"event"`
+				Holder string `json:"holder"`
+				Token  int64  `json:"token"`
+			}
+			lines := func() []line {
+				var out []line
+				if format == "json" {
+					for _, s := range strings.Split(strings.TrimSpace(w.stdout.String()), "\n") {
+						var l line
+						if s != "" && json.Unmarshal([]byte(s), &l) == nil {
+							out = append(out, l)
+						}
+					}
+					return out
+				}
+				docs := strings.Split(w.stdout.String(), "---\n")
+				for i, d := range docs {
+					if i == 0 || !strings.HasSuffix(d, "\n") {
+						continue // before the first separator, or a document still being written
+					}
+					var l line
+					if err := yaml.Unmarshal([]byte(d), &l); err != nil {
+						t.Fatalf("document %d is not YAML: %v\n%s", i, err, d)
+					}
+					out = append(out, l)
+				}
+				return out
+			}
+			waitFor(t, 10*time.Second, "the first line", func() bool { return len(lines()) >= 1 })
+			// a "crashes": it never renews. b acquires the moment the key is gone.
+			b, err := lease.New(client, "crashed", lease.Options{Identity: "b"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stb lease.Status
+			waitFor(t, 10*time.Second, "b acquires after a's lease expired", func() bool {
+				won, st, err := b.Acquire(ctx, time.Minute)
+				stb = st
+				return err == nil && won
+			})
+			waitFor(t, 10*time.Second, "three lines", func() bool { return len(lines()) >= 3 })
+			got := lines()
+			want := []line{{"held", "a", sta.Record.Token}, {"expired", "a", sta.Record.Token}, {"acquired", "b", stb.Record.Token}}
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("lines %+v, want %+v\n%s", got, want, w.stdout.String())
+				}
+			}
+		})
 	}
 }
 
