@@ -92,7 +92,7 @@ func (c *cli) parseDemo(args []string) (cfg demo.Config, realRedis bool, code in
 func (c *cli) checkDemo(fs *flagSet, cfg *demo.Config, realRedis bool) error {
 	switch {
 	case fs.all.NArg() > 0:
-		return fmt.Errorf("unexpected argument %q: elector demo takes only flags", fs.all.Arg(0))
+		return errOnlyFlags(fs, "demo")
 	case cfg.Replicas < 2 || cfg.Replicas > demo.MaxReplicas:
 		return fmt.Errorf("--%s: must be from 2 to %d, got %d", flagReplicas, demo.MaxReplicas, cfg.Replicas)
 	case cfg.Duration <= 0:

@@ -12,6 +12,7 @@ import (
 
 	"github.com/elector/elector/internal/envflag"
 	"github.com/elector/elector/internal/redisclient"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // flagSet holds the flags of one command in titled groups, so that help lists them by topic;
@@ -157,4 +158,16 @@ func (c *cli) parseArgs(fs *flagSet, args []string) (code int, done bool) {
 	default:
 		return c.usageError("elector "+fs.cmd.name, err), true
 	}
+}
+
+// errOnlyFlags is the usage error for the first argument of a command that takes only flags.
+// A command with --lease-name suggests it for a word that is a valid lease name: `elector
+// status nightly` is most likely `elector status --lease-name=nightly`.
+func errOnlyFlags(fs *flagSet, cmd string) error {
+	arg := fs.all.Arg(0)
+	err := fmt.Errorf("unexpected argument %q: elector %s takes only flags", arg, cmd)
+	if fs.all.Lookup(flagLeaseName) != nil && lease.ValidateName(arg) == nil {
+		return fmt.Errorf("%w; did you mean --%s=%s?", err, flagLeaseName, arg)
+	}
+	return err
 }

@@ -177,3 +177,23 @@ func TestCommandFirst(t *testing.T) {
 		}
 	}
 }
+
+// An argument to a command that takes only flags is a usage error; a lease name gets
+// --lease-name suggested where the command has it.
+func TestOnlyFlagsSuggestsLeaseName(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"status", "nightly"}, `unexpected argument "nightly": elector status takes only flags; did you mean --lease-name=nightly?`},
+		{[]string{"resign", "nightly"}, `did you mean --lease-name=nightly?`},
+		{[]string{"sidecar", "nightly"}, `did you mean --lease-name=nightly?`},
+		{[]string{"status", "a b"}, `unexpected argument "a b": elector status takes only flags (see`},
+		{[]string{"demo", "x"}, `unexpected argument "x": elector demo takes only flags (see`},
+	} {
+		c, _, stderr := testCLI(nil)
+		if code := c.main(context.Background(), tt.args); code != exitUsage || !strings.Contains(stderr.String(), tt.want) {
+			t.Errorf("elector %q: exit %d, stderr %q; want exit %d and %q", tt.args, code, stderr, exitUsage, tt.want)
+		}
+	}
+}

@@ -77,7 +77,7 @@ func (c *cli) resignCmd(ctx context.Context, args []string) int {
 	}
 	var err error
 	if fs.all.NArg() > 0 {
-		err = fmt.Errorf("unexpected argument %q: elector resign takes only flags", fs.all.Arg(0))
+		err = errOnlyFlags(fs, "resign")
 	}
 	if err == nil {
 		err = ro.validate()

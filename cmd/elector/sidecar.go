@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"syscall"
 
 	"k8s.io/klog/v2"
@@ -26,7 +25,7 @@ func (c *cli) sidecarCmd(ctx context.Context, args []string) int {
 	}
 	var err error
 	if fs.all.NArg() > 0 {
-		err = fmt.Errorf("unexpected argument %q: elector sidecar takes only flags", fs.all.Arg(0))
+		err = errOnlyFlags(fs, "sidecar")
 	}
 	if err == nil {
 		err = co.complete(c)

@@ -90,7 +90,7 @@ func (c *cli) statusCmd(ctx context.Context, args []string) int {
 	var err error
 	switch {
 	case fs.all.NArg() > 0:
-		err = fmt.Errorf("unexpected argument %q: elector status takes only flags", fs.all.Arg(0))
+		err = errOnlyFlags(fs, "status")
 	case outputErr != nil:
 		err = outputErr
 	case all && co.lease.name != "":
