@@ -3,6 +3,7 @@ package election
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -112,9 +113,44 @@ func (f *follower) attempt(ctx context.Context) (attempt, bool) {
 		f.retry.reset()
 		e.observe(st.Record, false)
 		f.logger.V(4).Info("Lease is held", "holder", st.Record.Identity, "token", st.Record.Token, "ttl", st.TTL)
+		e.twin.saw(f.logger, e.cfg.Identity, e.lease.Instance(), st.Record, st.TTL, false, e.clock.Now())
 		a.wait = e.followerWait(st.TTL, f.w.subscribed())
 	}
 	return a, ctx.Err() == nil
+}
+
+// twinWatch notices another process campaigning under this replica's identity (two `elector
+// run` on one host without --identity both take the host name): its record carries the same
+// identity and another instance. A crashed predecessor of this process (a container restarted
+// in the same pod) leaves such a record too, but nobody renews it: the twin is warned about
+// when an event shows it acquire or renew (live), or when an acquire reply finds the same
+// record still held after the expiry it had when first seen.
+type twinWatch struct {
+	mu     sync.Mutex
+	rec    lease.Record // the other instance's record last seen
+	expiry time.Time    // rec's expiry as first seen, by the local clock
+	warned lease.Record // the record warned about (once each)
+}
+
+// saw takes a record rec held for ttl, as an acquire reply found it or, live, as an acquired
+// or renewed event announced it.
+func (w *twinWatch) saw(logger klog.Logger, identity, instance string, rec lease.Record, ttl time.Duration, live bool, now time.Time) {
+	if rec.Identity != identity || rec.Instance == instance || ttl == lease.NoExpiry {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if rec != w.rec {
+		w.rec, w.expiry = rec, now.Add(ttl)
+		if !live {
+			return
+		}
+	}
+	if (live || now.After(w.expiry)) && w.warned != rec {
+		w.warned = rec
+		logger.Info("Warning: another process campaigns under this replica's identity: it holds the lease and renews it; give every replica its own identity (--identity, $POD_NAME; two electors on one host both default to the host name), or a resign of either shuts both out",
+			"identity", identity, "otherInstance", rec.Instance, "token", rec.Token)
+	}
 }
 
 // sleep waits until the timer fires or a release is heard (true), or ctx is cancelled (false).
@@ -141,6 +177,9 @@ func (f *follower) sleep(ctx context.Context) bool {
 				continue
 			}
 			f.logger.V(4).Info("Lease event", "event", ev.Kind, "holder", ev.Record.Identity, "token", ev.Record.Token)
+			if ev.Kind == lease.Acquired || ev.Kind == lease.Renewed { // only a live process sends these
+				f.e.twin.saw(f.logger, f.e.cfg.Identity, f.e.lease.Instance(), ev.Record, ev.TTL, true, f.e.clock.Now())
+			}
 			wake, rearm := f.e.onEvent(ev)
 			if wake {
 				return true

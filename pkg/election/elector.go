@@ -80,6 +80,7 @@ type Elector struct {
 	errs   errorLog
 	evict  evictionState                       // Redis's eviction policy, as checkEviction found it (eviction.go)
 	rand   func(n time.Duration) time.Duration // the jitter's source in the simulator; nil: math/rand
+	twin   twinWatch                           // another process with this identity (campaign.go)
 }
 
 // New validates cfg, filling in defaults, and returns an Elector. Errors name the field.
