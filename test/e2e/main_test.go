@@ -259,7 +259,17 @@ func httpGet(url string) (int, string) {
 }
 
 func httpDo(method, url string) (int, string) {
-	c := &http.Client{Timeout: 2 * time.Second}
+	return httpDoWithin(method, url, 2*time.Second)
+}
+
+// httpPostWait is a POST that waits as long as a handler that waits for a step-down may take
+// (POST /resign answers within the server's write timeout).
+func httpPostWait(url string) (int, string) {
+	return httpDoWithin(http.MethodPost, url, 30*time.Second)
+}
+
+func httpDoWithin(method, url string, timeout time.Duration) (int, string) {
+	c := &http.Client{Timeout: timeout}
 	req, err := http.NewRequest(method, url, nil)
 	if err != nil {
 		return 0, err.Error()
