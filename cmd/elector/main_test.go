@@ -197,3 +197,32 @@ func TestOnlyFlagsSuggestsLeaseName(t *testing.T) {
 		}
 	}
 }
+
+// The rows of status --watch stand under its header whatever comes later: each row is
+// printed alone, as its change comes (issue 28 item 13: a tabwriter flushed per row sized
+// each row's columns on that row only).
+func TestWatchRowsAligned(t *testing.T) {
+	c, stdout, _ := testCLI(nil)
+	w := &statusWatcher{c: c, text: true, holderWidth: 20}
+	rows := [][6]string{
+		{"TIME", "EVENT", "HOLDER", "TOKEN", "TTL", "ACQUIRED"},
+		{"18:41:02.626", "held", "billing-7d9f8-x2x4q", "1764441600123456", "13.2s", "2025-11-29T18:40:00.123456Z"},
+		{"18:41:09.101", "released", "a", "7", "0s", "-"},
+		{"18:41:09.102", "acquired", "b", "1764441669102001", "15s", "2025-11-29T18:41:09.102001Z"},
+	}
+	for _, r := range rows {
+		if err := w.row(r[0], r[1], r[2], r[3], r[4], r[5]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lines := strings.Split(strings.TrimSuffix(stdout.String(), "\n"), "\n")
+	header := lines[0]
+	for i, l := range lines[1:] {
+		for j, col := range rows[0][1:] {
+			at := strings.Index(header, col)
+			if l[at-2:at] != "  " || l[at] == ' ' {
+				t.Errorf("row %d: column %d (%s) does not start at offset %d:\n%s\n%s", i+1, j+1, col, at, header, l)
+			}
+		}
+	}
+}

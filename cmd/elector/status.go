@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -302,9 +303,10 @@ func (c *cli) statusWatch(ctx context.Context, who string, co *commonOptions, l 
 	defer stop()
 	w := &statusWatcher{c: c, co: co, l: l, output: output}
 	if output == "text" {
-		tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-		w.table = tw
-		fmt.Fprintf(tw, "TIME\tEVENT\tHOLDER\tTOKEN\tTTL\tACQUIRED\n")
+		w.text, w.holderWidth = true, 20
+		if err := w.row("TIME", "EVENT", "HOLDER", "TOKEN", "TTL", "ACQUIRED"); err != nil {
+			return c.runtimeError(who, err)
+		}
 	}
 	f, err := newLeaseFollower(ctx, co, l)
 	if err != nil {
@@ -345,15 +347,18 @@ type statusWatcher struct {
 	co     *commonOptions
 	l      *lease.Lease
 	output string
-	table  *tabwriter.Writer // text only
-	last   leaseStatus
+	text   bool // a table: one row per line, in fixed columns
+	// holderWidth is the HOLDER column's width: rows are printed one at a time as changes
+	// come, so the columns cannot be sized on all rows; it grows for a longer holder.
+	holderWidth int
+	last        leaseStatus
 }
 
 // print writes one event, s, and remembers the state of the lease after it.
 func (w *statusWatcher) print(kind string, s, state leaseStatus) error {
 	w.last = state
 	now := time.Now()
-	if w.table == nil {
+	if !w.text {
 		if w.output == "yaml" { // a YAML stream: one document per line of the watch
 			if _, err := io.WriteString(w.c.stdout, "---\n"); err != nil {
 				return fmt.Errorf("write the status: %w", err)
@@ -365,8 +370,14 @@ func (w *statusWatcher) print(kind string, s, state leaseStatus) error {
 	if holder == "" {
 		holder = "-"
 	}
-	fmt.Fprintf(w.table, "%s\t%s\t%s\t%d\t%s\t%s\n", now.Format("15:04:05.000"), kind, holder, s.Token, ttlText(s.TTLMs), acquiredText(s.AcquiredAt))
-	if err := w.table.Flush(); err != nil {
+	return w.row(now.Format("15:04:05.000"), kind, holder, strconv.FormatInt(s.Token, 10), ttlText(s.TTLMs), acquiredText(s.AcquiredAt))
+}
+
+// row writes one row of the text table in fixed columns, so that every row stands under the
+// header however long after it comes.
+func (w *statusWatcher) row(at, kind, holder, token, ttl, acquired string) error {
+	w.holderWidth = max(w.holderWidth, len(holder))
+	if _, err := fmt.Fprintf(w.c.stdout, "%-12s  %-8s  %-*s  %-16s  %-6s  %s\n", at, kind, w.holderWidth, holder, token, ttl, acquired); err != nil {
 		return fmt.Errorf("write the status: %w", err)
 	}
 	return nil
