@@ -120,8 +120,7 @@ func (d *simDriver) loop(until time.Time, stop func() bool) {
 		synctest.Wait()
 		d.w.Absorb()
 		d.rec.flush()
-		d.poll()
-		if d.w.DeliverDue() {
+		if d.poll() || d.w.DeliverDue() {
 			continue
 		}
 		if len(d.actions) > 0 && !d.actions[0].at.After(time.Now()) {
@@ -147,7 +146,9 @@ func (d *simDriver) loop(until time.Time, stop func() bool) {
 	}
 }
 
-func (d *simDriver) poll() {
+// poll notices the Runs and user calls that returned and, in a calm, runs again the replicas
+// that stopped; it reports whether it started a Run (the driver waits for it before going on).
+func (d *simDriver) poll() bool {
 	for _, r := range d.replicas {
 		r.poll()
 	}
@@ -162,13 +163,16 @@ func (d *simDriver) poll() {
 	}
 	d.ops = kept
 	if d.chaos {
-		return
+		return false
 	}
+	started := false
 	for _, r := range d.replicas { // calm: every replica runs once its Release returned
 		if !r.running && !r.crashed && !d.busy(r) {
 			d.restart(r)
+			started = true
 		}
 	}
+	return started
 }
 
 // busy reports whether a user call of r is in flight (Release keeps Run from starting).
