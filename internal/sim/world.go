@@ -83,6 +83,8 @@ type World struct {
 	subs    map[string][]*Sub // server side: channel -> subscribers
 	down    bool              // Redis refuses connections
 	lastPub map[*Sub]time.Time
+	timers  []*Timer // armed timers of the nodes' clocks, ordered by Timer.before
+	fired   []*Timer // fired timers whose time was not received yet, in firing order
 
 	trace strings.Builder
 }
@@ -129,6 +131,8 @@ type Node struct {
 	cut                bool // partitioned: messages to and from it are lost
 	refuse             bool // while cut: calls fail at once instead of hanging
 	crashed            bool
+	timerSeq           uint64 // timers armed (Timer.seq)
+	fired              int    // its timers in World.fired
 }
 
 // NewNode adds a node called name.
@@ -162,10 +166,7 @@ func (n *Node) roundTrip(ctx context.Context, c *call) (result, error) {
 	w.mu.Lock()
 	w.pending = append(w.pending, &msg{kind: request, node: n, call: c})
 	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
+	w.poke()
 	var timeout <-chan time.Time
 	done := ctx.Done()
 	if n.IgnoreCtx {
@@ -330,21 +331,30 @@ func (w *World) scheduleReply(m *msg, r result, now time.Time) {
 	w.schedule(&msg{kind: reply, node: m.node, call: m.call, res: r}, now.Add(w.latencyOf(m.node)))
 }
 
-// NextAt returns the time of the next message, and false when none is in flight.
+// NextAt returns the time of the next message or timer, and false when there is none.
 func (w *World) NextAt() (time.Time, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(w.queue) == 0 {
-		return time.Time{}, false
+	var next time.Time
+	if len(w.queue) > 0 {
+		next = w.queue[0].at
 	}
-	return w.queue[0].at, true
+	if len(w.timers) > 0 && (next.IsZero() || w.timers[0].when.Before(next)) {
+		next = w.timers[0].when
+	}
+	return next, !next.IsZero()
 }
 
-// DeliverDue delivers the earliest message whose time has come, if any.
+// DeliverDue does the next thing due, if any, and reports whether it did: it hands a fired
+// timer's time to its owner if the owner now waits for it, else fires the earliest timer due,
+// else delivers the earliest message due.
 func (w *World) DeliverDue() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := time.Now()
+	if w.handOver() || w.fireDue(now) {
+		return true
+	}
 	if len(w.queue) == 0 || w.queue[0].at.After(now) {
 		return false
 	}
@@ -436,7 +446,8 @@ func (w *World) publish(channel, message string) int64 {
 	return int64(len(subs))
 }
 
-// SleepUntil sleeps until t, or less when a node sends a request.
+// SleepUntil sleeps until t, or less when a node sends a request, arms a timer, or comes back
+// to a select on a timer that fired meanwhile (Timer.C).
 func (w *World) SleepUntil(t time.Time) {
 	d := time.Until(t)
 	if d <= 0 {

@@ -88,7 +88,7 @@ func (r *simReplica) newElector(client redis.UniversalClient) error {
 	}
 	e.lease = l
 	e.store = &simStore{node: r.node, scripts: d.scripts, keys: d.keys, owner: r.instance + ":" + r.identity}
-	e.clock = &simClock{rng: rand.New(rand.NewPCG(d.rng.Uint64(), 4))}
+	e.clock = &simClock{node: r.node, rng: rand.New(rand.NewPCG(d.rng.Uint64(), 4))}
 	e.rand = func(n time.Duration) time.Duration { return time.Duration(jitterRand.Int64N(int64(n))) }
 	r.e = e
 	return nil
@@ -135,19 +135,23 @@ func (r *simReplica) poll() {
 	case err := <-r.done:
 		r.running = false
 		r.d.w.Tracef("r%d.%d: Run returned: %v", r.idx, r.gen, err)
+		r.node.DropTimers()
 		r.checkLeftHeld()
 	default:
 	}
 }
 
-// simClock is the bubble's virtual time, with every timer firing up to 10µs late (as real
-// timers do), drawn from the seed. Without it, timers that the Elector derives from the same
-// instant by sums of its durations (lastOK + RetryPeriod + callTimeout + backoff =
-// lastOK + RenewDeadline) fire together, and Go's select picks one of them at random.
+// simClock is the bubble's virtual time, with timers of the world (sim.Timer: fired by the
+// driver, one per step, and handed over only to a goroutine waiting for them), each firing up
+// to 10µs late (as real timers do), drawn from the seed. Without the lateness, timers that the
+// Elector derives from the same instant by sums of its durations (lastOK + RetryPeriod +
+// callTimeout + backoff = lastOK + RenewDeadline) would always fire in the order they were
+// armed.
 type simClock struct {
 	clock.RealClock
-	mu  sync.Mutex
-	rng *rand.Rand
+	node *sim.Node
+	mu   sync.Mutex
+	rng  *rand.Rand
 }
 
 func (c *simClock) late() time.Duration {
@@ -157,13 +161,17 @@ func (c *simClock) late() time.Duration {
 }
 
 func (c *simClock) NewTimer(d time.Duration) clock.Timer {
-	return &simTimer{Timer: c.RealClock.NewTimer(d + c.late()), c: c}
+	return &simTimer{Timer: c.node.NewTimer(d + c.late()), c: c}
 }
 
-func (c *simClock) After(d time.Duration) <-chan time.Time { return c.RealClock.After(d + c.late()) }
+func (c *simClock) After(d time.Duration) <-chan time.Time { return c.node.NewTimer(d + c.late()).C() }
+
+func (c *simClock) Sleep(time.Duration) { panic("simClock: Sleep is not simulated") }
+
+func (c *simClock) Tick(time.Duration) <-chan time.Time { panic("simClock: Tick is not simulated") }
 
 type simTimer struct {
-	clock.Timer
+	*sim.Timer
 	c *simClock
 }
 
