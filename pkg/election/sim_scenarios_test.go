@@ -22,10 +22,11 @@ import (
 // their documented data-loss exceptions) every scenario checks tokensGrowPerInstance, which
 // has no exception: a rollback excuses an overlap, not a replica going back on its own order.
 
-// simScenario is one scripted workload: a is the replica the script is about.
+// simScenario is one scripted workload: a is the replica the script is about; run reports
+// whether the seed reached the script's last fault (its timings may miss a precondition).
 type simScenario struct {
 	name string
-	run  func(d *simDriver, a *simReplica)
+	run  func(d *simDriver, a *simReplica) (reached bool)
 }
 
 var simScenarios = []simScenario{
@@ -113,26 +114,29 @@ func scenarioNoise(d *simDriver, a *simReplica) {
 // short deadline fails too; a's Run starts again and its acquire resumes R (acquire.lua renews
 // a record its owner holds) before the late release deletes it and another replica takes
 // over. a must not start a term on R: it would overlap the next leader's.
-func scenarioFailedReleases(d *simDriver, a *simReplica) {
+func scenarioFailedReleases(d *simDriver, a *simReplica) bool {
 	older, cur, ok := leadAlone(d, a)
 	if !ok {
-		return
+		return false
 	}
 	startOthers(d, a)
 	scenarioNoise(d, a)
 	d.settle(d.dur(d.timing.retry, d.timing.lease))
 	if !a.e.IsLeader() || a.e.Token() != cur {
-		return
+		return false
 	}
 	c := d.callTimeout()
-	short := d.dur(c/4, c/2)
-	lo := c + short + d.dur(c/4, c/2)
+	short := d.dur(c/8, c/4)
+	// The late release lands after Run returned (the release's call timeout), the Release
+	// failed (short) and Run started again, which is within a lease of the cancel; a's
+	// renewals of a resumed term keep R alive until then.
+	lo := d.timing.lease + d.dur(0, d.timing.lease)
 	hi := lo + d.dur(time.Millisecond, c)
 	d.w.Tracef("scenario: %s stalls (messages take %v to %v); cancel its Run (release token %d)", a.node.Name(), lo, hi, cur)
 	d.w.Stall(a.node, time.Hour, lo, hi)
 	a.cancel()
 	if !d.waitFor(2*d.timing.lease, func() bool { return !a.running }) {
-		return
+		return false
 	}
 	name := fmt.Sprintf("%s.Release(%d) within %v", a.node.Name(), older, short)
 	d.w.Tracef("user: %s", name)
@@ -151,16 +155,17 @@ func scenarioFailedReleases(d *simDriver, a *simReplica) {
 	d.w.Tracef("scenario: run %s again while the release of token %d is still on its way", a.node.Name(), cur)
 	a.startRun()
 	d.settle(d.dur(2*d.timing.lease, 4*d.timing.lease))
+	return true
 }
 
 // scenarioRollback (mutant 9): a leads R1, Redis is snapshotted, a's Run is cancelled (R1
 // released) and run again (R2), then Redis is restored from the snapshot, which still holds
 // R1 live: a's renew of R2 finds R1 and its next acquire resumes R1, a token below R2's.
-func scenarioRollback(d *simDriver, a *simReplica) {
+func scenarioRollback(d *simDriver, a *simReplica) bool {
 	limit := 4 * d.timing.lease
 	a.startRun()
 	if !d.waitFor(limit, a.e.IsLeader) {
-		return
+		return false
 	}
 	r1 := a.e.Token()
 	d.settle(d.dur(0, d.timing.retry))
@@ -168,11 +173,11 @@ func scenarioRollback(d *simDriver, a *simReplica) {
 	d.w.Tracef("scenario: snapshot with token %d; cancel Run of %s, run again", r1, a.node.Name())
 	a.cancel()
 	if !d.waitFor(limit, func() bool { return !a.running }) {
-		return
+		return false
 	}
 	a.startRun()
 	if !d.waitFor(d.timing.lease/2, func() bool { return a.e.IsLeader() && a.e.Token() > r1 }) {
-		return
+		return false
 	}
 	if d.rng.IntN(2) == 0 {
 		startOthers(d, a)
@@ -185,6 +190,7 @@ func scenarioRollback(d *simDriver, a *simReplica) {
 	d.settle(d.dur(0, d.timing.retry))
 	startOthers(d, a)
 	d.settle(d.dur(2*d.timing.lease, 4*d.timing.lease))
+	return true
 }
 
 // tokensGrowPerInstance: an incarnation never starts a term whose token is not above every
@@ -202,8 +208,14 @@ func (d *simDriver) tokensGrowPerInstance() {
 	}
 }
 
+// scenarioResult is what one seed of a scenario did.
+type scenarioResult struct {
+	simResult
+	reached bool
+}
+
 // runScenario runs scenario sc with seed in its own synctest bubble.
-func runScenario(t *testing.T, sc simScenario, seed uint64) simResult {
+func runScenario(t *testing.T, sc simScenario, seed uint64) scenarioResult {
 	t.Helper()
 	scripts, err := sim.LoadScripts()
 	if err != nil {
@@ -211,18 +223,18 @@ func runScenario(t *testing.T, sc simScenario, seed uint64) simResult {
 	}
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}) // never dialled
 	defer func() { _ = client.Close() }()
-	var res simResult
+	var res scenarioResult
 	synctest.Test(t, func(*testing.T) {
 		w := sim.NewWorld(seed)
 		d := &simDriver{w: w, rng: w.Rand, rec: newRecorder(w), scripts: scripts, keys: lease.KeysFor("", simLease), client: client}
 		start := time.Now()
 		a := scenarioWorld(d)
 		w.Tracef("scenario %q, seed %d", sc.name, seed)
-		sc.run(d, a)
+		res.reached = sc.run(d, a)
 		d.shutdown()
 		d.loop(time.Now().Add(time.Hour), d.done)
 		d.tokensGrowPerInstance()
-		res = simResult{trace: w.Trace(), violations: d.rec.violations, exceptions: d.rec.exceptions,
+		res.simResult = simResult{trace: w.Trace(), violations: d.rec.violations, exceptions: d.rec.exceptions,
 			simulated: time.Since(start), terms: len(d.rec.terms)}
 	})
 	return res
@@ -234,10 +246,13 @@ func TestSimScenarios(t *testing.T) {
 	count := simEnv("SIM_SCENARIO_SEEDS", 40)
 	for _, sc := range simScenarios {
 		began := time.Now()
-		terms := 0
+		terms, reached := 0, uint64(0)
 		for seed := uint64(1); seed <= count; seed++ {
 			res := runScenario(t, sc, seed)
 			terms += res.terms
+			if res.reached {
+				reached++
+			}
 			if os.Getenv("SIM_TRACE") != "" {
 				fmt.Print(res.trace)
 			}
@@ -245,7 +260,10 @@ func TestSimScenarios(t *testing.T) {
 				t.Errorf("scenario %q seed %d: %d violations, first: %s", sc.name, seed, len(res.violations), res.violations[0])
 			}
 		}
-		t.Logf("scenario %q: %d seeds, %d terms, in %v", sc.name, count, terms, time.Since(began).Round(time.Millisecond))
+		if reached*4 < count*3 {
+			t.Errorf("scenario %q reached its last fault in only %d of %d seeds", sc.name, reached, count)
+		}
+		t.Logf("scenario %q: %d seeds, reached in %d, %d terms, in %v", sc.name, count, reached, terms, time.Since(began).Round(time.Millisecond))
 	}
 }
 
