@@ -163,7 +163,8 @@ func TestFailedReleaseOfAnotherTokenKeepsTheRecordUntrusted(t *testing.T) {
 		return &replica{name: name, e: e}
 	}
 	ctx := context.Background()
-	for round := 0; round < rounds; round++ {
+	conclusive := 0
+	for round := 0; conclusive < rounds && round < 3*rounds; round++ {
 		a, b := newReplica("pod-a", slow), newReplica("pod-b", fast)
 		t.Cleanup(a.stop)
 		t.Cleanup(b.stop)
@@ -189,19 +190,33 @@ func TestFailedReleaseOfAnotherTokenKeepsTheRecordUntrusted(t *testing.T) {
 		}
 		proxy.SetLatency(0)
 		a.start() // resumes R before the late release lands
+		inconclusive := false
 		waitUntil(t, 10*time.Second, "B's term after the late release", func() bool {
 			if tok := a.e.Token(); tok != 0 && tok != r.Token {
-				t.Fatalf("round %d: A leads with a new token %d: the late release landed before A's acquire (machine too slow for the scenario)", round, tok)
+				// The late release landed before A's acquire (a loaded machine): A won a new
+				// record, and the round tests nothing. Another round is run instead.
+				t.Logf("round %d: A leads with a new token %d: the late release landed before A's acquire; inconclusive", round, tok)
+				inconclusive = true
+				return true
 			}
 			return ts.started("pod-b") > startedB
 		})
+		if inconclusive {
+			b.stop()
+			a.stop()
+			continue
+		}
+		conclusive++
 		// A learns at its next renew (or acquire) that R is gone; wait for it to settle.
 		waitUntil(t, 10*time.Second, "A to step down or follow B", func() bool { return !a.e.IsLeader() && a.e.Leader() == "pod-b" })
 		b.stop()
 		a.stop()
 	}
 	if o := ts.overlaps(); len(o) > 0 {
-		t.Fatalf("%d overlapping terms in %d rounds: %s; terms:\n%s", len(o), rounds, strings.Join(o, "; "), ts)
+		t.Fatalf("%d overlapping terms in %d rounds: %s; terms:\n%s", len(o), conclusive, strings.Join(o, "; "), ts)
 	}
-	t.Logf("%d rounds, 0 overlaps; terms:\n%s", rounds, ts)
+	if conclusive == 0 {
+		t.Fatalf("no round reached the scenario (the late release always landed before A's acquire): the machine is too slow for it; terms:\n%s", ts)
+	}
+	t.Logf("%d conclusive rounds, 0 overlaps; terms:\n%s", conclusive, ts)
 }
