@@ -47,6 +47,9 @@ func (g *Group) Run(ctx context.Context) error {
 		notified: make(chan termDone, 64),
 		events:   make(chan groupEvent, 4096),
 	}
+	if g.seam != nil {
+		r.rd = g.seam
+	}
 	g.view.reset() // a new Run starts holding nothing
 	r.m = newGroupMachine(&g.cfg, g.clock, r, g.view, logger, g.instance, func(name string) (*lease.Lease, error) {
 		return lease.New(g.cfg.Client, name, lease.Options{Prefix: g.cfg.KeyPrefix, Identity: g.cfg.Identity, Instance: g.instance})
