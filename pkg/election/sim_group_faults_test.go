@@ -142,7 +142,9 @@ func (d *groupDriver) whenStopped(r *groupReplica, tries int) {
 }
 
 // gChurn removes a lease from a replica and, often soon after, adds it back: a release may
-// still be in flight when it comes back.
+// still be in flight when it comes back. Add and Remove are called on goroutines of their own,
+// as a user's handler would: they take the Group's mutex, which mutant 2 holds over a
+// PSUBSCRIBE that only the driver can answer.
 func (d *groupDriver) gChurn() {
 	r := d.pick()
 	if r.crashed {
@@ -152,17 +154,17 @@ func (d *groupDriver) gChurn() {
 	g := r.g
 	if d.rng.IntN(3) == 0 {
 		d.w.Tracef("user: %s.Add(%s)", r.node.Name(), name)
-		_ = g.Add(name)
+		go func() { _ = g.Add(name) }()
 		return
 	}
 	d.w.Tracef("user: %s.Remove(%s)", r.node.Name(), name)
-	g.Remove(name)
+	go g.Remove(name)
 	if d.rng.IntN(4) != 0 {
 		dt := d.dur(0, d.timing.lease)
 		d.after(dt, "add", func() {
 			if r.g == g {
 				d.w.Tracef("user: %s.Add(%s)", r.node.Name(), name)
-				_ = g.Add(name)
+				go func() { _ = g.Add(name) }()
 			}
 		})
 	}

@@ -281,6 +281,9 @@ func runGroupSim(seed uint64, duration time.Duration, client redis.UniversalClie
 	}
 	if !d.done() {
 		res.violations = append(res.violations, "shutdown: a Run did not return within an hour")
+		if os.Getenv("SIM_TRACE") != "" {
+			fmt.Print(w.Trace())
+		}
 	}
 	res.trace = w.Trace()
 	return res
@@ -296,9 +299,8 @@ func (d *groupDriver) calm() {
 			d.restart(r)
 		}
 		d.w.Heal(r.node)
-		if err := r.g.Add(d.names...); err != nil {
-			panic(err)
-		}
+		g := r.g
+		go func() { _ = g.Add(d.names...) }()
 		if !r.running {
 			r.startRun()
 		}
