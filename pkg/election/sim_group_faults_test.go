@@ -67,6 +67,7 @@ func (d *groupDriver) gBreakSubs() {
 }
 
 func (d *groupDriver) dataLost() {
+	d.lossAt = time.Now()
 	for _, rec := range d.recs {
 		rec.dataLost()
 	}

@@ -38,8 +38,9 @@ type groupDriver struct {
 	aseq     int
 	snaps    []*sim.Snapshot
 	chaos    bool
-	over     bool // shut down: nothing runs again
-	ignore   bool // nodes wait for their replies whatever their ctx says
+	over     bool      // shut down: nothing runs again
+	lossAt   time.Time // the last restart without data or restore of a snapshot
+	ignore   bool      // nodes wait for their replies whatever their ctx says
 	loss     float64
 	slow     float64
 }
@@ -108,7 +109,7 @@ func (r *groupReplica) newGroup() {
 	cfg := GroupConfig{
 		Client: d.client, Group: "simg", Identity: fmt.Sprintf("g%d", r.idx), MaxLeases: r.max,
 		LeaseDuration: d.timing.lease, RenewDeadline: d.timing.renew, RetryPeriod: d.timing.retry,
-		Clock: &simClock{rng: rand.New(rand.NewPCG(d.rng.Uint64(), 4))},
+		Clock: &simClock{node: r.node, rng: rand.New(rand.NewPCG(d.rng.Uint64(), 4))},
 		Callbacks: GroupCallbacks{
 			OnStartedLeading: func(ctx context.Context, name string, token int64) {
 				rec := d.rec(name)
@@ -171,6 +172,7 @@ func (d *groupDriver) loop(until time.Time, stop func() bool) {
 		d.w.Absorb()
 		for _, rec := range d.recs {
 			rec.flush()
+			d.markLost(rec)
 		}
 		for _, r := range d.replicas {
 			r.poll()
@@ -198,6 +200,18 @@ func (d *groupDriver) loop(until time.Time, stop func() bool) {
 			next = d.actions[0].at
 		}
 		d.w.SleepUntil(next)
+	}
+}
+
+// markLost labels the live terms won before Redis last lost data: a batch's reply may come
+// (and its term start) after the loss, and the recorder only labels the terms live at it.
+// A token is the server's clock in microseconds when the term was won.
+func (d *groupDriver) markLost(rec *recorder) {
+	for _, t := range rec.terms {
+		if t.live && !t.dataLoss && t.token < d.lossAt.UnixMicro() {
+			t.dataLoss = true
+			d.w.Tracef("token %d was won before Redis lost data", t.token)
+		}
 	}
 }
 
