@@ -94,15 +94,16 @@ k8s-e2e:
 ## its trace; SIM_DURATION=1h runs seeds for that long (soak); MUTANTS=1 shows that it
 ## catches the mutants (build tag elector_mutants).
 SEEDS ?= 1000
+GROUP_SEEDS ?= 200
 .PHONY: sim
 sim: test-deps
 ifdef SEED
 	SIM_SEED=$(SEED) SIM_SEEDS=1 SIM_TRACE=1 $(GO) test -count=1 -v -run '^TestSim$$' ./pkg/election
 else ifdef MUTANTS
-	$(GO) test -tags elector_mutants -count=1 -v -timeout 1h -run '^TestSimMutants$$' ./pkg/election
+	$(GO) test -tags elector_mutants -count=1 -v -timeout 1h -run '^(TestSimMutants|TestSimGroupMutants)$$' ./pkg/election
 else
-	SIM_SEEDS=$(SEEDS) SIM_DURATION=$(SIM_DURATION) $(GO) test -count=1 -v -timeout 2h \
-		-run '^(TestSim|TestSimReplaysIdentically)$$' ./pkg/election
+	SIM_SEEDS=$(SEEDS) SIM_GROUP_SEEDS=$(GROUP_SEEDS) SIM_DURATION=$(SIM_DURATION) $(GO) test -count=1 -v -timeout 2h \
+		-run '^(TestSim|TestSimReplaysIdentically|TestSimGroup)$$' ./pkg/election
 	$(GO) test -count=1 -run '^(TestDifferentialAgainstRedis|TestTokenFromServerClock|TestScriptTypoFails)$$' ./internal/sim
 endif
 

@@ -100,6 +100,7 @@ type Group struct {
 	// at the end of one Run may still run during the next. Used by one Run at a time.
 	guards map[string]*termGuard
 	maxLag atomic.Int64 // the latest the loop woke up after it planned to, in ns (tests)
+	seam   groupRedis   // the simulator's Redis (tests); nil: redisGroup over cfg.Client
 }
 
 type groupChange struct {

@@ -218,7 +218,7 @@ func (m *groupMachine) add(name string) {
 			return
 		}
 		g := m.guards[name]
-		if g == nil {
+		if g == nil || mutant(3) { // mutant 3 (elector_mutants builds only): Add forgets the retired tokens
 			g = &termGuard{}
 			m.guards[name] = g
 		}

@@ -47,6 +47,9 @@ func (g *Group) Run(ctx context.Context) error {
 		notified: make(chan termDone, 64),
 		events:   make(chan groupEvent, 4096),
 	}
+	if g.seam != nil {
+		r.rd = g.seam
+	}
 	g.view.reset() // a new Run starts holding nothing
 	r.m = newGroupMachine(&g.cfg, g.clock, r, g.view, logger, g.instance, func(name string) (*lease.Lease, error) {
 		return lease.New(g.cfg.Client, name, lease.Options{Prefix: g.cfg.KeyPrefix, Identity: g.cfg.Identity, Instance: g.instance})
@@ -263,13 +266,18 @@ func (r *groupRun) startTerm(gl *groupLease, term lease.Record) func() {
 		r.call("OnStartedLeading", name, term.Token, func() { cb.OnStartedLeading(ctx, name, term.Token) })
 		r.returned <- termDone{gl, term}
 		<-wake
-		r.call("OnStoppedLeading", name, term.Token, func() { cb.OnStoppedLeading(name) })
+		if !mutant(1) { // mutant 1 (elector_mutants builds only): notifyStopped runs it on the loop
+			r.call("OnStoppedLeading", name, term.Token, func() { cb.OnStoppedLeading(name) })
+		}
 		r.notified <- termDone{gl, term}
 	}()
 	return cancel
 }
 
 func (r *groupRun) notifyStopped(gl *groupLease) {
+	if mutant(1) { // mutant 1 (elector_mutants builds only): a slow OnStoppedLeading freezes the loop
+		r.call("OnStoppedLeading", gl.name, gl.term.Token, func() { r.g.cfg.Callbacks.OnStoppedLeading(gl.name) })
+	}
 	close(gl.wakeStop)
 	gl.wakeStop = nil
 }

@@ -1,0 +1,168 @@
+package election
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/elector/elector/internal/sim"
+	"github.com/elector/elector/pkg/lease"
+)
+
+// simGroupRedis is the groupRedis seam of one Group over the simulator's network: the batches
+// run the project's own scripts on the simulated Redis with the keys and arguments that
+// lease.Batch sends for a Group's leases (no resign keys, no renewal announcements), one
+// command after the other on one connection (a pipeline, sent from the batch's send time).
+type simGroupRedis struct {
+	g       *Group
+	node    *sim.Node
+	scripts sim.Scripts
+	names   []string // every lease name of the world: the pattern subscription's channels
+}
+
+func (s *simGroupRedis) ttl() string { return millis(s.g.cfg.LeaseDuration) }
+
+func ownerOf(l *lease.Lease) string { return l.Instance() + ":" + l.Identity() }
+
+func (s *simGroupRedis) acquire(ctx context.Context, b *acquireBatch) {
+	b.replies = make([]acquireReply, len(b.items))
+	sent := s.g.clock.Now()
+	for i, gl := range b.items {
+		k := gl.l.Keys()
+		v, err := s.node.Call(ctx, "acquire "+gl.name, s.scripts.Acquire, []string{k.Lease, k.Token, k.Terms}, []string{ownerOf(gl.l), s.ttl(), k.Events})
+		b.replies[i] = parseGroupAcquire(sent, v, err)
+	}
+}
+
+func parseGroupAcquire(sent time.Time, v any, err error) acquireReply {
+	if err != nil {
+		return acquireReply{sent: sent, err: fmt.Errorf("acquire: %w", err)}
+	}
+	reply, _ := v.([]any)
+	if len(reply) != 3 {
+		return acquireReply{sent: sent, err: fmt.Errorf("acquire: unexpected reply %v", v)}
+	}
+	rec, err := lease.ParseRecord(asString(reply[1]))
+	if err != nil {
+		return acquireReply{sent: sent, err: fmt.Errorf("acquire: %w", err)}
+	}
+	pttl, _ := reply[2].(int64)
+	return acquireReply{sent: sent, won: reply[0] == int64(1), rec: rec, ttl: pttlOf(pttl)}
+}
+
+func (s *simGroupRedis) renew(ctx context.Context, b *renewBatch) {
+	b.replies = make([]renewReply, len(b.items))
+	sent := s.g.clock.Now()
+	for i, it := range b.items {
+		k := it.gl.l.Keys()
+		v, err := s.node.Call(ctx, "renew "+it.gl.name, s.scripts.Renew, []string{k.Lease}, []string{it.term.String(), s.ttl()})
+		if err != nil {
+			err = fmt.Errorf("renew: %w", err)
+		}
+		b.replies[i] = renewReply{sent: sent, ok: err == nil && v == int64(1), err: err}
+	}
+	b.live, b.liveErr = s.heartbeat(ctx, "stay")
+}
+
+func (s *simGroupRedis) release(ctx context.Context, b *releaseBatch) {
+	b.errs = make([]error, len(b.items))
+	for i, it := range b.items {
+		k := it.gl.l.Keys()
+		if _, err := s.node.Call(ctx, "release "+it.gl.name, s.scripts.Release, []string{k.Lease}, []string{it.term.String(), k.Events}); err != nil {
+			b.errs[i] = fmt.Errorf("release: %w", err)
+		}
+	}
+}
+
+func (s *simGroupRedis) leave(ctx context.Context) error {
+	_, err := s.heartbeat(ctx, "leave")
+	return err
+}
+
+func (s *simGroupRedis) heartbeat(ctx context.Context, mode string) (int, error) {
+	v, err := s.node.Call(ctx, "members "+mode, s.scripts.Members, []string{s.g.members}, []string{s.g.member, s.ttl(), mode})
+	if err != nil {
+		return 0, fmt.Errorf("membership: %w", err)
+	}
+	n, _ := v.(int64)
+	return int(n), nil
+}
+
+// subscribe subscribes to the channel of every lease of the world (the simulated Redis has no
+// PSUBSCRIBE; the Group's pattern matches exactly these channels) and returns once Redis
+// confirmed them all.
+func (s *simGroupRedis) subscribe(ctx context.Context) (groupSubscription, error) {
+	gs := &simGroupSub{events: make(chan groupEvent, 64)}
+	for _, name := range s.names {
+		ch := lease.KeysFor(s.g.cfg.KeyPrefix, name).Events
+		sub, err := s.node.Subscribe(ctx, ch, gs.deliver(name), gs.broken)
+		if err != nil {
+			gs.close()
+			return nil, fmt.Errorf("subscribe %s: %w", ch, err)
+		}
+		gs.mu.Lock()
+		gs.subs = append(gs.subs, sub)
+		gs.mu.Unlock()
+	}
+	return gs, nil
+}
+
+// simGroupSub is one pattern subscription: its channels' messages, in the order delivered;
+// the first broken channel ends it.
+type simGroupSub struct {
+	events chan groupEvent
+	mu     sync.Mutex
+	subs   []*sim.Sub
+	ended  bool // events is closed
+}
+
+func (s *simGroupSub) deliver(name string) func(string) {
+	return func(payload string) {
+		ev, err := lease.ParseEvent(payload)
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.ended {
+			return
+		}
+		select {
+		case s.events <- groupEvent{name, ev}:
+		default: // a full buffer: lost, as a slow subscriber's messages are
+		}
+	}
+}
+
+func (s *simGroupSub) broken() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ended {
+		s.ended = true
+		close(s.events)
+	}
+}
+
+func (s *simGroupSub) next(ctx context.Context) (string, lease.Event, error) {
+	select {
+	case e, ok := <-s.events:
+		if !ok {
+			return "", lease.Event{}, fmt.Errorf("lease events: subscription broken")
+		}
+		return e.name, e.ev, nil
+	case <-ctx.Done():
+		return "", lease.Event{}, ctx.Err()
+	}
+}
+
+func (s *simGroupSub) close() {
+	s.mu.Lock()
+	subs := s.subs
+	s.subs = nil
+	s.mu.Unlock()
+	for _, sub := range subs {
+		sub.Close()
+	}
+	s.broken()
+}

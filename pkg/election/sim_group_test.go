@@ -1,0 +1,377 @@
+package election
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/elector/elector/internal/sim"
+)
+
+// The Group driver of the deterministic simulator (issue 24, docs/MODEL.md): N replicas run
+// the production Group, each over a few leases of one world, through its groupRedis seam
+// (simGroupRedis) and its injected clock, with Add/Remove churn, Run cancelled and run again,
+// crashes and slow callbacks on top of the network's and Redis's faults. Each lease has its
+// own recorder (sim_check_test.go): at most one replica whose OnStartedLeading ctx is live,
+// tokens strictly increasing across started terms, per replica callbacks in order.
+
+// groupDriver runs one seed of Groups.
+type groupDriver struct {
+	w        *sim.World
+	rng      *rand.Rand
+	scripts  sim.Scripts
+	client   redis.UniversalClient
+	timing   simTiming
+	names    []string
+	recs     []*recorder // one per name, in the order of names
+	replicas []*groupReplica
+	zombies  []chan error
+	actions  []simAction
+	aseq     int
+	snaps    []*sim.Snapshot
+	chaos    bool
+	over     bool      // shut down: nothing runs again
+	lossAt   time.Time // the last restart without data or restore of a snapshot
+	ignore   bool      // nodes wait for their replies whatever their ctx says
+	loss     float64
+	slow     float64
+}
+
+// groupReplica is one replica: a Group (the production code), a new incarnation (gen) after a
+// crash.
+type groupReplica struct {
+	d        *groupDriver
+	idx, gen int
+	g        *Group
+	node     *sim.Node
+	slowStop bool
+	work     int
+	max      int
+	cancel   context.CancelFunc
+	done     chan error
+	running  bool
+	crashed  bool
+}
+
+// lockedRand is a seeded source shared by the callback goroutines of one replica.
+type lockedRand struct {
+	mu sync.Mutex
+	r  *rand.Rand
+}
+
+func (l *lockedRand) n(d time.Duration) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return time.Duration(l.r.Int64N(int64(d)))
+}
+
+func (d *groupDriver) after(dt time.Duration, name string, fn func()) {
+	d.aseq++
+	a := simAction{at: time.Now().Add(dt), seq: d.aseq, name: name, fn: fn}
+	i := len(d.actions)
+	for i > 0 && d.actions[i-1].at.After(a.at) {
+		i--
+	}
+	d.actions = append(d.actions, simAction{})
+	copy(d.actions[i+1:], d.actions[i:])
+	d.actions[i] = a
+}
+
+func (d *groupDriver) dur(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(d.rng.Int64N(int64(hi-lo)+1))
+}
+
+func (d *groupDriver) rec(name string) *recorder {
+	for i, n := range d.names {
+		if n == name {
+			return d.recs[i]
+		}
+	}
+	panic("no lease " + name)
+}
+
+// newGroup builds the replica's Group of incarnation r.gen.
+func (r *groupReplica) newGroup() {
+	d := r.d
+	r.node = d.w.NewNode(fmt.Sprintf("g%d.%d", r.idx, r.gen))
+	r.node.IgnoreCtx, r.node.ReadTimeout = d.ignore, 2*d.timing.lease
+	cbRand := &lockedRand{r: rand.New(rand.NewPCG(d.rng.Uint64(), 1))}
+	idx, gen, work, slowStop, lease0 := r.idx, r.gen, r.work, r.slowStop, d.timing.lease
+	var g *Group
+	cfg := GroupConfig{
+		Client: d.client, Group: "simg", Identity: fmt.Sprintf("g%d", r.idx), MaxLeases: r.max,
+		LeaseDuration: d.timing.lease, RenewDeadline: d.timing.renew, RetryPeriod: d.timing.retry,
+		Clock: &simClock{node: r.node, rng: rand.New(rand.NewPCG(d.rng.Uint64(), 4))},
+		Callbacks: GroupCallbacks{
+			OnStartedLeading: func(ctx context.Context, name string, token int64) {
+				rec := d.rec(name)
+				rec.add(simEvent{kind: evStarted, replica: idx, gen: gen, token: token, instance: g.instance})
+				context.AfterFunc(ctx, func() { rec.add(simEvent{kind: evCancel, replica: idx, gen: gen, token: token}) })
+				defer rec.add(simEvent{kind: evReturned, replica: idx, gen: gen, token: token})
+				doWork(ctx, work, rand.New(rand.NewPCG(uint64(cbRand.n(time.Hour)), 5)), lease0)
+			},
+			OnStoppedLeading: func(name string) {
+				d.rec(name).add(simEvent{kind: evStopped, replica: idx, gen: gen})
+				if slowStop {
+					time.Sleep(cbRand.n(2 * lease0))
+				}
+			},
+		},
+	}
+	var err error
+	if g, err = NewGroup(cfg); err != nil {
+		panic(err)
+	}
+	for _, n := range d.names {
+		if d.rng.IntN(4) != 0 {
+			if err := g.Add(n); err != nil {
+				panic(err)
+			}
+		}
+	}
+	g.seam = &simGroupRedis{g: g, node: r.node, scripts: d.scripts, names: d.names}
+	r.g = g
+}
+
+func (r *groupReplica) startRun() {
+	if r.d.over {
+		return
+	}
+	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), logr.Discard()))
+	done := make(chan error, 1)
+	r.cancel, r.done, r.running = cancel, done, true
+	g := r.g
+	go func() { done <- g.Run(ctx) }()
+	r.d.w.Tracef("g%d.%d: Run started", r.idx, r.gen)
+}
+
+func (r *groupReplica) poll() {
+	if !r.running {
+		return
+	}
+	select {
+	case err := <-r.done:
+		r.running = false
+		r.d.w.Tracef("g%d.%d: Run returned: %v", r.idx, r.gen, err)
+	default:
+	}
+}
+
+// loop runs until `until`, or until stop says so, one message or action per step.
+func (d *groupDriver) loop(until time.Time, stop func() bool) {
+	for {
+		synctest.Wait()
+		d.w.Absorb()
+		for _, rec := range d.recs {
+			rec.flush()
+			d.markLost(rec)
+		}
+		for _, r := range d.replicas {
+			r.poll()
+		}
+		if d.w.DeliverDue() {
+			continue
+		}
+		if len(d.actions) > 0 && !d.actions[0].at.After(time.Now()) {
+			a := d.actions[0]
+			d.actions = d.actions[1:]
+			a.fn()
+			continue
+		}
+		if (stop != nil && stop()) || !time.Now().Before(until) {
+			return
+		}
+		next := until
+		if stop != nil {
+			next = minTime(next, time.Now().Add(d.timing.retry))
+		}
+		if t, ok := d.w.NextAt(); ok && t.Before(next) {
+			next = t
+		}
+		if len(d.actions) > 0 && d.actions[0].at.Before(next) {
+			next = d.actions[0].at
+		}
+		d.w.SleepUntil(next)
+	}
+}
+
+// markLost labels the live terms won before Redis last lost data: a batch's reply may come
+// (and its term start) after the loss, and the recorder only labels the terms live at it.
+// A token is the server's clock in microseconds when the term was won.
+func (d *groupDriver) markLost(rec *recorder) {
+	for _, t := range rec.terms {
+		if t.live && !t.dataLoss && t.token < d.lossAt.UnixMicro() {
+			t.dataLoss = true
+			d.w.Tracef("token %d was won before Redis lost data", t.token)
+		}
+	}
+}
+
+func (d *groupDriver) done() bool {
+	for _, r := range d.replicas {
+		if r.running {
+			return false
+		}
+	}
+	for len(d.zombies) > 0 { // a zombie's channel tells once
+		select {
+		case <-d.zombies[0]:
+			d.zombies = d.zombies[1:]
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// configure draws the seed's world: timing, leases, replicas and their modes.
+func (d *groupDriver) configure() {
+	d.timing = simTimings[d.rng.IntN(len(simTimings))]
+	d.ignore = d.rng.IntN(3) == 0
+	d.loss = []float64{0.01, 0.05, 0.2}[d.rng.IntN(3)]
+	d.slow = []float64{0.05, 0.2, 0.5}[d.rng.IntN(3)]
+	k, n := 2+d.rng.IntN(3), 2+d.rng.IntN(3)
+	for i := 0; i < k; i++ {
+		d.names = append(d.names, fmt.Sprintf("L%d", i))
+		d.recs = append(d.recs, newRecorder(d.w))
+	}
+	d.w.Tracef("seed world: %d groups, %d leases, lease %v renew %v retry %v, context timeouts ignored %v, loss %v slow %v",
+		n, k, d.timing.lease, d.timing.renew, d.timing.retry, d.ignore, d.loss, d.slow)
+	for i := 0; i < n; i++ {
+		r := &groupReplica{d: d, idx: i, work: d.rng.IntN(workModes), slowStop: d.rng.IntN(2) == 0, max: d.rng.IntN(3)}
+		d.w.Tracef("g%d: work %s, slow stop %v, max leases %d", i, workNames[r.work], r.slowStop, r.max)
+		r.newGroup()
+		d.replicas = append(d.replicas, r)
+	}
+}
+
+// runGroupSim runs seed for duration of simulated time (0: 40 lease durations) inside the
+// synctest bubble of the caller.
+func runGroupSim(seed uint64, duration time.Duration, client redis.UniversalClient, scripts sim.Scripts) simResult {
+	w := sim.NewWorld(seed)
+	d := &groupDriver{w: w, rng: w.Rand, scripts: scripts, client: client}
+	d.configure()
+	if duration == 0 {
+		duration = 40 * d.timing.lease
+	}
+	start := time.Now()
+	end := start.Add(duration)
+	for _, r := range d.replicas {
+		r.startRun()
+	}
+	for time.Now().Before(end) {
+		d.chaos = true
+		d.after(0, "tick", d.tick)
+		d.loop(time.Now().Add(d.dur(3*d.timing.lease, 8*d.timing.lease)), nil)
+		d.calm()
+		d.loop(time.Now().Add(4*d.timing.lease), nil)
+	}
+	d.w.Tracef("shutdown")
+	d.chaos, d.over = true, true
+	for _, r := range d.replicas {
+		if r.running {
+			r.cancel()
+		}
+	}
+	d.loop(time.Now().Add(time.Hour), d.done)
+	res := simResult{exceptions: map[string]int{}, simulated: time.Since(start)}
+	for i, rec := range d.recs {
+		rec.flush()
+		for _, v := range rec.violations {
+			res.violations = append(res.violations, d.names[i]+": "+v)
+		}
+		for k, v := range rec.exceptions {
+			res.exceptions[k] += v
+		}
+		res.terms += len(rec.terms)
+	}
+	if !d.done() {
+		res.violations = append(res.violations, "shutdown: a Run did not return within an hour")
+		if os.Getenv("SIM_TRACE") != "" {
+			fmt.Print(w.Trace())
+		}
+	}
+	res.trace = w.Trace()
+	return res
+}
+
+// calm ends the chaos: the network heals, Redis is up, every replica runs every lease.
+func (d *groupDriver) calm() {
+	d.chaos = false
+	d.w.Faults = sim.Faults{}
+	d.w.Up()
+	for _, r := range d.replicas {
+		if r.crashed {
+			d.restart(r)
+		}
+		d.w.Heal(r.node)
+		g := r.g
+		go func() { _ = g.Add(d.names...) }()
+		if !r.running {
+			r.startRun()
+		}
+	}
+	d.w.Tracef("calm")
+}
+
+func (d *groupDriver) restart(r *groupReplica) {
+	if r.crashed {
+		r.gen++
+		r.crashed = false
+		r.newGroup()
+	}
+	if !r.running {
+		r.startRun()
+	}
+}
+
+// runGroupSeed runs one seed of Groups in its own synctest bubble.
+func runGroupSeed(t *testing.T, seed uint64, duration time.Duration) simResult {
+	t.Helper()
+	scripts, err := sim.LoadScripts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer func() { _ = client.Close() }()
+	var res simResult
+	synctest.Test(t, func(*testing.T) { res = runGroupSim(seed, duration, client, scripts) })
+	return res
+}
+
+// TestSimGroup runs SIM_GROUP_SEEDS seeds of Groups from SIM_SEED and fails with the seeds that
+// broke an invariant; SIM_TRACE=1 prints each seed's trace.
+func TestSimGroup(t *testing.T) {
+	first, count := simEnv("SIM_SEED", 1), simEnv("SIM_GROUP_SEEDS", 20)
+	began := time.Now()
+	var simulated time.Duration
+	var failed []uint64
+	terms := 0
+	exceptions := map[string]int{}
+	for seed := first; seed < first+count; seed++ {
+		res := runGroupSeed(t, seed, 0)
+		simulated += res.simulated
+		terms += res.terms
+		for k, v := range res.exceptions {
+			exceptions[k] += v
+		}
+		if os.Getenv("SIM_TRACE") != "" {
+			fmt.Print(res.trace)
+		}
+		if len(res.violations) > 0 {
+			failed = append(failed, seed)
+			t.Errorf("seed %d: %d violations, first: %s\nreplay: SIM_SEED=%d SIM_GROUP_SEEDS=1 SIM_TRACE=1 go test -run TestSimGroup ./pkg/election", seed, len(res.violations), res.violations[0], seed)
+		}
+	}
+	wall := time.Since(began)
+	t.Logf("%d group seeds in %v: %.2f seeds/s, %.1f simulated s per wall s, %d terms; documented exceptions %v; failed seeds %v",
+		count, wall.Round(time.Millisecond), float64(count)/wall.Seconds(), simulated.Seconds()/wall.Seconds(), terms, exceptions, failed)
+}
