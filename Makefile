@@ -100,10 +100,10 @@ sim: test-deps
 ifdef SEED
 	SIM_SEED=$(SEED) SIM_SEEDS=1 SIM_TRACE=1 $(GO) test -count=1 -v -run '^TestSim$$' ./pkg/election
 else ifdef MUTANTS
-	$(GO) test -tags elector_mutants -count=1 -v -timeout 1h -run '^(TestSimMutants|TestSimGroupMutants)$$' ./pkg/election
+	$(GO) test -tags elector_mutants -count=1 -v -timeout 1h -run '^(TestSimMutants|TestSimScenarioMutants|TestSimGroupMutants)$$' ./pkg/election
 else
 	SIM_SEEDS=$(SEEDS) SIM_GROUP_SEEDS=$(GROUP_SEEDS) SIM_DURATION=$(SIM_DURATION) $(GO) test -count=1 -v -timeout 2h \
-		-run '^(TestSim|TestSimReplaysIdentically|TestSimGroup)$$' ./pkg/election
+		-run '^(TestSim|TestSimReplaysIdentically|TestSimScenarios|TestSimGroup)$$' ./pkg/election
 	$(GO) test -count=1 -run '^(TestDifferentialAgainstRedis|TestTokenFromServerClock|TestScriptTypoFails)$$' ./internal/sim
 endif
 
