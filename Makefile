@@ -94,7 +94,7 @@ k8s-e2e:
 ## its trace; SIM_DURATION=1h runs seeds for that long (soak); MUTANTS=1 shows that it
 ## catches the mutants (build tag elector_mutants).
 SEEDS ?= 1000
-GROUP_SEEDS ?= 200
+GROUP_SEEDS ?=
 .PHONY: sim
 sim: test-deps
 ifdef SEED
