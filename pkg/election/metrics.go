@@ -158,25 +158,23 @@ func (m *Metrics) redisError(name, op string, err error) {
 }
 
 func (m *Metrics) redisUp(name string, up bool) {
-	if m == nil {
-		return
+	if m != nil {
+		m.redisUpG.WithLabelValues(name).Set(gaugeBool(up))
 	}
-	v := 0.0
-	if up {
-		v = 1
-	}
-	m.redisUpG.WithLabelValues(name).Set(v)
 }
 
 func (m *Metrics) evictionRisk(name string, risky bool) {
-	if m == nil {
-		return
+	if m != nil {
+		m.evictionG.WithLabelValues(name).Set(gaugeBool(risky))
 	}
-	v := 0.0
-	if risky {
-		v = 1
+}
+
+// gaugeBool is a boolean as a gauge's value: 1 or 0.
+func gaugeBool(b bool) float64 {
+	if b {
+		return 1
 	}
-	m.evictionG.WithLabelValues(name).Set(v)
+	return 0
 }
 
 // sinceRenewCollector computes elector_seconds_since_last_renew at scrape time.
