@@ -11,7 +11,8 @@ const exitCodesHelp = `Exit codes:
   0  success
   1  runtime error (for example Redis unreachable in status, HTTP address in use)
   2  usage error: unknown flag, bad value, missing argument (one line on stderr names it)
-  3  status: the lease has no holder; run: leadership lost with --exit-on-lost
+  3  status: the lease has no holder; resign: no holder to resign; run: leadership lost
+     with --exit-on-lost
   4  run: gave up without leading (--timeout passed, or --try-once found the lease held)
   N  run: the exit code of CMD when it exited by itself, or when it was stopped because
      the elector got SIGTERM/SIGINT (128+S when signal S killed it)
