@@ -165,3 +165,43 @@ func TestREADMETables(t *testing.T) {
 		}
 	}
 }
+
+// TestDocsDefaults: every default docs/CLI.md's flag tables give as a plain value (`15s`) is
+// the default of that flag in some command's flag set. Defaults computed at run time are
+// written as words ("system roots") and not checked.
+func TestDocsDefaults(t *testing.T) {
+	b, err := os.ReadFile("../../docs/CLI.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults := map[string]map[string]bool{} // flag → defaults in any command
+	for _, cmd := range commands() {
+		c, _, _ := testCLI(nil)
+		c.flagSink = func(fs *flagSet) {
+			fs.all.VisitAll(func(f *pflag.Flag) {
+				if defaults[f.Name] == nil {
+					defaults[f.Name] = map[string]bool{}
+				}
+				defaults[f.Name][f.DefValue] = true
+			})
+		}
+		if cmd.name != "help" && cmd.name != "completion" {
+			cmd.run(c, context.Background(), nil)
+		}
+	}
+	row := regexp.MustCompile("^\\| `--([a-z0-9-]+)`[^|]* \\| `[A-Z_]+` \\| `([^`]*)`(?: \\([^)]*\\))? \\|")
+	checked := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		m := row.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		checked++
+		if !defaults[m[1]][m[2]] {
+			t.Errorf("docs/CLI.md gives --%s the default %q; the commands have %v", m[1], m[2], defaults[m[1]])
+		}
+	}
+	if checked < 20 {
+		t.Errorf("only %d flag rows with a default found in docs/CLI.md; has the table format changed?", checked)
+	}
+}
