@@ -122,19 +122,7 @@ _elector() {
     case "$cmd" in
 `)
 	for _, cc := range table {
-		var flags, valued []string
-		for _, f := range cc.flags {
-			flags = append(flags, "--"+f.name)
-			if f.short != "" {
-				flags = append(flags, "-"+f.short)
-			}
-			if f.value {
-				valued = append(valued, "--"+f.name)
-				if f.short != "" {
-					valued = append(valued, "-"+f.short)
-				}
-			}
-		}
+		flags, valued := cc.flagWords()
 		if len(cc.args) > 0 {
 			fmt.Fprintf(&b, "    %s) COMPREPLY=($(compgen -W %q -- \"$cur\")); return ;;\n", cc.name, strings.Join(cc.args, " "))
 			continue
@@ -159,6 +147,22 @@ _elector() {
 complete -F _elector elector
 `)
 	return b.String()
+}
+
+// flagWords returns the words of cc's flags (--name and -short) and those of them that take
+// a value.
+func (cc compCommand) flagWords() (flags, valued []string) {
+	for _, f := range cc.flags {
+		words := []string{"--" + f.name}
+		if f.short != "" {
+			words = append(words, "-"+f.short)
+		}
+		flags = append(flags, words...)
+		if f.value {
+			valued = append(valued, words...)
+		}
+	}
+	return flags, valued
 }
 
 // fishCompletion returns a fish script with the same completions as bashCompletion.

@@ -11,7 +11,8 @@ const exitCodesHelp = `Exit codes:
   0  success
   1  runtime error (for example Redis unreachable in status, HTTP address in use)
   2  usage error: unknown flag, bad value, missing argument (one line on stderr names it)
-  3  status: the lease has no holder; run: leadership lost with --exit-on-lost
+  3  status: the lease has no holder; resign: no holder to resign; run: leadership lost
+     with --exit-on-lost
   4  run: gave up without leading (--timeout passed, or --try-once found the lease held)
   N  run: the exit code of CMD when it exited by itself, or when it was stopped because
      the elector got SIGTERM/SIGINT (128+S when signal S killed it)
@@ -53,7 +54,29 @@ Documentation: docs/CLI.md.
 func commandHelp(name string) string {
 	switch name {
 	case "run":
-		return `Campaign for the lease and run CMD (directly, no shell) while this replica leads, with
+		return runHelp
+	case "sidecar":
+		return sidecarHelp
+	case "status":
+		return statusHelp
+	case "resign":
+		return resignHelp
+	case "demo":
+		return demoHelp
+	case "version":
+		return versionHelp
+	case "install":
+		return installHelp
+	case "help":
+		return helpHelp
+	case "completion":
+		return completionHelp
+	}
+	return ""
+}
+
+// runHelp is the description of `elector run`, shown between its usage line and flags.
+const runHelp = `Campaign for the lease and run CMD (directly, no shell) while this replica leads, with
 stdin, stdout and stderr passed through and these variables added to its environment:
   ELECTOR_FENCING_TOKEN  the fencing token of the term (larger for every new term)
   ELECTOR_IDENTITY       this replica's identity
@@ -80,8 +103,9 @@ runs, CMD's group gets the foreground while it runs (Ctrl-C and Ctrl-Z then reac
                      another replica; campaign again (refused during the hold-off)
 
 With --http-addr the endpoints of 'elector sidecar' are served as well.`
-	case "sidecar":
-		return `Campaign for the lease and tell a neighbouring container whether this replica leads:
+
+// sidecarHelp is the description of `elector sidecar`, shown between its usage line and flags.
+const sidecarHelp = `Campaign for the lease and tell a neighbouring container whether this replica leads:
 
   GET /leader    200 JSON {"name": current leader ("" if none), "identity", "isLeader", "lease",
                  "token"}; "name" as in the classic Kubernetes leader-elector sidecar; while
@@ -96,8 +120,9 @@ With --http-addr the endpoints of 'elector sidecar' are served as well.`
 
 --status-file is rewritten atomically with "leader" or "follower" on every change.
 SIGTERM or SIGINT releases the lease and exits 0.`
-	case "status":
-		return `Print the holder of the lease, its fencing token, remaining time, when its term began and
+
+// statusHelp is the description of `elector status`, shown between its usage line and flags.
+const statusHelp = `Print the holder of the lease, its fencing token, remaining time, when its term began and
 how many terms the lease had (JSON and YAML fields lease, key, holder, instance, token, ttlMs,
 acquiredAt, transitions). Exit 0 when the lease is held, 3 when it has no holder, 1 when Redis
 cannot be read (the message names the address, the cause and its fix: for example a Sentinel
@@ -106,8 +131,9 @@ master name that no Sentinel knows, or the ACL permission to add).
 With --watch (-w), print the state and then a line per change as it happens — acquired,
 released, expired — from the lease's events channel (no polling), until SIGINT or SIGTERM
 (exit 0). With -o json or yaml each change is one object (fields time, event and the above).`
-	case "resign":
-		return `Ask the holder of the lease to step down, for a planned switchover (draining a node), and
+
+// resignHelp is the description of `elector resign`, shown between its usage line and flags.
+const resignHelp = `Ask the holder of the lease to step down, for a planned switchover (draining a node), and
 wait until a new term begins; print the new holder as elector status does. The request is a
 Redis key that the leader picks up at its next renewal (within its --retry-period, 2s by
 default): it stops its work (elector run: the command gets its stop signal and kill grace),
@@ -120,29 +146,31 @@ step down (an election.Group member or an older elector ignores requests; or its
 not stop), or --to did not take over (nobody leads until the hold-off ends, then anyone may);
 2 for a bad flag. Needs the Redis user of run and sidecar (it runs a script), not the
 observer's.`
-	case "demo":
-		return `Start an embedded Redis-compatible server on loopback (or use --redis-addr) and --replicas
+
+// demoHelp is the description of `elector demo`, shown between its usage line and flags.
+const demoHelp = `Start an embedded Redis-compatible server on loopback (or use --redis-addr) and --replicas
 electors in this process, each leading with a toy singleton job that makes fenced writes.
 Every few seconds the leader crashes (stops renewing, never releases) or stops gracefully
 (releases), and comes back later. Prints a timeline and a summary; exits 1 if a safety check
 failed (two leaders at once, a token that did not increase, a crash takeover before expiry).
 Uses lease duration 2s, renew deadline 1.2s, retry period 300ms.`
-	case "version":
-		return `Print the version, commit, build date, Go version and platform of this binary; a
+
+// versionHelp is the description of `elector version`, shown between its usage line and flags.
+const versionHelp = `Print the version, commit, build date, Go version and platform of this binary; a
 field the build did not record (e.g. -buildvcs=false) prints as unknown.`
-	case "install":
-		return `Copy this executable to PATH (into PATH/elector if PATH is a directory) with mode 0755,
+
+// installHelp is the description of `elector install`, shown between its usage line and flags.
+const installHelp = `Copy this executable to PATH (into PATH/elector if PATH is a directory) with mode 0755,
 atomically (a temporary file renamed over PATH). For init containers of images without cp.`
-	case "help":
-		return `Show the help of elector, or of COMMAND.`
-	case "completion":
-		return `Print a script that completes elector's commands, flags and flag values in bash, zsh or fish:
+
+// helpHelp is the description of `elector help`, shown between its usage line and flags.
+const helpHelp = `Show the help of elector, or of COMMAND.`
+
+// completionHelp is the description of `elector completion`, shown between its usage line and flags.
+const completionHelp = `Print a script that completes elector's commands, flags and flag values in bash, zsh or fish:
   bash   source <(elector completion bash)      or save it in /etc/bash_completion.d/elector
   zsh    source <(elector completion zsh)       (uses zsh's bashcompinit)
   fish   elector completion fish > ~/.config/fish/completions/elector.fish`
-	}
-	return ""
-}
 
 // helpCmd is `elector help [COMMAND]`.
 func (c *cli) helpCmd(_ context.Context, args []string) int {

@@ -66,6 +66,9 @@ func installFile(src, dst string) error {
 	if dir == "" {
 		dir = "."
 	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return fmt.Errorf("install %s: directory %s does not exist or is not a directory: create it first, or give an existing directory or a file path in one", dst, dir)
+	}
 	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("install %s: %w", dst, err)

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -35,7 +36,14 @@ func TestInstallFile(t *testing.T) {
 	if err := installFile(filepath.Join(dir, "missing"), dst); err == nil {
 		t.Error("installing a missing source succeeded")
 	}
-	if err := installFile(src, filepath.Join(dir, "missing", "elector")); err == nil {
-		t.Error("installing into a missing directory succeeded")
+	for _, to := range []string{filepath.Join(dir, "missing", "elector"), filepath.Join(dir, "missing") + "/"} {
+		err := installFile(src, to)
+		if err == nil {
+			t.Fatalf("installing to %s (a missing directory) succeeded", to)
+		}
+		// The message names the missing directory, not a temporary file of ours.
+		if msg := err.Error(); !strings.Contains(msg, "does not exist") || strings.Contains(msg, ".tmp-") {
+			t.Errorf("installing to %s: %q, want the missing directory named", to, msg)
+		}
 	}
 }

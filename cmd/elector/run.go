@@ -68,7 +68,7 @@ func (o *runOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.stopSignal, flagStopSignal, "SIGTERM", "`signal` sent to the command's process group when leadership is lost: a name (SIGTERM, TERM) or a number")
 	fs.DurationVar(&o.killGrace, flagKillGrace, defaultKillGrace, "time between the stop signal and SIGKILL; 0 kills at once. Keep it below --lease-duration - --renew-deadline - the drift margin")
 	fs.BoolVar(&o.exitOnLost, flagExitOnLost, false, "exit with code 3 when leadership is lost, instead of campaigning again")
-	fs.StringVar(&o.onSuccess, flagOnSuccess, onSuccessRelease, "`what` to do when CMD exits 0: release (release the lease and exit 0) or hold (keep the lease without rerunning CMD until SIGTERM/SIGINT, so that no other replica reruns it)")
+	fs.StringVar(&o.onSuccess, flagOnSuccess, onSuccessRelease, "`what` to do when CMD exits 0: release (release the lease and exit 0) or hold (keep the lease, renewed, without rerunning CMD until SIGTERM/SIGINT; once this elector stops, another replica may run CMD again)")
 	fs.DurationVar(&o.timeout, flagTimeout, 0, "give up and exit 4 if not leading within this `duration` of the start; 0: campaign for ever")
 	fs.BoolVar(&o.tryOnce, flagTryOnce, false, "exit 4 instead of waiting when another replica holds the lease (Redis errors are still retried; bound them with --timeout)")
 }

@@ -23,7 +23,7 @@ type session struct {
 	// must not block: sendEnding.
 	ends chan ending
 
-	stopMsg     string                   // logged at the first SIGTERM or SIGINT
+	stopMsg     string                   // logged at the first SIGTERM or SIGINT while leading
 	onStop      func(sig syscall.Signal) // the first SIGTERM or SIGINT, before the run is cancelled; may be nil
 	onAgain     func(sig syscall.Signal) // a later SIGTERM or SIGINT; nil: like the first
 	onOther     func(sig syscall.Signal) // any other caught signal; may be nil
@@ -120,9 +120,22 @@ func (s *session) signal(got os.Signal, cancel context.CancelFunc) {
 				s.onStop(sig)
 			}
 		}
-		klog.InfoS(s.stopMsg, "signal", sig)
+		klog.InfoS(s.stopMessage(), "signal", sig)
 		cancel()
 	}
+}
+
+// followerStopMsg is logged at the first SIGTERM or SIGINT while not leading: there is no
+// command to stop and no lease to release.
+const followerStopMsg = "Received signal: not leading; stopping the campaign and exiting"
+
+// stopMessage is what the first SIGTERM or SIGINT logs: stopMsg while leading (or before the
+// elector exists), followerStopMsg otherwise.
+func (s *session) stopMessage() string {
+	if s.l != nil && s.l.elector != nil && !s.l.elector.IsLeader() {
+		return followerStopMsg
+	}
+	return s.stopMsg
 }
 
 // lateExit takes the exit of a command that exited by itself just as the elector stopped.
@@ -156,8 +169,11 @@ func (o *outcome) apply(e ending) {
 // the command that exited by itself or was stopped for the elector's exit, and 0.
 func (c *cli) exitCode(who string, o outcome) int {
 	switch {
+	case o.lost && errors.Is(o.runErr, election.ErrResigned):
+		klog.InfoS("Resigned: exiting because of --exit-on-lost", "code", exitNoLeader)
+		return exitNoLeader
 	case o.lost:
-		klog.InfoS("Leadership lost: exiting because of --exit-on-lost", "code", exitNoLeader)
+		klog.InfoS("Leadership lost: exiting because of --exit-on-lost", "code", exitNoLeader, "cause", o.runErr)
 		return exitNoLeader
 	case o.gaveUp != "" && o.runErr == nil:
 		klog.InfoS("Giving up without leading", "reason", o.gaveUp, "code", exitNotLeader)

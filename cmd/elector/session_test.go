@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/pkg/election"
 )
@@ -103,5 +106,28 @@ func TestSessionEndings(t *testing.T) {
 	}
 	for range 10 { // more endings than the buffer holds: sendEnding must not block
 		s.sendEnding(ending{gaveUp: "again"})
+	}
+}
+
+// TestStopMessage: a follower's SIGTERM does not speak of a command to stop or a lease to
+// release (issue 28 item 12): it has neither.
+func TestStopMessage(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never contacted
+	defer client.Close()
+	e, err := election.New(election.Config{
+		Client: client, LeaseName: "x", Identity: "a",
+		Callbacks: election.Callbacks{OnStartedLeading: func(context.Context) {}, OnStoppedLeading: func() {}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const leaderMsg = "Received signal: stopping the command and releasing the lease"
+	s := &session{stopMsg: leaderMsg}
+	if got := s.stopMessage(); got != leaderMsg {
+		t.Errorf("before the elector exists: %q, want %q", got, leaderMsg)
+	}
+	s.l = &leadership{elector: e}
+	if got := s.stopMessage(); got != followerStopMsg {
+		t.Errorf("not leading: %q, want %q", got, followerStopMsg)
 	}
 }

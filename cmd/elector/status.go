@@ -164,8 +164,12 @@ func readStatus(ctx context.Context, co *commonOptions, l *lease.Lease) (leaseSt
 // readError describes a failed read: what, from which Redis, the error and its fix.
 func readError(what string, co *commonOptions, err error) error {
 	err = fmt.Errorf("%s from %s: %w", what, redisDescription(co.redis), err)
-	if fix := redisfail.Hint(err); fix != "" {
+	switch fix := redisfail.Hint(err); {
+	case fix != "":
 		err = fmt.Errorf("%w; fix: %s", err, fix)
+	case redisfail.Reason(err) == "timeout":
+		err = fmt.Errorf("%w: no reply within %v; fix: check that Redis answers at that address (a service that accepts connections but never replies, or a firewall that drops packets, looks like this)",
+			err, callTimeout(co.lease.renewDeadline))
 	}
 	return err
 }

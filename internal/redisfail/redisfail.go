@@ -33,6 +33,7 @@ import (
 //	auth            authentication failed (wrong password or user, or a password required)
 //	noperm          an ACL refused a command, a key or a channel
 //	readonly        the server is a read-only replica
+//	protocol        the server's reply is not in the Redis protocol: the address is another service's
 //	wrongtype       a lease key holds another Redis type
 //	bad_record      a value at the lease key that is not an elector record
 //	not_replicated  fewer replicas than Config.ReplicaAck acknowledged a write
@@ -72,6 +73,8 @@ func Reason(err error) string {
 			return "wrongtype"
 		}
 		return "server"
+	case isProtocolMessage(err.Error()):
+		return "protocol"
 	case errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET), errors.As(err, new(*net.OpError)):
 		return "connection"
 	}
@@ -83,6 +86,13 @@ func Reason(err error) string {
 func isAuthMessage(msg string) bool {
 	return strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "WRONGPASS") ||
 		strings.Contains(msg, "AUTH <password> called without any password") || strings.Contains(msg, "invalid password")
+}
+
+// isProtocolMessage recognises go-redis's errors for a reply that is not RESP (v9 reader:
+// "redis: invalid reply: ..." for an unknown type byte, "redis: can't parse ..." for a line it
+// cannot read): the address belongs to another kind of server, an HTTP one for instance.
+func isProtocolMessage(msg string) bool {
+	return strings.Contains(msg, "redis: invalid reply:") || strings.Contains(msg, "redis: can't parse")
 }
 
 // isPermMessage recognises ACL refusals inside scripts, which Redis reports as ERR.
@@ -118,6 +128,8 @@ func Hint(err error) string {
 		return "nothing accepts connections at the address: check the Redis address (--redis-addr) and that Redis runs"
 	case "auth":
 		return "check the Redis user and password (--redis-username, REDIS_PASSWORD or --redis-password-file)"
+	case "protocol":
+		return "the server at the address does not speak the Redis protocol (an HTTP or other service listens there): check the Redis address and port (--redis-addr)"
 	case "readonly":
 		return "the address is a read-only replica: point the client at the master (--redis-addr, or --redis-mode=sentinel)"
 	case "wrongtype":

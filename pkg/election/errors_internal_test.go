@@ -2,6 +2,8 @@ package election
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -106,6 +108,7 @@ func refusedBy(t *testing.T) map[string]error {
 		t.Fatal(err)
 	}
 	_, _, errs["script"] = l.Acquire(ctx, time.Second)
+	_, errs["subscribe"] = other.Subscribe(ctx)
 	errs["wrongpass"] = as("observer", "wrong").Ping(ctx).Err()
 	locked := redistest.Start(t, "--requirepass", "pw")
 	opts := locked.Options()
@@ -113,6 +116,12 @@ func refusedBy(t *testing.T) map[string]error {
 	nopass := redis.NewClient(opts)
 	t.Cleanup(func() { _ = nopass.Close() })
 	errs["noauth"] = nopass.Ping(ctx).Err()
+	// Another kind of server at the address: an HTTP one on loopback.
+	web := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(web.Close)
+	notRedis := redis.NewClient(&redis.Options{Addr: strings.TrimPrefix(web.URL, "http://"), MaxRetries: -1, Protocol: 2})
+	t.Cleanup(func() { _ = notRedis.Close() })
+	errs["http"] = notRedis.Ping(ctx).Err()
 	replica := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(srv.Port()))
 	errs["readonly"] = replica.Client(t).Set(ctx, "k", "v", 0).Err()
 	for k, err := range errs {
@@ -136,6 +145,8 @@ func TestHintNamesTheFix(t *testing.T) {
 		{"wrongpass", "auth", "REDIS_PASSWORD"},
 		{"noauth", "auth", "--redis-username"},
 		{"readonly", "readonly", "master"},
+		{"subscribe", "noperm", "+subscribe"},
+		{"http", "protocol", "--redis-addr"},
 	} {
 		err := errs[tc.name]
 		if r := redisfail.Reason(err); r != tc.reason {

@@ -96,7 +96,7 @@ func (l *leadership) loop(ctx context.Context) (reason string, release bool) {
 			}
 			// Stop the work; keep renewing until OnStartedLeading has returned.
 			l.cancelWork(context.Cause(ctx))
-			l.logger.V(2).Info("Stopping: waiting for OnStartedLeading to return", "token", l.term.Token)
+			l.logger.V(2).Info("Stopping: waiting for the work to stop (OnStartedLeading to return; for elector run: CMD)", "token", l.term.Token)
 		case <-workDone:
 			workDone = nil
 			if l.resigning {
@@ -112,7 +112,7 @@ func (l *leadership) loop(ctx context.Context) (reason string, release bool) {
 			return reasonDeadline, false
 		case <-resign:
 			resign = nil
-			l.resign("Resign called")
+			l.resign("asked in this process (Resign; for elector: POST /resign)")
 		case <-l.tick.C():
 			l.startRenew()
 		case r := <-l.results:
@@ -173,7 +173,7 @@ func (l *leadership) renewed(r renewal) (reason string, over bool) {
 		resetTimer(l.deadline, l.lastOK.Add(e.cfg.RenewDeadline).Sub(now))
 		resetTimer(l.tick, r.sent.Add(e.cfg.RetryPeriod).Sub(now))
 		if asked {
-			l.resign("a resign request names this term")
+			l.resign("a resign request names this term (elector resign)")
 		}
 	}
 	return "", false

@@ -55,54 +55,44 @@ type Metrics struct {
 //	elector_group_batch_duration_seconds{group,op}  round trips of a Group's batches (op: acquire, renew)
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
-		masterStatus: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "leader_election_master_status",
-			Help: "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
-		}, []string{"name"}),
-		isLeader: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "elector_is_leader",
-			Help: "1 while this replica leads the named election, else 0.",
-		}, []string{"name"}),
-		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "elector_leadership_transitions_total",
-			Help: "Terms this replica began leading.",
-		}, []string{"name"}),
+		masterStatus: gaugeVec("leader_election_master_status",
+			"Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+			"name"),
+		isLeader: gaugeVec("elector_is_leader",
+			"1 while this replica leads the named election, else 0.",
+			"name"),
+		transitions: counterVec("elector_leadership_transitions_total",
+			"Terms this replica began leading.",
+			"name"),
 		renewLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "elector_renew_duration_seconds",
 			Help:    "Round-trip time of successful lease renewals.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 12),
 		}, []string{"name"}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "elector_redis_errors_total",
-			Help: "Failed Redis calls by operation (acquire, renew, release, subscribe) and reason.",
-		}, []string{"name", "op", "reason"}),
-		redisUpG: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "elector_redis_up",
-			Help: "1 while Redis answers this replica's calls for the named election or Group, 0 while they fail (see elector_redis_errors_total for the reason).",
-		}, []string{"name"}),
-		token: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "elector_fencing_token",
-			Help: "Fencing token of this replica's current term, 0 when it does not lead.",
-		}, []string{"name"}),
+		errors: counterVec("elector_redis_errors_total",
+			"Failed Redis calls by operation (acquire, renew, release, subscribe) and reason.",
+			"name", "op", "reason"),
+		redisUpG: gaugeVec("elector_redis_up",
+			"1 while Redis answers this replica's calls for the named election or Group, 0 while they fail (see elector_redis_errors_total for the reason).",
+			"name"),
+		token: gaugeVec("elector_fencing_token",
+			"Fencing token of this replica's current term, 0 when it does not lead.",
+			"name"),
 		sinceRenew: prometheus.NewDesc("elector_seconds_since_last_renew",
 			"Seconds since the send time of the last successful renew of the current term (only while leading).",
 			[]string{"name"}, nil),
-		groupLeases: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "elector_group_leases_held",
-			Help: "Leases the named Group holds on this replica.",
-		}, []string{"group"}),
-		groupTerms: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "elector_group_terms_total",
-			Help: "Terms the named Group began on this replica.",
-		}, []string{"group"}),
-		groupSheds: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "elector_group_shed_total",
-			Help: "Leases the named Group released to rebalance them to other replicas.",
-		}, []string{"group"}),
-		evictionG: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "elector_redis_eviction_risk",
-			Help: "1 when Redis may evict the lease keys under memory pressure (maxmemory with a policy other than noeviction), else 0.",
-		}, []string{"name"}),
+		groupLeases: gaugeVec("elector_group_leases_held",
+			"Leases the named Group holds on this replica.",
+			"group"),
+		groupTerms: counterVec("elector_group_terms_total",
+			"Terms the named Group began on this replica.",
+			"group"),
+		groupSheds: counterVec("elector_group_shed_total",
+			"Leases the named Group released to rebalance them to other replicas.",
+			"group"),
+		evictionG: gaugeVec("elector_redis_eviction_risk",
+			"1 when Redis may evict the lease keys under memory pressure (maxmemory with a policy other than noeviction), else 0.",
+			"name"),
 		groupBatches: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "elector_group_batch_duration_seconds",
 			Help:    "Duration of a Group's batched acquire and renew round trips.",
@@ -117,6 +107,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// gaugeVec and counterVec build a family of the given name, help and labels.
+func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+}
+
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 }
 
 // add makes e's state visible, starting its series at "not leading".

@@ -91,7 +91,7 @@ func (l *leadership) resign(why string) {
 	}
 	l.resigning = true
 	l.cancelWork(ErrResigned)
-	l.logger.Info("Resigning: waiting for OnStartedLeading to return, then releasing", "token", l.term.Token, "why", why)
+	l.logger.Info("Resigning: the work is told to stop (OnStartedLeading's ctx; for elector run: CMD); the lease is released once it stopped", "token", l.term.Token, "why", why)
 }
 
 func (s redisStore) resign(ctx context.Context, term lease.Record, target string, holdOff, timeout time.Duration) error {

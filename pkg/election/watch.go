@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/elector/elector/internal/redisfail"
 	"github.com/elector/elector/pkg/lease"
 )
 
@@ -38,7 +39,11 @@ func (w *watch) ensure(ctx context.Context) {
 		w.e.cfg.Metrics.redisError(w.e.cfg.Name, "subscribe", err)
 		if !w.failing {
 			w.failing = true
-			logger.Error(err, "Cannot subscribe to lease events; polling every retry period instead")
+			kv := []any{"reason", redisfail.Reason(err)}
+			if fix := redisfail.Hint(err); fix != "" {
+				kv = append(kv, "fix", fix)
+			}
+			logger.Error(err, "Cannot subscribe to lease events; polling every retry period instead", kv...)
 		}
 		return
 	}
