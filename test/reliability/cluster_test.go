@@ -13,6 +13,7 @@ import (
 
 	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/wakeprobe"
 )
 
 // node is one Cluster node with a direct (non-cluster) client.
@@ -144,6 +145,7 @@ func TestClusterReshardingKeepsTheLeader(t *testing.T) {
 
 	// Reshard the slots of some live leases, each to the next master.
 	migrated := names[:rounds(3, len(names))]
+	handedOver := 0 // leases whose leader changed during an inconclusive (overloaded) migration
 	for i, name := range migrated {
 		slot := slotOf[name]
 		src := owner(t, nodes, slot)
@@ -155,13 +157,28 @@ func TestClusterReshardingKeepsTheLeader(t *testing.T) {
 		}
 		term := leaders[name].e.Token()
 		before := errorStats(t, src)
+		probe := wakeprobe.Start(t)
+		began := time.Now()
 		moved := migrateSlot(t, nodes, slot, src, dst, 2*tm.retry, "elector:{"+name+"}:lease")
 		after := errorStats(t, src)
 		done := time.Now()
+		lag := probe.Stop()
 		if moved < 2 {
 			t.Fatalf("%s: migrated %d keys of slot %d, want the lease and token keys", name, moved, slot)
 		}
 		next := waitLeader(t, byName[name], done, 10*time.Second)
+		// While the slot is half-migrated the scripts, which touch the lease and the token
+		// key, get TRYAGAIN: no renew can succeed. The migration holds that state for about
+		// two pauses (1.2 s against a 3 s renew deadline); on a machine so loaded that the
+		// migration's own commands or the renews' scheduling (the same run's wake-up probe)
+		// took up the rest of the deadline, a step-down is the product working, not a failure.
+		if inconclusive := done.Sub(began)+lag >= tm.renew-tm.retry; inconclusive && (next != leaders[name] || next.e.Token() != term) {
+			t.Logf("%s: the migration took %v and the probe woke up to %v late, against a %v renew deadline: the leader (%s → %s) could not renew meanwhile; inconclusive",
+				name, done.Sub(began).Round(time.Millisecond), lag.Round(time.Millisecond), tm.renew, leaders[name].name, next.name)
+			leaders[name] = next
+			handedOver++
+			continue
+		}
 		if next != leaders[name] || next.e.Token() != term {
 			t.Errorf("%s: after resharding slot %d from %s to %s, %s leads with token %d; want %s to keep token %d",
 				name, slot, src.srv.Addr(), dst.srv.Addr(), next.name, next.e.Token(), leaders[name].name, term)
@@ -186,8 +203,9 @@ func TestClusterReshardingKeepsTheLeader(t *testing.T) {
 			t.Errorf("%s: %s no longer leads: %+v", name, leaders[name].name, st)
 		}
 	}
-	if n := len(led.snapshot()); n != len(names) {
-		t.Errorf("%d terms over %d leases; want one term per lease (no leader changed); terms:\n%s", n, len(names), led)
+	if n := len(led.snapshot()); n < len(names) || n > len(names)+2*handedOver {
+		t.Errorf("%d terms over %d leases; want one term per lease (no leader changed; %d inconclusive migrations may add up to two each); terms:\n%s",
+			n, len(names), handedOver, led)
 	}
 	// Stopping hands some leases over (release, then a follower that is not stopped yet takes
 	// over): the check covers those terms too.
