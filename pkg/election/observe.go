@@ -80,10 +80,10 @@ type observer struct {
 	retry  backoff
 	call   time.Duration // bound of one call
 	sub    subscription
-	expiry clock.Timer // the read at the expiry of the term last seen
+	expiry clock.Timer  // the read at the expiry of the term last seen
 	last   lease.Record // the term last reported, when held
 	held   bool         // whether the lease was held at the last report
-	resign int64       // the token of the last term asked to resign
+	resign int64        // the token of the last term asked to resign
 }
 
 // run reports the changes until ctx ends, yield returns false or an error ends it.
