@@ -193,6 +193,9 @@ func (r *resigner) request(ctx context.Context, first election.Change) (int, err
 // does not lead, so the subscribers of the channel, this command's own excepted, are the
 // replicas that can take over (and any status --watch); their identities are not known.
 func (r *resigner) checkSuccessor(ctx context.Context) (int, error) {
+	if r.ro.to != "" && r.ro.to == r.old.Identity {
+		return exitOK, nil // the request is refused: ErrTargetIsHolder
+	}
 	n, err := r.followers(ctx)
 	if err != nil {
 		klog.V(2).InfoS("Cannot count the replicas that follow the lease; resigning anyway", "lease", r.co.lease.name, "err", err)

@@ -376,7 +376,7 @@ func (w *statusWatcher) print(kind string, s leaseStatus) error {
 // header however long after it comes.
 func (w *statusWatcher) row(at, kind, holder, token, ttl, acquired string) error {
 	w.holderWidth = max(w.holderWidth, len(holder))
-	if _, err := fmt.Fprintf(w.c.stdout, "%-12s  %-8s  %-*s  %-16s  %-6s  %s\n", at, kind, w.holderWidth, holder, token, ttl, acquired); err != nil {
+	if _, err := fmt.Fprintf(w.c.stdout, "%-12s  %-8s  %-*s  %-16s  %-10s  %s\n", at, kind, w.holderWidth, holder, token, ttl, acquired); err != nil {
 		return fmt.Errorf("write the status: %w", err)
 	}
 	return nil
