@@ -87,18 +87,7 @@ func (c *cli) statusCmd(ctx context.Context, args []string) int {
 	if code, done := c.parseArgs(fs, args); done {
 		return code
 	}
-	outputErr := validateOutput(output)
-	var err error
-	switch {
-	case fs.all.NArg() > 0:
-		err = errOnlyFlags(fs, "status")
-	case outputErr != nil:
-		err = outputErr
-	case all && co.lease.name != "":
-		err = fmt.Errorf("--%s lists every lease under --%s: do not give --%s with it", flagAll, flagKeyPrefix, flagLeaseName)
-	case all && watch:
-		err = fmt.Errorf("--%s watches one --%s: do not give --%s with it", flagWatch, flagLeaseName, flagAll)
-	}
+	err := statusFlagsError(fs, output, all, watch, co.lease.name)
 	if err == nil {
 		co.lease.nameOptional = all
 		err = co.complete(c)
@@ -133,6 +122,22 @@ func (c *cli) statusCmd(ctx context.Context, args []string) int {
 		return exitNoLeader
 	}
 	return exitOK
+}
+
+// statusFlagsError checks the combination of status's flags; each error names a flag.
+func statusFlagsError(fs *flagSet, output string, all, watch bool, leaseName string) error {
+	outputErr := validateOutput(output)
+	switch {
+	case fs.all.NArg() > 0:
+		return errOnlyFlags(fs, "status")
+	case outputErr != nil:
+		return outputErr
+	case all && leaseName != "":
+		return fmt.Errorf("--%s lists every lease under --%s: do not give --%s with it", flagAll, flagKeyPrefix, flagLeaseName)
+	case all && watch:
+		return fmt.Errorf("--%s watches one --%s: do not give --%s with it", flagWatch, flagLeaseName, flagAll)
+	}
+	return nil
 }
 
 // readStatus reads the lease and its count of terms.
