@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
@@ -97,9 +99,14 @@ func (c *cli) resignCmd(ctx context.Context, args []string) int {
 	if err != nil {
 		return c.usageError(who, err)
 	}
+	e, err := observeLease(&co, client)
+	if err != nil {
+		return c.usageError(who, err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, ro.timeout)
 	defer cancel()
-	next, code, err := resign(ctx, &co, &ro, l)
+	r := &resigner{co: &co, ro: &ro, l: l, followers: countFollowers(client, l.Keys().Events), warn: c.stderr}
+	next, code, err := r.run(ctx, e)
 	if err != nil {
 		fmt.Fprintf(c.stderr, "%s: %v\n", who, err)
 		return code
@@ -110,82 +117,117 @@ func (c *cli) resignCmd(ctx context.Context, args []string) int {
 	return exitOK
 }
 
-// resign writes the request and follows the lease, subscribed before the request is written
-// so that no event is missed, until a term newer than the resigning one begins. It returns
+// resigner is one elector resign: the request, then the wait for the next term.
+type resigner struct {
+	co        *commonOptions
+	ro        *resignOptions
+	l         *lease.Lease
+	followers followerCount
+	warn      io.Writer // where what will happen is said before it is done
+
+	old      lease.Record // the term asked to resign
+	released bool         // its release was heard
+	why      string       // why another replica than --to could take over
+}
+
+// run follows the lease with the library's Observe, which subscribes before its first read so
+// that no event is missed: the first change names the holder, to which the request is written;
+// then the changes are followed until a term newer than the resigning one begins. It returns
 // that term, or an error with the exit code.
-func resign(ctx context.Context, co *commonOptions, ro *resignOptions, l *lease.Lease) (leaseStatus, int, error) {
-	name := co.lease.name
-	f, err := newLeaseFollower(ctx, co, l)
-	if err != nil {
-		return leaseStatus{}, exitError, readError(fmt.Sprintf("cannot subscribe to the events of lease %q", name), co, err)
+func (r *resigner) run(ctx context.Context, e *election.Elector) (leaseStatus, int, error) {
+	name := r.co.lease.name
+	start, asked := time.Now(), false
+	for change, err := range e.Observe(ctx) {
+		switch {
+		case err != nil && !asked:
+			return leaseStatus{}, exitError, readError(fmt.Sprintf("cannot follow lease %q", name), r.co, err)
+		case err != nil:
+			return leaseStatus{}, exitError, fmt.Errorf("the request was written, but the lease can no longer be followed: %w", readError(fmt.Sprintf("cannot follow lease %q", name), r.co, err))
+		case !asked:
+			asked = true
+			if code, err := r.request(ctx, change); err != nil {
+				return leaseStatus{}, code, err
+			}
+		case change.Kind == "released" && change.Record == r.old:
+			r.released, r.why = true, whyNotTarget(r.ro, true)
+			klog.V(2).InfoS("The holder released the lease", "lease", name, "token", r.old.Token, "after", time.Since(start))
+		case change.Kind == "acquired" && change.Record.Token > r.old.Token:
+			return r.finish(ctx, changeStatus(name, r.l.Keys().Lease, change), start)
+		}
 	}
-	defer f.close()
-	// The request names the term read first: the client retries a command whose reply was
-	// lost, and a retry after the holder changed must not ask the next term to resign too.
-	cctx, cancel := context.WithTimeout(ctx, callTimeout(co.lease.renewDeadline))
-	defer cancel()
-	cur, err := l.Get(cctx)
-	if err != nil {
-		return leaseStatus{}, exitError, readError(fmt.Sprintf("cannot read lease %q", name), co, err)
+	return leaseStatus{}, exitError, r.timeout(ctx) // ctx ended: --timeout
+}
+
+// request writes the request to the term first, the lease as Observe found it. The request
+// names that term: the client retries a command whose reply was lost, and a retry after the
+// holder changed must not ask the next term to resign too.
+func (r *resigner) request(ctx context.Context, first election.Change) (int, error) {
+	name := r.co.lease.name
+	if first.Kind != "held" {
+		return exitNoLeader, fmt.Errorf("lease %q has no holder: nothing to resign", name)
 	}
-	if !cur.Held {
-		return leaseStatus{}, exitNoLeader, fmt.Errorf("lease %q has no holder: nothing to resign", name)
+	r.old, r.why = first.Record, whyNotTarget(r.ro, false)
+	if code, err := r.checkSuccessor(ctx); err != nil {
+		return code, err
 	}
-	f.armExpiry(newLeaseStatus(name, l.Keys().Lease, cur))
-	_, err = l.RequestResign(cctx, lease.ResignRequest{Target: ro.to, HoldOff: ro.holdOff, Timeout: ro.timeout, Term: cur.Record})
+	_, err := r.l.RequestResign(ctx, lease.ResignRequest{Target: r.ro.to, HoldOff: r.ro.holdOff, Timeout: r.ro.timeout, Term: r.old})
 	switch {
 	case errors.Is(err, lease.ErrTargetIsHolder):
-		return leaseStatus{}, exitError, fmt.Errorf("--%s %q holds lease %q already: nothing to hand over", flagTo, ro.to, name)
+		return exitError, fmt.Errorf("--%s %q holds lease %q already: nothing to hand over", flagTo, r.ro.to, name)
 	case errors.Is(err, lease.ErrOtherTerm):
 		// The term ended meanwhile (or a retry of a request already written found its
-		// successor): wait for, or report, the next term as for a request that worked.
-		klog.InfoS("The holder's term ended before the request was written", "lease", name, "holder", cur.Record.Identity, "token", cur.Record.Token)
-		if now, err := l.Get(cctx); err == nil && now.Held && now.Record.Token > cur.Record.Token {
-			return finishResign(ro, cur.Record, newLeaseStatus(name, l.Keys().Lease, now), time.Now(), endedBeforeRequest)
-		}
+		// successor): wait for, or report, the next term as for a request that worked; its
+		// acquire is announced after the subscription, so Observe reports it.
+		klog.InfoS("The holder's term ended before the request was written", "lease", name, "holder", r.old.Identity, "token", r.old.Token)
+		r.why = endedBeforeRequest
 	case err != nil:
-		return leaseStatus{}, exitError, readError(fmt.Sprintf("cannot write the resign request of lease %q", name), co, err)
+		return exitError, readError(fmt.Sprintf("cannot write the resign request of lease %q", name), r.co, err)
 	default:
-		klog.InfoS("Asked the holder to resign; it does so at its next renewal", "lease", name, "holder", cur.Record.Identity, "token", cur.Record.Token, "to", ro.to, "holdOff", ro.holdOff)
+		klog.InfoS("Asked the holder to resign; it does so at its next renewal", "lease", name, "holder", r.old.Identity, "token", r.old.Token, "to", r.ro.to, "holdOff", r.ro.holdOff)
 	}
-	return awaitSuccessor(ctx, co, ro, l, f, cur.Record)
+	return exitOK, nil
 }
 
-// awaitSuccessor follows the lease until a term newer than old begins: announced by an
-// event, or found by a read after a resubscription or at the expiry of the term last seen.
-func awaitSuccessor(ctx context.Context, co *commonOptions, ro *resignOptions, l *lease.Lease, f *leaseFollower, old lease.Record) (leaseStatus, int, error) {
-	start := time.Now()
-	released := false
-	for {
-		u, err := f.next(ctx)
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return leaseStatus{}, exitError, resignTimeout(co, ro, l, old, released)
-		case err != nil:
-			return leaseStatus{}, exitError, fmt.Errorf("the request was written, but the lease can no longer be followed: %w", err)
-		case u.isRead():
-			if u.read.Holder != "" && u.read.Token > old.Token {
-				return finishResign(ro, old, u.read, start, whyNotTarget(ro, released))
-			}
-		case u.event.Kind == lease.Released && u.event.Record == old:
-			released = true
-			klog.V(2).InfoS("The holder released the lease", "lease", co.lease.name, "token", old.Token, "after", time.Since(start))
-		case u.event.Kind == lease.Acquired && u.event.Record.Token > old.Token:
-			next := newLeaseStatus(co.lease.name, l.Keys().Lease, lease.Status{Held: true, Record: u.event.Record, TTL: u.event.TTL})
-			return finishResign(ro, old, next, start, whyNotTarget(ro, released))
-		}
+// checkSuccessor refuses a request nobody could follow and says what will happen when that
+// cannot be known. Every campaigning elector follows the lease on its events channel while it
+// does not lead, so the subscribers of the channel, this command's own excepted, are the
+// replicas that can take over (and any status --watch); their identities are not known.
+func (r *resigner) checkSuccessor(ctx context.Context) (int, error) {
+	if r.ro.to != "" && r.ro.to == r.old.Identity {
+		return exitOK, nil // the request is refused: ErrTargetIsHolder
 	}
+	n, err := r.followers(ctx)
+	if err != nil {
+		klog.V(2).InfoS("Cannot count the replicas that follow the lease; resigning anyway", "lease", r.co.lease.name, "err", err)
+		return exitOK, nil
+	}
+	n-- // this command's own subscription
+	name, holder := r.co.lease.name, r.old.Identity
+	switch {
+	case n <= 0 && r.ro.to != "":
+		return exitError, fmt.Errorf("no replica but the holder %q follows lease %q (nobody else is subscribed to its events channel), so --%s %q cannot take over: nothing written. Start %q first",
+			holder, name, flagTo, r.ro.to, r.ro.to)
+	case n <= 0:
+		fmt.Fprintf(r.warn, "warning: no replica but the holder %q follows lease %q (nobody else is subscribed to its events channel): after it steps down nobody leads until --%s %v has passed and it takes the lease again\n",
+			holder, name, flagHoldOff, r.ro.holdOff)
+	case r.ro.to != "":
+		fmt.Fprintf(r.warn, "note: %d other process(es) follow lease %q, but their identities are not recorded, so whether --%s %q is one of them cannot be checked: if it is not, nobody leads until --%s %v after the release\n",
+			n, name, flagTo, r.ro.to, flagHoldOff, r.ro.holdOff)
+	}
+	return exitOK, nil
 }
 
-// finishResign checks that the new term is --to's, when one was named; why says how another
-// replica could take over, for the error.
-func finishResign(ro *resignOptions, old lease.Record, next leaseStatus, start time.Time, why string) (leaseStatus, int, error) {
-	if ro.to != "" && next.Holder != ro.to {
+// finish checks that the new term is --to's, when one was named, and adds the count of terms,
+// as elector status shows it.
+func (r *resigner) finish(ctx context.Context, next leaseStatus, start time.Time) (leaseStatus, int, error) {
+	if r.ro.to != "" && next.Holder != r.ro.to {
 		return leaseStatus{}, exitError, fmt.Errorf("%q took over (token %d), not --%s %q: %s",
-			next.Holder, next.Token, flagTo, ro.to, why)
+			next.Holder, next.Token, flagTo, r.ro.to, r.why)
 	}
-	klog.InfoS("A new term began", "from", old.Identity, "to", next.Holder, "token", next.Token, "after", time.Since(start))
-	next.Transitions, next.Reserved = nil, nil // what a read adds: one output, however it was found
+	klog.InfoS("A new term began", "from", r.old.Identity, "to", next.Holder, "token", next.Token, "after", time.Since(start))
+	if err := addTermsAndReservation(context.WithoutCancel(ctx), r.co, r.l, &next); err != nil {
+		return leaseStatus{}, exitError, fmt.Errorf("%q took over (token %d), but %w", next.Holder, next.Token, err)
+	}
 	return next, exitOK, nil
 }
 
@@ -203,26 +245,59 @@ func whyNotTarget(ro *resignOptions, released bool) string {
 	return "no release of the holder's term was heard: a term that ends without one (it expires, as after a crash, a pause or a lost connection) reserves nothing"
 }
 
-// resignTimeout explains what did not happen before --timeout.
-func resignTimeout(co *commonOptions, ro *resignOptions, l *lease.Lease, old lease.Record, released bool) error {
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout(co.lease.renewDeadline))
-	defer cancel()
+// timeout explains what did not happen before --timeout. Its reads are bounded by the
+// client's own timeouts (ctx has ended).
+func (r *resigner) timeout(ctx context.Context) error {
+	ctx = context.WithoutCancel(ctx)
+	old, ro, l := r.old, r.ro, r.l
+	if old.Token == 0 {
+		return fmt.Errorf("cannot read lease %q within --%s %v from %s", r.co.lease.name, flagTimeout, ro.timeout, redisDescription(r.co.redis))
+	}
 	now, err := l.Get(ctx)
 	stillHeld := err == nil && now.Held && now.Record == old
 	switch {
-	case !released && (stillHeld || err != nil):
+	case !r.released && (stillHeld || err != nil):
 		return fmt.Errorf("%q (token %d) did not step down within --%s %v: it does not take part in the resign protocol (a member of an election.Group, or an elector older than this one), or its work has not stopped yet (OnStartedLeading has not returned, or the command of elector run ignores its stop signal); the request expires by itself",
 			old.Identity, old.Token, flagTimeout, ro.timeout)
 	case ro.to != "":
 		left := fmt.Sprintf("--%s %v after the release", flagHoldOff, ro.holdOff)
-		if r, err := l.GetReservation(ctx); err == nil && r != nil && r.TTL >= 0 {
-			left = fmt.Sprintf("in %v", r.TTL)
+		if res, err := l.GetReservation(ctx); err == nil && res != nil && res.TTL >= 0 {
+			left = fmt.Sprintf("in %v", res.TTL)
 		}
 		return fmt.Errorf("%q released the lease, but --%s %q did not take over within --%s %v: is it running, with an elector that knows the resign protocol? Nobody else may lead until the reservation lapses (%s); then any replica may",
 			old.Identity, flagTo, ro.to, flagTimeout, ro.timeout, left)
 	default:
 		return fmt.Errorf("%q released the lease, but no other replica took over within --%s %v: is another replica campaigning? After --%s %v any replica, %q included, may lead again",
 			old.Identity, flagTimeout, ro.timeout, flagHoldOff, ro.holdOff, old.Identity)
+	}
+}
+
+// followerCount counts the processes subscribed to a lease's events channel.
+type followerCount func(ctx context.Context) (int64, error)
+
+// followerProbe is the message that countFollowers publishes: not an event ("<kind> <ttl_ms>
+// <record>"), so every subscriber drops it.
+const followerProbe = "probe"
+
+// countFollowers counts the subscribers of channel by publishing followerProbe, which returns
+// how many received it: PUBLISH is in the ACL of every user that may resign (PUBSUB NUMSUB is
+// not). In a Cluster it is sent where go-redis subscribes: the master of the channel's slot
+// (each node counts only its own subscribers).
+func countFollowers(client redis.UniversalClient, channel string) followerCount {
+	return func(ctx context.Context) (int64, error) {
+		var c redis.Cmdable = client
+		if cc, ok := client.(*redis.ClusterClient); ok {
+			node, err := cc.MasterForKey(ctx, channel)
+			if err != nil {
+				return 0, fmt.Errorf("count the subscribers of %q: %w", channel, err)
+			}
+			c = node
+		}
+		n, err := c.Publish(ctx, channel, followerProbe).Result()
+		if err != nil {
+			return 0, fmt.Errorf("count the subscribers of %q: %w", channel, err)
+		}
+		return n, nil
 	}
 }
 
@@ -247,7 +322,8 @@ func validateResignEndpoint(v string) error {
 const resignTimeoutHTTP = writeTimeout - time.Second
 
 // resignHandler is POST /resign[?to=IDENTITY]: Elector.ResignTo, from the peers policy allows.
-func resignHandler(e *election.Elector, policy string) http.Handler {
+// followers counts the replicas that could take over (checkTarget).
+func resignHandler(e *election.Elector, policy string, followers followerCount) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		if r.Method != http.MethodPost {
@@ -264,6 +340,11 @@ func resignHandler(e *election.Elector, policy string) http.Handler {
 			return
 		}
 		to := r.URL.Query().Get("to")
+		warning, refuse := checkTarget(r.Context(), e, to, followers)
+		if refuse {
+			http.Error(w, warning, http.StatusConflict)
+			return
+		}
 		token := e.Token()
 		ctx, cancel := context.WithTimeout(r.Context(), resignTimeoutHTTP)
 		defer cancel()
@@ -282,15 +363,41 @@ func resignHandler(e *election.Elector, policy string) http.Handler {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		klog.InfoS("Resigned on request", "remote", r.RemoteAddr, "to", to, "token", token, "done", status == http.StatusOK)
+		klog.InfoS("Resigned on request", "remote", r.RemoteAddr, "to", to, "token", token, "done", status == http.StatusOK, "warning", warning)
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
 		_ = json.NewEncoder(w).Encode(struct {
 			Resigned bool   `json:"resigned"`
 			Token    int64  `json:"token"`
 			To       string `json:"to"`
-		}{status == http.StatusOK, token, to})
+			Warning  string `json:"warning,omitempty"`
+		}{status == http.StatusOK, token, to, warning})
 	})
+}
+
+// checkTarget says, before a leader resigns, whether anyone could take over: every
+// campaigning elector follows the lease on its events channel while it does not lead (the
+// leader does not), so the channel's subscribers are the replicas that could (and any
+// status --watch); their identities are not recorded. With none, a request ?to=IDENTITY is
+// refused (the known candidates: none), and one without ?to is warned about. A follower, a bad
+// ?to and a failed count are left to ResignTo.
+func checkTarget(ctx context.Context, e *election.Elector, to string, followers followerCount) (warning string, refuse bool) {
+	if followers == nil || !e.IsLeader() || to == e.Identity() || (to != "" && lease.ValidateIdentity(to) != nil) {
+		return "", false
+	}
+	n, err := followers(ctx)
+	switch {
+	case err != nil:
+		klog.V(2).InfoS("Cannot count the replicas that follow the lease; resigning anyway", "lease", e.Name(), "err", err)
+		return "", false
+	case n == 0 && to != "":
+		return fmt.Sprintf("no replica but this one (%q) follows lease %q: known candidates: none (nobody is subscribed to its events channel), so %q cannot take over; nothing was done", e.Identity(), e.Name(), to), true
+	case n == 0:
+		return "no replica but this one follows the lease: nobody leads until this replica takes it again after the hold-off", false
+	case to != "":
+		return fmt.Sprintf("%d other process(es) follow the lease, but their identities are not recorded: if %q is not one of them, nobody leads until the hold-off ends", n, to), false
+	}
+	return "", false
 }
 
 // loopbackPeer reports whether a request's RemoteAddr is 127.0.0.0/8 or ::1.

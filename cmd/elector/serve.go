@@ -21,6 +21,7 @@ import (
 	"github.com/elector/elector/internal/readonly"
 	"github.com/elector/elector/internal/version"
 	"github.com/elector/elector/pkg/election"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // Flag names of the endpoints of run and sidecar.
@@ -198,9 +199,9 @@ type httpServer struct {
 }
 
 // listenHTTP binds addr and prepares the endpoints; serve starts answering.
-func listenHTTP(addr string, e *election.Elector, reg *prometheus.Registry, tolerance time.Duration, resignPolicy string) (*httpServer, error) {
+func listenHTTP(addr string, e *election.Elector, reg *prometheus.Registry, tolerance time.Duration, resignPolicy string, followers followerCount) (*httpServer, error) {
 	mux := http.NewServeMux()
-	mux.Handle("/resign", resignHandler(e, resignPolicy))
+	mux.Handle("/resign", resignHandler(e, resignPolicy, followers))
 	mux.Handle("/leader", e.LeaderHandler())
 	mux.Handle("/healthz", e.HealthzAdaptor(tolerance))
 	mux.Handle("/readyz", readyHandler(e))
@@ -302,7 +303,8 @@ func startLeadership(co *commonOptions, so *serveOptions, cb election.Callbacks,
 		l.status.last = "follower"
 	}
 	if so.httpAddr != "" {
-		if l.http, err = listenHTTP(so.httpAddr, l.elector, reg, healthzTolerance(co.lease), so.resignEndpoint); err != nil {
+		if l.http, err = listenHTTP(so.httpAddr, l.elector, reg, healthzTolerance(co.lease), so.resignEndpoint,
+			countFollowers(client, lease.KeysFor(co.lease.prefix, co.lease.name).Events)); err != nil {
 			l.close()
 			return nil, err
 		}

@@ -87,18 +87,7 @@ func (c *cli) statusCmd(ctx context.Context, args []string) int {
 	if code, done := c.parseArgs(fs, args); done {
 		return code
 	}
-	outputErr := validateOutput(output)
-	var err error
-	switch {
-	case fs.all.NArg() > 0:
-		err = errOnlyFlags(fs, "status")
-	case outputErr != nil:
-		err = outputErr
-	case all && co.lease.name != "":
-		err = fmt.Errorf("--%s lists every lease under --%s: do not give --%s with it", flagAll, flagKeyPrefix, flagLeaseName)
-	case all && watch:
-		err = fmt.Errorf("--%s watches one --%s: do not give --%s with it", flagWatch, flagLeaseName, flagAll)
-	}
+	err := statusFlagsError(fs, output, all, watch, co.lease.name)
 	if err == nil {
 		co.lease.nameOptional = all
 		err = co.complete(c)
@@ -120,7 +109,7 @@ func (c *cli) statusCmd(ctx context.Context, args []string) int {
 		return c.usageError(who, err)
 	}
 	if watch {
-		return c.statusWatch(ctx, who, &co, l, output)
+		return c.statusWatch(ctx, who, &co, client, l, output)
 	}
 	out, err := readStatus(ctx, &co, l)
 	if err != nil {
@@ -135,6 +124,22 @@ func (c *cli) statusCmd(ctx context.Context, args []string) int {
 	return exitOK
 }
 
+// statusFlagsError checks the combination of status's flags; each error names a flag.
+func statusFlagsError(fs *flagSet, output string, all, watch bool, leaseName string) error {
+	outputErr := validateOutput(output)
+	switch {
+	case fs.all.NArg() > 0:
+		return errOnlyFlags(fs, "status")
+	case outputErr != nil:
+		return outputErr
+	case all && leaseName != "":
+		return fmt.Errorf("--%s lists every lease under --%s: do not give --%s with it", flagAll, flagKeyPrefix, flagLeaseName)
+	case all && watch:
+		return fmt.Errorf("--%s watches one --%s: do not give --%s with it", flagWatch, flagLeaseName, flagAll)
+	}
+	return nil
+}
+
 // readStatus reads the lease and its count of terms.
 func readStatus(ctx context.Context, co *commonOptions, l *lease.Lease) (leaseStatus, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout(co.lease.renewDeadline))
@@ -143,22 +148,32 @@ func readStatus(ctx context.Context, co *commonOptions, l *lease.Lease) (leaseSt
 	if err != nil {
 		return leaseStatus{}, readError(fmt.Sprintf("cannot read lease %q", co.lease.name), co, err)
 	}
-	terms, err := l.Terms(ctx)
-	if err != nil {
-		return leaseStatus{}, readError(fmt.Sprintf("cannot read lease %q", co.lease.name), co, err)
-	}
 	out := newLeaseStatus(co.lease.name, l.Keys().Lease, st)
-	out.Transitions = &terms
-	if !st.Held {
-		r, err := l.GetReservation(ctx)
-		if err != nil {
-			return leaseStatus{}, readError(fmt.Sprintf("cannot read lease %q", co.lease.name), co, err)
-		}
-		if r != nil {
-			out.Reserved = &reservedStatus{Resigned: r.Resigned.Identity, Target: r.Target, TTLMs: r.TTL.Milliseconds()}
-		}
+	if err := addTermsAndReservation(ctx, co, l, &out); err != nil {
+		return leaseStatus{}, err
 	}
 	return out, nil
+}
+
+// addTermsAndReservation adds to s what a single-lease status shows besides the holder: the
+// count of terms and, when nobody holds the lease, its reservation after a resignation.
+func addTermsAndReservation(ctx context.Context, co *commonOptions, l *lease.Lease, s *leaseStatus) error {
+	terms, err := l.Terms(ctx)
+	if err != nil {
+		return readError(fmt.Sprintf("cannot read lease %q", co.lease.name), co, err)
+	}
+	s.Transitions = &terms
+	if s.Holder != "" {
+		return nil
+	}
+	r, err := l.GetReservation(ctx)
+	if err != nil {
+		return readError(fmt.Sprintf("cannot read lease %q", co.lease.name), co, err)
+	}
+	if r != nil {
+		s.Reserved = &reservedStatus{Resigned: r.Resigned.Identity, Target: r.Target, TTLMs: r.TTL.Milliseconds()}
+	}
+	return nil
 }
 
 // readError describes a failed read: what, from which Redis, the error and its fix.
@@ -299,68 +314,57 @@ func printStatus(w io.Writer, s leaseStatus) error {
 	return tw.Flush()
 }
 
-// statusWatch is `elector status --watch`: the current state, then a line per change, as a
-// leaseFollower sees it (events, and a read after a resubscription or at the expiry of the
-// term last seen). SIGINT or SIGTERM ends it with 0.
-func (c *cli) statusWatch(ctx context.Context, who string, co *commonOptions, l *lease.Lease, output string) int {
+// statusWatch is `elector status --watch`: the state, then a line per change, as the
+// library's Elector.Observe reports them (renewals print nothing). SIGINT or SIGTERM ends it
+// with 0.
+func (c *cli) statusWatch(ctx context.Context, who string, co *commonOptions, client redis.UniversalClient, l *lease.Lease, output string) int {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	w := &statusWatcher{c: c, co: co, l: l, output: output}
+	w := &statusWatcher{c: c, output: output}
 	if output == "text" {
 		w.text, w.holderWidth = true, 20
 		if err := w.row("TIME", "EVENT", "HOLDER", "TOKEN", "TTL", "ACQUIRED"); err != nil {
 			return c.runtimeError(who, err)
 		}
 	}
-	f, err := newLeaseFollower(ctx, co, l)
+	e, err := observeLease(co, client)
 	if err != nil {
-		return c.runtimeError(who, readError(fmt.Sprintf("cannot watch lease %q", co.lease.name), co, err))
+		return c.usageError(who, err)
 	}
-	defer f.close()
-	st, err := readStatus(ctx, co, l) // after subscribing: no change between is missed
-	if err != nil {
-		return c.runtimeError(who, err)
-	}
-	first := "held"
-	if st.Holder == "" {
-		first = "free"
-	}
-	if err := w.print(first, st, st); err != nil {
-		return c.runtimeError(who, err)
-	}
-	f.armExpiry(st)
-	for {
-		u, err := f.next(ctx)
+	first := true
+	for change, err := range e.Observe(ctx) {
 		if err != nil {
-			if ctx.Err() != nil {
-				return exitOK
-			}
-			return c.runtimeError(who, err)
+			return c.runtimeError(who, readError(fmt.Sprintf("cannot watch lease %q", co.lease.name), co, err))
 		}
-		for _, l := range w.changes(u) {
-			if err := w.print(l.kind, l.s, l.state); err != nil {
+		if change.Kind == "renewed" { // no change of holder
+			continue
+		}
+		s := changeStatus(co.lease.name, l.Keys().Lease, change)
+		if first { // the state when the watch began: as elector status prints it
+			first = false
+			if err := addTermsAndReservation(ctx, co, l, &s); err != nil {
 				return c.runtimeError(who, err)
 			}
 		}
+		if err := w.print(change.Kind, s); err != nil {
+			return c.runtimeError(who, err)
+		}
 	}
+	return exitOK // ctx ended: interrupted
 }
 
 // statusWatcher prints the lines of status --watch.
 type statusWatcher struct {
 	c      *cli
-	co     *commonOptions
-	l      *lease.Lease
 	output string
 	text   bool // a table: one row per line, in fixed columns
 	// holderWidth is the HOLDER column's width: rows are printed one at a time as changes
 	// come, so the columns cannot be sized on all rows; it grows for a longer holder.
 	holderWidth int
-	last        leaseStatus
 }
 
-// print writes one event, s, and remembers the state of the lease after it.
-func (w *statusWatcher) print(kind string, s, state leaseStatus) error {
-	w.last = state
+// print writes one line: the event kind and s.
+func (w *statusWatcher) print(kind string, s leaseStatus) error {
 	now := time.Now()
 	if !w.text {
 		if w.output == "yaml" { // a YAML stream: one document per line of the watch
@@ -381,58 +385,8 @@ func (w *statusWatcher) print(kind string, s, state leaseStatus) error {
 // header however long after it comes.
 func (w *statusWatcher) row(at, kind, holder, token, ttl, acquired string) error {
 	w.holderWidth = max(w.holderWidth, len(holder))
-	if _, err := fmt.Fprintf(w.c.stdout, "%-12s  %-8s  %-*s  %-16s  %-6s  %s\n", at, kind, w.holderWidth, holder, token, ttl, acquired); err != nil {
+	if _, err := fmt.Fprintf(w.c.stdout, "%-12s  %-8s  %-*s  %-16s  %-10s  %s\n", at, kind, w.holderWidth, holder, token, ttl, acquired); err != nil {
 		return fmt.Errorf("write the status: %w", err)
 	}
 	return nil
-}
-
-// watchLine is one line of status --watch: the event and the state it reports.
-type watchLine struct {
-	kind  string
-	s     leaseStatus // what the line prints
-	state leaseStatus // the lease after the change
-}
-
-// changes says which lines an update prints: none for a renewal or a request (it changes
-// nothing until the release); "released" for a release; "acquired" for a new term, after an
-// "expired" line for the term last printed when its end was not heard (a crashed holder's
-// lease runs out unannounced, and its successor may acquire before the watch's own read at
-// the expiry). A read prints what differs from the last line. "released" and "expired" carry
-// the holder and token of the term that ended.
-func (w *statusWatcher) changes(u followUpdate) []watchLine {
-	var next leaseStatus // the state the update reports; Holder "" when the lease is free
-	switch {
-	case u.isRead():
-		next = u.read
-	case u.event.Kind == lease.Acquired:
-		next = newLeaseStatus(w.co.lease.name, w.l.Keys().Lease, lease.Status{Held: true, Record: u.event.Record, TTL: u.event.TTL})
-	case u.event.Kind == lease.Released:
-		if w.last.Holder == "" || u.event.Record.Token < w.last.Token {
-			return nil // nothing held, or the release of an older term already accounted for
-		}
-		return []watchLine{{"released", w.ended(u.event.Record.Identity, u.event.Record.Token), w.free()}}
-	default: // renewed, resign requested: no change
-		return nil
-	}
-	var lines []watchLine
-	if w.last.Holder != "" && (next.Holder != w.last.Holder || next.Token != w.last.Token) {
-		lines = append(lines, watchLine{"expired", w.ended(w.last.Holder, w.last.Token), w.free()})
-	}
-	if next.Holder != "" && (next.Holder != w.last.Holder || next.Token != w.last.Token) {
-		lines = append(lines, watchLine{"acquired", next, next})
-	}
-	return lines
-}
-
-// ended is the line of a term (holder, token) that ended.
-func (w *statusWatcher) ended(holder string, token int64) leaseStatus {
-	s := w.free()
-	s.Holder, s.Token = holder, token
-	return s
-}
-
-// free is the lease with no holder.
-func (w *statusWatcher) free() leaseStatus {
-	return leaseStatus{Lease: w.co.lease.name, Key: w.l.Keys().Lease}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -206,6 +207,7 @@ func TestResignHolderGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	car := startSidecar(t, srv.Addr(), name, "s1", t.TempDir(), nil)
+	waitFollowers(t, srv.Client(t), name, 1) // else resign refuses --to: nobody could follow
 	code, _, stderr := resignCLI(t, srv.Addr(), name, 20*time.Second, "--to", "absent", "--hold-off", "30s", "--timeout", "20s")
 	if code != 1 || !strings.Contains(stderr, `"s1" took over`) || !strings.Contains(stderr, "no release of the holder's term was heard") {
 		t.Fatalf("elector resign --to absent of a holder that is gone: exit %d, stderr %q; want 1 saying s1 took over at the expiry", code, stderr)
@@ -477,4 +479,74 @@ func errorCount(t *testing.T, client *redis.Client, prefix string) int64 {
 		}
 	}
 	return 0
+}
+
+// waitFollowers waits until at least n processes are subscribed to the lease's events
+// channel: the followers that resign counts before a request.
+func waitFollowers(t *testing.T, client *redis.Client, name string, n int64) {
+	t.Helper()
+	channel := "elector:{" + name + "}:events"
+	waitFor(t, 10*time.Second, fmt.Sprintf("%d subscriber(s) of %s", n, channel), func() bool {
+		m, err := client.PubSubNumSub(t.Context(), channel).Result()
+		return err == nil && m[channel] >= n
+	})
+}
+
+// TestResignToAbsentTarget (issue 28 item 5): with a single replica, `elector resign --to
+// nobody` is refused (exit 1, nothing written: the replica keeps leading) instead of leaving
+// the lease without a leader for the whole hold-off; POST /resign?to=nobody answers 409 naming
+// the known candidates (none). A replica resigning alone is warned about (the outage lasts the
+// hold-off). Once a second replica follows, --to it is allowed and it takes over; resign
+// prints the new term with its transitions, as elector status does.
+func TestResignToAbsentTarget(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	dir := t.TempDir()
+	const name = "resign-absent"
+	s1 := startSidecar(t, srv.Addr(), name, "s1", dir, nil)
+	_, tok := waitLeader(t, []*sidecar{s1})
+	code, _, stderr := resignCLI(t, srv.Addr(), name, 10*time.Second, "--to", "nobody")
+	if code != 1 || !strings.Contains(stderr, `--to "nobody" cannot take over: nothing written`) {
+		t.Fatalf("elector resign --to nobody with one replica: exit %d, stderr %q; want 1, refused", code, stderr)
+	}
+	if n := admin.Exists(t.Context(), "elector:{"+name+"}:resign").Val(); n != 0 {
+		t.Fatalf("a refused request was written")
+	}
+	resp, err := http.Post(s1.base+"/resign?to=nobody", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := readBody(t, resp)
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(body, "known candidates: none") {
+		t.Fatalf("POST /resign?to=nobody with one replica: %d %q; want 409 naming the known candidates", resp.StatusCode, body)
+	}
+	if l, _ := s1.leader(t); !l.IsLeader || l.Token != tok {
+		t.Fatalf("s1 after refused requests: %+v, want still leading with token %d", l, tok)
+	}
+	// Alone, without --to: allowed, with a warning; s1 takes the lease again after the hold-off.
+	code, out, stderr := resignCLI(t, srv.Addr(), name, 20*time.Second, "--hold-off", "500ms", "--timeout", "20s")
+	if code != 0 || out.Holder != "s1" || out.Token <= tok || !strings.Contains(stderr, "warning: no replica but the holder") {
+		t.Fatalf("elector resign alone: exit %d, %+v, stderr %q; want 0, s1 again, and a warning", code, out, stderr)
+	}
+	// A second replica: --to it is allowed, and it takes over.
+	startSidecar(t, srv.Addr(), name, "s2", dir, nil)
+	waitFollowers(t, admin, name, 1)
+	code, stdout, stderr := runElector(t, 30*time.Second, nil, "resign", "--redis-addr", srv.Addr(), "--lease-name", name, "--to", "s2", "-o", "json")
+	var next struct {
+		Holder      string `json:"holder"`
+		Transitions *int64 `json:"transitions"`
+	}
+	if code != 0 || json.Unmarshal([]byte(stdout), &next) != nil || next.Holder != "s2" || next.Transitions == nil || *next.Transitions != 3 {
+		t.Fatalf("elector resign --to s2: exit %d, %q; want s2 and transitions 3; stderr:\n%s", code, stdout, stderr)
+	}
+}
+
+func readBody(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	defer resp.Body.Close()
+	var b strings.Builder
+	if _, err := io.Copy(&b, resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }
