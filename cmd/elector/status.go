@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"sigs.k8s.io/yaml"
 
 	"github.com/elector/elector/internal/redisfail"
 	"github.com/elector/elector/pkg/lease"
@@ -227,7 +226,7 @@ func encode(w io.Writer, format string, v any) error {
 	if format == "json" {
 		return json.NewEncoder(w).Encode(v)
 	}
-	b, err := yaml.Marshal(v)
+	b, err := orderedYAML(v)
 	if err != nil {
 		return err
 	}
