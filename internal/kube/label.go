@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -28,14 +29,12 @@ type Labeler struct {
 	callTimeout        time.Duration
 	backoffMin, maxOff time.Duration
 
-	mu       sync.Mutex
-	want     bool
-	wantGen  uint64             // the generation of want; 1 is the startup removal
-	doneGen  uint64             // the last generation applied
-	applied  chan struct{}      // closed and replaced when doneGen advances
-	cancel   context.CancelFunc // cancels the patch in flight, nil when none
-	inFlight bool               // the state of the patch in flight
-	kick     chan struct{}
+	mu      sync.Mutex
+	want    bool
+	wantGen uint64        // the generation of want; 1 is the startup removal
+	doneGen uint64        // the last generation applied
+	applied chan struct{} // closed and replaced when doneGen advances
+	kick    chan struct{}
 }
 
 // NewLabeler returns a Labeler of the label key on the pod namespace/pod; each patch is
@@ -49,15 +48,14 @@ func NewLabeler(c *Client, namespace, pod, key string, callTimeout time.Duration
 }
 
 // Set wants the label present (leader) or absent, and returns the generation Wait takes.
-// A patch in flight for the other state is cancelled: the newer state goes next.
+// A patch in flight is not cancelled: a cancelled request may still be applied by the API
+// server after the next one, so the next state is sent only once the patch in flight was
+// answered or timed out.
 func (l *Labeler) Set(leader bool) uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.want = leader
 	l.wantGen++
-	if l.cancel != nil && l.inFlight != leader {
-		l.cancel()
-	}
 	select {
 	case l.kick <- struct{}{}:
 	default:
@@ -85,7 +83,7 @@ func (l *Labeler) Wait(ctx context.Context, gen uint64) error {
 
 // Run applies the wanted states until ctx ends.
 func (l *Labeler) Run(ctx context.Context) {
-	backoff, failing := l.backoffMin, false
+	backoff, failing, uncertain := l.backoffMin, false, false
 	for ctx.Err() == nil {
 		l.mu.Lock()
 		want, gen, pending := l.want, l.wantGen, l.wantGen != l.doneGen
@@ -101,8 +99,17 @@ func (l *Labeler) Run(ctx context.Context) {
 				klog.InfoS("Pod label patched again after failures", "label", l.key, "present", want)
 			}
 			backoff, failing = l.backoffMin, false
+			if !want && uncertain {
+				l.removeAgain(ctx, gen)
+			}
+			uncertain = want && uncertain
 			continue
 		}
+		if ctx.Err() != nil {
+			return
+		}
+		// An addition without an answer may still be applied later by the API server.
+		uncertain = uncertain || (want && !isAPIError(err))
 		if !failing {
 			klog.ErrorS(err, "Cannot patch the pod's leader label; retrying with backoff", "pod", l.namespace+"/"+l.pod, "label", l.key, "present", want)
 		} else {
@@ -114,18 +121,33 @@ func (l *Labeler) Run(ctx context.Context) {
 	}
 }
 
-// patch sends one patch for want, cancelled early by a Set of the other state.
+// removeAgain sends the removal of generation gen once more after a call timeout, unless
+// another state is wanted by then: an addition that timed out before may have been applied
+// by the API server after the first removal.
+func (l *Labeler) removeAgain(ctx context.Context, gen uint64) {
+	l.sleep(ctx, l.callTimeout)
+	l.mu.Lock()
+	again := l.wantGen == gen && ctx.Err() == nil
+	l.mu.Unlock()
+	if !again {
+		return
+	}
+	if err := l.patch(ctx, false); err != nil && ctx.Err() == nil {
+		klog.ErrorS(err, "Cannot remove the pod's leader label again after an addition without an answer", "label", l.key)
+	}
+}
+
+// isAPIError reports whether err is an answer of the API server (the call's outcome is
+// known), not a transport error or a timeout.
+func isAPIError(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae)
+}
+
+// patch sends one patch for want.
 func (l *Labeler) patch(ctx context.Context, want bool) error {
 	callCtx, cancel := context.WithTimeout(ctx, l.callTimeout)
 	defer cancel()
-	l.mu.Lock()
-	l.cancel, l.inFlight = cancel, want
-	l.mu.Unlock()
-	defer func() {
-		l.mu.Lock()
-		l.cancel = nil
-		l.mu.Unlock()
-	}()
 	var value *string
 	if want {
 		v := "true"
