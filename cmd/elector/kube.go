@@ -20,6 +20,7 @@ import (
 const (
 	flagLeaderLabel = "leader-label"
 	flagEvents      = "events"
+	flagMirrorLease = "mirror-lease"
 )
 
 // The downward-API variables the Kubernetes integration reads (the chart sets them).
@@ -37,6 +38,7 @@ const kubeCallTimeout = 5 * time.Second
 type kubeOptions struct {
 	leaderLabel string
 	events      bool
+	mirrorLease string
 
 	namespace, pod, uid, node string // from the downward API, filled by complete
 	cluster                   kube.Config
@@ -46,17 +48,32 @@ type kubeOptions struct {
 func (o *kubeOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.leaderLabel, flagLeaderLabel, "", "label `key` (e.g. elector.io/leader) set to \"true\" on this pod while it leads and removed before the lease is released; empty: off. Needs $POD_NAME, $POD_NAMESPACE and RBAC patch on pods")
 	fs.BoolVar(&o.events, flagEvents, false, "write Kubernetes Events on this pod when it becomes leader and stops leading (deduplicated and rate-limited). Needs $POD_NAME, $POD_NAMESPACE and RBAC create, patch on events")
+	fs.StringVar(&o.mirrorLease, flagMirrorLease, "", "`name` of an existing coordination.k8s.io Lease in $POD_NAMESPACE that the leader keeps showing as its holder, for kubectl get lease only (never read by the election); empty: off. Needs RBAC get, patch on that Lease")
 }
+
+// off reports whether no Kubernetes feature is on.
+func (o *kubeOptions) off() bool {
+	return o.leaderLabel == "" && !o.events && o.mirrorLease == ""
+}
+
+// dnsSubdomainRE is a Kubernetes object name (RFC 1123 subdomain).
+var dnsSubdomainRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 
 // labelKeyRE is a qualified label key: an optional DNS-subdomain prefix and a name.
 var labelKeyRE = regexp.MustCompile(`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
 
 // complete checks the flags and reads the pod's identity and the API server's address.
 func (o *kubeOptions) complete(c *cli) error {
-	if o.leaderLabel == "" && !o.events {
+	if o.off() {
 		return nil
 	}
 	flag := "--" + flagEvents
+	if o.mirrorLease != "" {
+		flag = "--" + flagMirrorLease
+		if !dnsSubdomainRE.MatchString(o.mirrorLease) || len(o.mirrorLease) > 253 {
+			return fmt.Errorf("--%s: %q is not a Lease name: want a DNS subdomain (lower-case letters, digits, '-', '.')", flagMirrorLease, o.mirrorLease)
+		}
+	}
 	if o.leaderLabel != "" {
 		flag = "--" + flagLeaderLabel
 		if prefix, _, _ := strings.Cut(o.leaderLabel, "/"); !labelKeyRE.MatchString(o.leaderLabel) || len(prefix) > 253 {
@@ -89,6 +106,7 @@ func labelRemoveTimeout(lo *leaseOptions) time.Duration {
 type kubeHooks struct {
 	labeler       *kube.Labeler
 	recorder      *kube.Recorder
+	mirror        *kube.Mirror
 	identity      string
 	leaseName     string
 	removeTimeout time.Duration
@@ -102,7 +120,7 @@ type kubeHooks struct {
 // startKube starts the label's and the Events' goroutines; nil when both are off. The
 // label's first patch removes a label a crashed predecessor container left on this pod.
 func startKube(o *kubeOptions, lo *leaseOptions) (*kubeHooks, error) {
-	if o.leaderLabel == "" && !o.events {
+	if o.off() {
 		return nil, nil
 	}
 	client, err := kube.New(o.cluster)
@@ -121,6 +139,10 @@ func startKube(o *kubeOptions, lo *leaseOptions) (*kubeHooks, error) {
 		k.recorder = kube.NewRecorder(client, ref, "elector", kubeCallTimeout)
 		k.recorder.SetHost(o.node)
 		k.wg.Go(func() { k.recorder.Run(ctx) })
+	}
+	if o.mirrorLease != "" {
+		k.mirror = kube.NewMirror(client, o.namespace, o.mirrorLease, lo.identity, lo.leaseDuration, kubeCallTimeout)
+		k.wg.Go(func() { k.mirror.Run(ctx) })
 	}
 	return k, nil
 }
@@ -171,6 +193,9 @@ func (k *kubeHooks) started(ctx context.Context) {
 	if k.labeler != nil {
 		k.labeler.Set(true)
 	}
+	if k.mirror != nil {
+		k.mirror.Set(true)
+	}
 	if k.recorder != nil {
 		k.recorder.Eventf(kube.TypeNormal, "BecameLeader", "%s became leader of lease %q with fencing token %d",
 			k.identity, k.leaseName, election.TokenFrom(ctx))
@@ -186,6 +211,9 @@ func (k *kubeHooks) stopped() {
 	var gen uint64
 	if k.labeler != nil {
 		gen = k.labeler.Set(false)
+	}
+	if k.mirror != nil {
+		k.mirror.Set(false) // informational: not waited for
 	}
 	k.mu.Unlock()
 	if term != nil && k.recorder != nil {

@@ -127,17 +127,29 @@ func Retryable(err error) bool {
 // do sends one request with the current token and decodes a non-2xx answer into an
 // APIError.
 func (c *Client) do(ctx context.Context, method, path, contentType string, body any, verb, resource string) error {
-	payload, err := json.Marshal(body)
-	if err != nil {
-		return fmt.Errorf("%s %s: encode: %w", verb, resource, err)
+	return c.send(ctx, method, path, contentType, body, verb, resource, nil)
+}
+
+// send is do that also returns the body of a 2xx answer in *out when out is not nil; a nil
+// body sends none.
+func (c *Client) send(ctx context.Context, method, path, contentType string, body any, verb, resource string, out *[]byte) error {
+	var payload io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("%s %s: encode: %w", verb, resource, err)
+		}
+		payload = bytes.NewReader(raw)
 	}
 	u := *c.server
 	u.Path = path
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), bytes.NewReader(payload))
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), payload)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", verb, resource, err)
 	}
-	req.Header.Set("Content-Type", contentType)
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", "elector")
 	if c.tokenFile != "" {
@@ -154,6 +166,9 @@ func (c *Client) do(ctx context.Context, method, path, contentType string, body 
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode/100 == 2 {
+		if out != nil {
+			*out = raw
+		}
 		return nil
 	}
 	ae := &APIError{Verb: verb, Resource: resource, Code: resp.StatusCode}
@@ -164,6 +179,13 @@ func (c *Client) do(ctx context.Context, method, path, contentType string, body 
 		ae.Message = strings.TrimSpace(string(raw))
 	}
 	return ae
+}
+
+// doGet sends a GET and returns the body of a 2xx answer.
+func (c *Client) doGet(ctx context.Context, path, verb, resource string) ([]byte, error) {
+	var body []byte
+	err := c.send(ctx, http.MethodGet, path, "", nil, verb, resource, &body)
+	return body, err
 }
 
 // mergePatch is the content type of a JSON merge patch (RFC 7386).

@@ -217,3 +217,53 @@ func TestRecorderDedupAndSpam(t *testing.T) {
 func pemOf(srv *httptest.Server) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 }
+
+// TestMirrorLeaseShape: a leader reads the Lease and patches it with the resourceVersion it
+// read, itself as the holder and one more transition; a step-down clears the holder.
+func TestMirrorLeaseShape(t *testing.T) {
+	var mu sync.Mutex
+	holder := "old-pod"
+	f := &fakeAPI{}
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			mu.Lock()
+			h := holder
+			mu.Unlock()
+			_, _ = io.WriteString(w, `{"metadata":{"resourceVersion":"7"},"spec":{"holderIdentity":"`+h+`","leaseTransitions":3,"acquireTime":"2026-12-02T09:00:00.000000Z"}}`)
+			return
+		}
+		f.ServeHTTP(w, r)
+		mu.Lock()
+		holder = "p"
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	ca := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(ca, pemOf(srv), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(Config{Server: srv.URL, CAFile: ca})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewMirror(c, "ns", "l", "p", 15*time.Second, time.Second)
+	ctx := context.Background()
+	m.write(ctx, true)
+	m.write(ctx, false)
+	rs := f.requests()
+	if len(rs) != 2 {
+		t.Fatalf("%d patches, want 2", len(rs))
+	}
+	for i, want := range []struct {
+		holder      string
+		transitions float64
+	}{{"p", 4}, {"", 3}} { // the fake always answers 3 transitions
+		r := rs[i]
+		spec := r.body["spec"].(map[string]any)
+		rv := r.body["metadata"].(map[string]any)["resourceVersion"]
+		if r.method != http.MethodPatch || r.path != "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l" || rv != "7" ||
+			spec["holderIdentity"] != want.holder || spec["leaseTransitions"] != want.transitions || spec["leaseDurationSeconds"] != float64(15) {
+			t.Errorf("patch %d: %s %s %v, want holder %q, %v transitions, resourceVersion 7", i, r.method, r.path, r.body, want.holder, want.transitions)
+		}
+	}
+}

@@ -18,7 +18,7 @@ func TestKubeFeaturesOff(t *testing.T) {
 	for _, values := range []string{"", "mode: run", "rbac: {create: true}\nleaderService: {enabled: false}"} {
 		_, objs := mustRender(t, renderOptions{values: values})
 		for _, o := range objs {
-			if o.kind == "Role" || o.kind == "RoleBinding" || strings.HasSuffix(o.name, "-leader") {
+			if o.kind == "Role" || o.kind == "RoleBinding" || o.kind == "Lease" || strings.HasSuffix(o.name, "-leader") {
 				t.Errorf("%q: renders %s %s with the features off", values, o.kind, o.name)
 			}
 		}
@@ -54,6 +54,8 @@ func TestKubeFeaturesOn(t *testing.T) {
 			[]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"patch"}}}},
 		{"events: {enabled: true}\nmode: run", []string{"--events"},
 			[]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}}}},
+		{"mirrorLease: {enabled: true}", []string{"--mirror-lease=test"},
+			[]rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"test"}, Verbs: []string{"get", "patch"}}}},
 		{"leaderLabel: {enabled: true, key: example.com/leads}\nevents: {enabled: true}\nsidecar: {native: false}",
 			[]string{"--leader-label=example.com/leads", "--events"},
 			[]rbacv1.PolicyRule{
@@ -73,6 +75,10 @@ func TestKubeFeaturesOn(t *testing.T) {
 			checkKubeEnv(t, c)
 			checkTokenMount(t, spec, c)
 			checkRBAC(t, objs, tc.rules)
+			mirror := slices.ContainsFunc(objs, func(o object) bool { return o.kind == "Lease" && o.name == "test" })
+			if want := strings.Contains(tc.values, "mirrorLease"); mirror != want {
+				t.Errorf("Lease test rendered %v, want %v", mirror, want)
+			}
 		})
 	}
 }
@@ -136,7 +142,7 @@ func checkRBAC(t *testing.T, objs []object, rules []rbacv1.PolicyRule) {
 	}
 	for i, r := range rules {
 		g := role.Rules[i]
-		if !slices.Equal(g.APIGroups, r.APIGroups) || !slices.Equal(g.Resources, r.Resources) || !slices.Equal(g.Verbs, r.Verbs) {
+		if !slices.Equal(g.APIGroups, r.APIGroups) || !slices.Equal(g.Resources, r.Resources) || !slices.Equal(g.Verbs, r.Verbs) || !slices.Equal(g.ResourceNames, r.ResourceNames) {
 			t.Errorf("Role rule %d is %+v, want %+v", i, g, r)
 		}
 	}

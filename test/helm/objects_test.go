@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -37,6 +38,7 @@ var typedKinds = map[string]func() any{
 	"v1/ConfigMap":                             func() any { return &corev1.ConfigMap{} },
 	"rbac.authorization.k8s.io/v1/Role":        func() any { return &rbacv1.Role{} },
 	"rbac.authorization.k8s.io/v1/RoleBinding": func() any { return &rbacv1.RoleBinding{} },
+	"coordination.k8s.io/v1/Lease":             func() any { return &coordinationv1.Lease{} },
 }
 
 // customKinds maps the custom resources the chart may render, which have no

@@ -168,7 +168,7 @@ func TestLeaderLabel(t *testing.T) {
 	ctx := context.Background()
 	r := e.install(t, ctx, "ll", "--set", "replicaCount=3", "--set", "app.command={/worker,idle}",
 		"--set", "leaderLabel.enabled=true", "--set", "leaderService.enabled=true", "--set", "events.enabled=true",
-		"--set", "leaderService.ports[0].name=http", "--set", "leaderService.ports[0].port=8080",
+		"--set", "mirrorLease.enabled=true", "--set", "leaderService.ports[0].name=http", "--set", "leaderService.ports[0].port=8080",
 		"--set", "leaderService.ports[0].targetPort=http-elector")
 	var svc *corev1.Service
 	for i := range r.services {
@@ -221,6 +221,7 @@ func TestLeaderLabel(t *testing.T) {
 	labelHandover(t, ctx, s, r, "kill", 0)
 	reportKillOverlap(s.since(killStart))
 	checkEvents(t, ctx, r, graceful)
+	checkMirrorLease(t, ctx, s, r)
 	checkWithoutRBAC(t, ctx, s, r)
 }
 
@@ -439,6 +440,38 @@ func checkEvents(t *testing.T, ctx context.Context, r *release, samples []labelS
 		t.Logf("event %s %s/%s %s: %s (count %d)", ev.Type, ev.InvolvedObject.Kind, ev.InvolvedObject.Name, ev.Reason, ev.Message, ev.Count)
 	}
 	e.figure("leader_events", len(got))
+}
+
+// checkMirrorLease: `kubectl get lease` names the Redis holder, and leaseTransitions
+// counted the handovers.
+func checkMirrorLease(t *testing.T, ctx context.Context, s *labelSampler, r *release) {
+	t.Helper()
+	st := s.waitFor(t, time.Now(), 3*time.Minute, "settled before reading the mirror Lease", settled(3))
+	err := waitUntil(ctx, 30*time.Second, func() error {
+		l, err := e.cs.CoordinationV1().Leases("default").Get(ctx, r.name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		h, tr := "", int32(0)
+		if l.Spec.HolderIdentity != nil {
+			h = *l.Spec.HolderIdentity
+		}
+		if l.Spec.LeaseTransitions != nil {
+			tr = *l.Spec.LeaseTransitions
+		}
+		if h != st.holder || tr < 10 {
+			return fmt.Errorf("mirror Lease holder %q, %d transitions; want %q and at least 10", h, tr, st.holder)
+		}
+		logf("mirror Lease: holder %s, %d transitions", h, tr)
+		e.figure("mirror_lease_transitions", int(tr))
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+	if out, err := e.c.Kubectl(ctx, "get", "lease", r.name); err == nil {
+		t.Logf("kubectl get lease %s:\n%s", r.name, out)
+	}
 }
 
 // checkWithoutRBAC deletes the RoleBinding: a resign still hands over (the label cannot

@@ -275,6 +275,9 @@ Arguments of the elector that campaigns (sidecar and run): how to read the lease
 {{- if .Values.events.enabled }}
 - --events
 {{- end }}
+{{- if .Values.mirrorLease.enabled }}
+- --mirror-lease={{ include "elector.fullname" . }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -283,7 +286,7 @@ then it gets the pod's namespace, UID and node from the downward API, a
 service-account token of its own, and the chart a Role.
 */}}
 {{- define "elector.kubeAPI" -}}
-{{- if or .Values.leaderLabel.enabled .Values.events.enabled }}true{{ end }}
+{{- if or .Values.leaderLabel.enabled .Values.events.enabled .Values.mirrorLease.enabled }}true{{ end }}
 {{- end }}
 
 {{/*
