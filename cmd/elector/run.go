@@ -192,6 +192,7 @@ type runConfig struct {
 	common commonOptions
 	serve  serveOptions
 	run    runOptions
+	kube   kubeOptions
 	argv   []string // CMD [ARGS...]
 }
 
@@ -214,6 +215,7 @@ func (c *cli) parseRun(args []string) (rc *runConfig, code int, ok bool) {
 	rc.serve.addFlags(fs.group("Endpoint flags"), "")
 	rc.common.addFlags(fs)
 	rc.common.addElectionFlags(fs)
+	rc.kube.addFlags(fs.group("Kubernetes flags"))
 	fs.addKlogFlags()
 	if code, done := c.parseArgs(fs, args); done {
 		return nil, code, false
@@ -227,6 +229,9 @@ func (c *cli) parseRun(args []string) (rc *runConfig, code int, ok bool) {
 	}
 	if err == nil {
 		err = rc.serve.validate()
+	}
+	if err == nil {
+		err = rc.kube.complete(c)
 	}
 	if err == nil {
 		// Checked before campaigning: a replica that could never run the command must not lead.
@@ -254,7 +259,12 @@ func (c *cli) supervise(ctx context.Context, rc *runConfig) int {
 		sup.spec.Reaper = child.NewReaper()
 		go sup.spec.Reaper.Run(reaperCtx)
 	}
-	l, err := startLeadership(&rc.common, &rc.serve, sup.callbacks(rc.run.tryOnce), rc.run.exitOnLost)
+	kh, err := startKube(&rc.kube, &rc.common.lease)
+	if err != nil {
+		return c.runtimeError(who, err)
+	}
+	defer kh.close()
+	l, err := startLeadership(&rc.common, &rc.serve, kh.wrap(sup.callbacks(rc.run.tryOnce)), rc.run.exitOnLost)
 	if err != nil {
 		return c.runtimeError(who, err)
 	}

@@ -19,6 +19,8 @@ func (c *cli) sidecarCmd(ctx context.Context, args []string) int {
 	var co commonOptions
 	co.addFlags(fs)
 	co.addElectionFlags(fs)
+	var ko kubeOptions
+	ko.addFlags(fs.group("Kubernetes flags"))
 	fs.addKlogFlags()
 	if code, done := c.parseArgs(fs, args); done {
 		return code
@@ -33,6 +35,9 @@ func (c *cli) sidecarCmd(ctx context.Context, args []string) int {
 	if err == nil {
 		err = so.validate()
 	}
+	if err == nil {
+		err = ko.complete(c)
+	}
 	if err != nil {
 		return c.usageError(who, err)
 	}
@@ -40,11 +45,16 @@ func (c *cli) sidecarCmd(ctx context.Context, args []string) int {
 	sess, stopSignals := newSession(syscall.SIGTERM, syscall.SIGINT)
 	defer stopSignals()
 	sess.stopMsg = "Received signal: releasing the lease and exiting"
-	l, err := startLeadership(&co, &so, election.Callbacks{
+	kh, err := startKube(&ko, &co.lease)
+	if err != nil {
+		return c.runtimeError(who, err)
+	}
+	defer kh.close()
+	l, err := startLeadership(&co, &so, kh.wrap(election.Callbacks{
 		OnStartedLeading: func(ctx context.Context) { <-ctx.Done() },
 		OnStoppedLeading: func() {},
 		OnNewLeader:      logNewLeader,
-	}, false)
+	}), false)
 	if err != nil {
 		return c.runtimeError(who, err)
 	}

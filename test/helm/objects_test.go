@@ -8,8 +8,10 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -29,11 +31,14 @@ type object struct {
 // k8s.io/api type. A kind missing here fails the test: a new template needs
 // a strict decoder.
 var typedKinds = map[string]func() any{
-	"apps/v1/Deployment":            func() any { return &appsv1.Deployment{} },
-	"v1/Service":                    func() any { return &corev1.Service{} },
-	"v1/ServiceAccount":             func() any { return &corev1.ServiceAccount{} },
-	"policy/v1/PodDisruptionBudget": func() any { return &policyv1.PodDisruptionBudget{} },
-	"v1/ConfigMap":                  func() any { return &corev1.ConfigMap{} },
+	"apps/v1/Deployment":                       func() any { return &appsv1.Deployment{} },
+	"v1/Service":                               func() any { return &corev1.Service{} },
+	"v1/ServiceAccount":                        func() any { return &corev1.ServiceAccount{} },
+	"policy/v1/PodDisruptionBudget":            func() any { return &policyv1.PodDisruptionBudget{} },
+	"v1/ConfigMap":                             func() any { return &corev1.ConfigMap{} },
+	"rbac.authorization.k8s.io/v1/Role":        func() any { return &rbacv1.Role{} },
+	"rbac.authorization.k8s.io/v1/RoleBinding": func() any { return &rbacv1.RoleBinding{} },
+	"coordination.k8s.io/v1/Lease":             func() any { return &coordinationv1.Lease{} },
 }
 
 // customKinds maps the custom resources the chart may render, which have no

@@ -269,7 +269,31 @@ Arguments of the elector that campaigns (sidecar and run): how to read the lease
 - --lease-duration={{ .Values.lease.duration }}
 - --renew-deadline={{ .Values.lease.renewDeadline }}
 - --retry-period={{ .Values.lease.retryPeriod }}
+{{- if .Values.leaderLabel.enabled }}
+- --leader-label={{ .Values.leaderLabel.key }}
 {{- end }}
+{{- if .Values.events.enabled }}
+- --events
+{{- end }}
+{{- if .Values.mirrorLease.enabled }}
+- --mirror-lease={{ include "elector.fullname" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+"true" when the elector talks to the Kubernetes API (leaderLabel, events):
+then it gets the pod's namespace, UID and node from the downward API, a
+service-account token of its own, and the chart a Role.
+*/}}
+{{- define "elector.kubeAPI" -}}
+{{- if or .Values.leaderLabel.enabled .Values.events.enabled .Values.mirrorLease.enabled }}true{{ end }}
+{{- end }}
+
+{{/*
+Where the elector reads its service-account token, CA and namespace: the
+standard path, mounted in its container only.
+*/}}
+{{- define "elector.kubeAPIDir" -}}/var/run/secrets/kubernetes.io/serviceaccount{{- end }}
 
 {{/*
 Environment of the container that runs the elector. POD_NAME is the default
@@ -281,6 +305,23 @@ Environment of the container that runs the elector. POD_NAME is the default
     fieldRef:
       apiVersion: v1
       fieldPath: metadata.name
+{{- if include "elector.kubeAPI" . }}
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      apiVersion: v1
+      fieldPath: metadata.namespace
+- name: POD_UID
+  valueFrom:
+    fieldRef:
+      apiVersion: v1
+      fieldPath: metadata.uid
+- name: NODE_NAME
+  valueFrom:
+    fieldRef:
+      apiVersion: v1
+      fieldPath: spec.nodeName
+{{- end }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
@@ -290,6 +331,11 @@ Environment of the container that runs the elector. POD_NAME is the default
 Volume mounts of the container that runs the elector.
 */}}
 {{- define "elector.volumeMounts" -}}
+{{- if include "elector.kubeAPI" . }}
+- name: elector-kube-api
+  mountPath: {{ include "elector.kubeAPIDir" . }}
+  readOnly: true
+{{- end }}
 {{- if include "elector.hasRedisCredentials" . }}
 - name: redis-credentials
   mountPath: {{ include "elector.redisDir" . }}
