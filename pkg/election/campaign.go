@@ -233,9 +233,9 @@ func (f *follower) listening() {
 // found the lease held and the acquired/renewed events that were news (the cap: a forged TTL
 // must not silence a follower for long). The time of the reply or event, not the send time:
 // Redis read the TTL before the reply came, so this is no earlier than the real expiry (by a
-// clock no faster than Redis's). A follower never attempts before it unless it heard that
-// term, or a later one, released (docs/DESIGN.md, "Redis loses data"); Elector and Group
-// share this rule.
+// clock no faster than Redis's). Unless it heard that term, or a later one, released, a
+// follower does not attempt before it after a failed attempt, nor after it subscribed again
+// while polling: docs/DESIGN.md, "Follower waits". Elector and Group share this rule.
 type knownExpiry struct {
 	at    time.Time // zero: none
 	token int64     // the newest token heard held
