@@ -73,6 +73,7 @@ run mutant mutant-renew-from-reply    election.pml $E_SAFE -DMUTANT_RENEW_FROM_R
 run mutant mutant-late-start          election.pml $E_SAFE -DMUTANT_LATE_START
 run mutant mutant-sub-drop-acquire    election.pml $E_LOSS -DMUTANT_SUB_DROP_ACQUIRE
 run mutant mutant-token-no-time       election.pml $E_LOSS -DMUTANT_TOKEN_NO_TIME
+run mutant mutant-err-forgets-known   election.pml $E_LOSS -DMUTANT_ERR_FORGETS_KNOWN
 # Resign: the leader may resign once (Elector.Resign, or a renewal that replies 2): the work
 # stops, then the release creates the reservation that keeps it out for the hold-off (R1).
 run pass   election-resign            election.pml $E_SAFE -DRESIGNS=1

@@ -18,7 +18,8 @@
  *
  * Compile-time switches: N (replicas), LIVE (the liveness configuration: zero network delay,
  * finitely many faults), and the mutants MUTANT_RENEW_FROM_REPLY, MUTANT_LATE_START,
- * MUTANT_SUB_DROP_ACQUIRE, MUTANT_TOKEN_NO_TIME, MUTANT_ONE_SLOT (see docs/MODEL.md).
+ * MUTANT_SUB_DROP_ACQUIRE, MUTANT_TOKEN_NO_TIME, MUTANT_ONE_SLOT, MUTANT_ERR_FORGETS_KNOWN
+ * (see docs/MODEL.md).
  *
  * Released records (termGuard, pkg/election/termguard.go): a replica retires the token of every
  * record it sends a release for, whatever the outcome (ret[i], the largest), and never starts a
@@ -184,6 +185,11 @@ byte epoch[N];            /* epoch in which the replica's term began */
 byte lossel = CAP;        /* ticks since the last data loss */
 bit  allinf;              /* at the last loss, every live follower knew the current expiry and listened */
 bit  knows[N];            /* the follower's timer is the expiry of the latest acquire/renew */
+byte kx[N];               /* follower.known (knownExpiry): ticks until the expiry of the holder last
+                           * heard of, 0 = none or past; kept apart from the timer, which may be a poll.
+                           * Always 0 with ANYWAKE (a follower may attempt at any moment anyway) */
+bit  kpoll[N];            /* follower.polling: the timer is a poll, sooner than kx (not listening) */
+bit  kfresh[N];           /* ghost: kx is the expiry of the latest acquire/renew */
 bit  repfresh[N];         /* the pending HELD reply reflects the latest acquire/renew */
 byte lastst;              /* token of the last term started (S2) */
 byte lastown;
@@ -287,11 +293,28 @@ inline followerwait(i, ttl) {
 #ifdef ANYWAKE
 	:: true -> skip
 #else
-	:: sub[i] == S_DOWN && ttl > RP -> settimer(i, RP); knows[i] = 0
-	:: else -> settimer(i, ttl); knows[i] = (repfresh[i] && sub[i] == S_UP)
+	:: sub[i] == S_DOWN && ttl > RP -> settimer(i, RP); knows[i] = 0; kpoll[i] = 1
+	:: else -> settimer(i, ttl); knows[i] = (repfresh[i] && sub[i] == S_UP); kpoll[i] = 0
 #endif
 	fi
 }
+
+/* follower.retryWait after a failed attempt: the backoff (50ms..RP: 0..RP ticks), and not
+ * before the known expiry (knownExpiry.retryAfter); the mutant forgets it */
+inline retrywait(i) {
+#ifndef MUTANT_ERR_FORGETS_KNOWN
+	if
+	:: kx[i] > 0 -> tlo[i] = (kx[i] > DRIFT -> kx[i] - DRIFT : 0); thi[i] = (kx[i] > RP -> kx[i] : RP) + DRIFT; ton[i] = 1
+	:: else -> settimer(i, RP); tlo[i] = 0
+	fi;
+#else
+	settimer(i, RP); tlo[i] = 0;
+#endif
+	kpoll[i] = 0
+}
+
+/* a term starts or a Run begins: a new campaign knows no holder */
+inline forget(i) { kx[i] = 0; kpoll[i] = 0; kfresh[i] = 0 }
 
 /* watch.close / watch.wait */
 inline unsubscribe(i) {
@@ -335,7 +358,7 @@ inline publish(kind, tok) {
 inline newexpiry() {
 	j = 0;
 	do
-	:: j < N -> knows[j] = 0; repfresh[j] = 0; j++
+	:: j < N -> knows[j] = 0; repfresh[j] = 0; kfresh[j] = 0; j++
 	:: else -> break
 	od
 }
@@ -409,7 +432,7 @@ end:
 #ifndef ANYWAKE
 				observe(i, ttok[i], 0);
 #endif
-				epoch[i] = losses; lead[i] = 1; stopping[i] = 0;
+				epoch[i] = losses; lead[i] = 1; stopping[i] = 0; forget(i);
 				settimer(i, (RP > el[i] -> RP - el[i] : 0));
 				st[i] = LEAD
 			fi
@@ -427,7 +450,14 @@ end:
 #ifdef ANYWAKE
 		:: else -> st[i] = FOLLOW
 #else
-		:: else -> observe(i, rpt[i], 0); followerwait(i, rpl[i]); st[i] = FOLLOW
+		:: else -> observe(i, rpt[i], 0);
+			/* knownExpiry.heard (the latest of); a reservation (token 0): released */
+			if
+			:: rpt[i] == 0 -> kx[i] = 0; kfresh[i] = 0
+			:: rpt[i] != 0 && rpl[i] >= kx[i] -> kx[i] = rpl[i]; kfresh[i] = repfresh[i]
+			:: else
+			fi;
+			followerwait(i, rpl[i]); st[i] = FOLLOW
 #endif
 		fi;
 		cur = 0; rpt[i] = 0; rpl[i] = 0; repfresh[i] = 0 }
@@ -437,7 +467,7 @@ end:
 		abandon(i);
 		if
 		:: canc[i] -> st[i] = DONE; unsubscribe(i)
-		:: else -> settimer(i, RP); tlo[i] = 0; knows[i] = 0; st[i] = FOLLOW   /* backoff 50ms..RetryPeriod */
+		:: else -> retrywait(i); knows[i] = 0; st[i] = FOLLOW
 		fi }
 	/* Run's ctx cancelled while the acquire is in flight, no win seen: return */
 	:: atomic { st[i] == AWAIT && canc[i] && rpk[i] != R_WON -> abandon(i); st[i] = DONE; unsubscribe(i) }
@@ -453,10 +483,18 @@ end:
 	/* campaign, waiting: an event (read it, or read it and get it again: duplicated) */
 	:: atomic { st[i] == FOLLOW && sub[i] != S_DOWN && evk[i] != 0 ->
 		if
-		:: evk[i] == E_REL -> observe(i, evt[i], 1); stoptimer(i); knows[i] = 0; st[i] = CAMP
+		:: evk[i] == E_REL -> observe(i, evt[i], 1); stoptimer(i); knows[i] = 0; st[i] = CAMP;
+#ifndef ANYWAKE
+			if :: cur -> kx[i] = 0; kfresh[i] = 0 :: else fi;
+#endif
+			skip
 		:: else ->
 			observe(i, evt[i], 0);
+#ifdef ANYWAKE
 			if :: cur -> settimer(i, LD); knows[i] = (sub[i] == S_UP) :: else fi
+#else
+			if :: cur -> settimer(i, LD); knows[i] = (sub[i] == S_UP); kx[i] = LD; kfresh[i] = 1; kpoll[i] = 0 :: else fi
+#endif
 		fi;
 #ifdef DUPS
 		if :: true -> evk[i] = 0; evt[i] = 0 :: true fi;
@@ -474,7 +512,12 @@ end:
 	/* campaign, waiting: the resubscribe timer */
 	:: atomic { st[i] == FOLLOW && resub[i] && sub[i] == S_DOWN ->
 		if
-		:: !rdown -> sub[i] = S_UP; evk[i] = 0; resub[i] = 0
+		:: !rdown -> sub[i] = S_UP; evk[i] = 0; resub[i] = 0;
+#ifndef MUTANT_ERR_FORGETS_KNOWN
+			/* follower.listening: a polling follower sleeps until the expiry it knows */
+			if :: kpoll[i] && kx[i] > 0 -> settimer(i, kx[i]) :: else fi;
+#endif
+			kpoll[i] = 0
 		:: true -> skip     /* failed: again after RetryPeriod (no obligation: the poll timer runs) */
 #ifdef LIVE
 			; resub[i] = 0
@@ -538,7 +581,7 @@ end:
 		aft[i] = ((rsg[i] && !canc[i]) -> A_RETRY : A_DONE); rsg[i] = 0; st[i] = RELW }
 
 	/* the same Elector runs again after Run returned (RERUNS) */
-	:: atomic { st[i] == DONE && call[i] == 0 && reruns > 0 && SOLO(i) -> reruns--; canc[i] = 0; st[i] = CAMP }
+	:: atomic { st[i] == DONE && call[i] == 0 && reruns > 0 && SOLO(i) -> reruns--; canc[i] = 0; forget(i); st[i] = CAMP }
 	/* Elector.Release of an older token of this replica after Run returned (URELS): its record
 	 * is long gone (token 0 matches no record), and the call fails: its outcome is unknown.
 	 * The fixed guard retires nothing above what it retired; the one slot is overwritten. */
@@ -558,7 +601,7 @@ end:
 #endif
 		if
 		:: aft[i] == A_DONE -> st[i] = DONE; unsubscribe(i)
-		:: else -> settimer(i, RP); tlo[i] = 0; knows[i] = 0; st[i] = FOLLOW
+		:: else -> retrywait(i); knows[i] = 0; st[i] = FOLLOW
 		fi;
 		aft[i] = 0 }
 	od
@@ -652,13 +695,15 @@ end:	do
 	/* restart without persistence: the keys, the connections, the subscriptions are gone */
 	:: d_step { restarts > 0 && !rdown ->
 		restarts--;
-		/* S4's ghost: did every live non-leader listen and know the current expiry? */
+		/* S4's ghost: did every live non-leader listen and know the current expiry? Waiting
+		 * (FOLLOW) with the timer or kx at it, or with an acquire in flight (AWAIT), which the
+		 * restart fails: it then waits for kx (retrywait). */
 		allinf = 1;
 		j = 0;
 		do
 		:: j < N ->
 			if
-			:: st[j] != DONE && !lead[j] && !(st[j] == FOLLOW && sub[j] == S_UP && knows[j] && !canc[j]) -> allinf = 0
+			:: st[j] != DONE && !lead[j] && !((st[j] == FOLLOW || st[j] == AWAIT) && sub[j] == S_UP && (knows[j] || kfresh[j]) && !canc[j]) -> allinf = 0
 			:: else
 			fi;
 			j++
@@ -726,6 +771,7 @@ end:	do
 			if :: st[c] == AWAIT || st[c] == LEAD -> sat(el[c]) :: else -> el[c] = 0 fi;
 			if :: call[c] == Q_REN -> sat(rel[c]) :: else -> rel[c] = 0 fi;
 			if :: ton[c] -> down(tlo[c]); down(thi[c]) :: else -> tlo[c] = 0; thi[c] = 0 fi;
+			down(kx[c]);
 			c++
 		:: else -> break
 		od;

@@ -26,6 +26,8 @@ type follower struct {
 	retry       backoff
 	timer       clock.Timer
 	resubscribe <-chan time.Time // set while the subscription is down between attempts
+	known       knownExpiry      // the expiry of the holder last heard of
+	polling     bool             // the timer is a poll, sooner than known: set while not listening
 }
 
 // attempt is the outcome of one acquire.
@@ -34,6 +36,7 @@ type attempt struct {
 	sent time.Time
 	won  bool
 	wait time.Duration // until the next attempt, when not won
+	poll bool          // wait is a poll, sooner than the expiry just learnt, as the follower does not listen
 }
 
 // campaign tries to acquire the lease until it succeeds (ok) or ctx is cancelled. sent is
@@ -55,6 +58,7 @@ func (e *Elector) campaign(ctx context.Context, w *watch) (term lease.Record, se
 		if a.won {
 			return a.term, a.sent, true
 		}
+		f.polling = a.poll
 		resetTimer(f.timer, a.wait+e.jitter())
 		if !f.sleep(ctx) {
 			return lease.Record{}, time.Time{}, false
@@ -91,13 +95,13 @@ func (f *follower) attempt(ctx context.Context) (attempt, bool) {
 		// can overlap), rather than make followers wait for its expiry.
 		if ctx.Err() == nil {
 			e.errs.failed(f.logger, e.cfg.Metrics, e.cfg.Name, "acquire", fmt.Errorf("token %d: %w", st.Record.Token, errLateReply))
-			a.wait = f.retry.next()
+			a.wait = f.retryWait()
 		}
 		e.release(base, f.logger, st.Record)
 	case ctx.Err() != nil:
 	case err != nil:
 		e.errs.failed(f.logger, e.cfg.Metrics, e.cfg.Name, "acquire", err)
-		a.wait = f.retry.next()
+		a.wait = f.retryWait()
 	case won:
 		e.errs.succeeded(f.logger)
 		a.term, a.won = st.Record, true
@@ -107,16 +111,31 @@ func (f *follower) attempt(ctx context.Context) (attempt, bool) {
 		e.errs.succeeded(f.logger)
 		f.retry.reset()
 		f.logger.V(4).Info("Lease is reserved after a resignation", "resigned", st.Reservation.Resigned.Identity, "target", st.Reservation.Target, "ttl", st.Reservation.TTL)
+		f.known.released(st.Reservation.Resigned.Token) // its holder released it, after its work stopped
 		a.wait = e.followerWait(st.Reservation.TTL, f.w.subscribed())
 	default:
 		e.errs.succeeded(f.logger)
 		f.retry.reset()
 		e.observe(st.Record, false)
 		f.logger.V(4).Info("Lease is held", "holder", st.Record.Identity, "token", st.Record.Token, "ttl", st.TTL)
-		e.twin.saw(f.logger, e.cfg.Identity, e.lease.Instance(), st.Record, st.TTL, false, e.clock.Now())
+		now := e.clock.Now()
+		e.twin.saw(f.logger, e.cfg.Identity, e.lease.Instance(), st.Record, st.TTL, false, now)
+		f.known.heard(st.Record.Token, now, st.TTL, e.cfg.LeaseDuration)
 		a.wait = e.followerWait(st.TTL, f.w.subscribed())
+		a.poll = a.wait != e.followerWait(st.TTL, true) // not listening: sooner than the expiry
 	}
 	return a, ctx.Err() == nil
+}
+
+// retryWait is the wait after a failed attempt: the backoff, but never before the expiry of
+// the holder last heard of (knownExpiry) — the failure may be a Redis restart that lost the
+// lease, whose holder works on until its next renew tells it so.
+func (f *follower) retryWait() time.Duration {
+	d := f.retry.next()
+	if mutant(10) { // mutant 10 (elector_mutants builds only): the known expiry is ignored
+		return d
+	}
+	return f.known.retryAfter(f.e.clock.Now(), d)
 }
 
 // twinWatch notices another process campaigning under this replica's identity (two `elector
@@ -165,7 +184,9 @@ func (f *follower) sleep(ctx context.Context) bool {
 			f.resubscribe = nil
 			if f.w.ensure(ctx); !f.w.subscribed() {
 				f.resubscribe = f.e.clock.After(f.e.cfg.RetryPeriod)
+				continue
 			}
+			f.listening()
 		case ev, open := <-f.w.events():
 			if !open {
 				// The subscription ended: its connection failed. Keep sleeping until the
@@ -182,13 +203,75 @@ func (f *follower) sleep(ctx context.Context) bool {
 			}
 			wake, rearm := f.e.onEvent(ev)
 			if wake {
+				f.known.released(ev.Record.Token)
 				return true
 			}
 			if rearm >= 0 {
+				f.known.heard(ev.Record.Token, f.e.clock.Now(), rearm, f.e.cfg.LeaseDuration)
+				f.polling = false
 				resetTimer(f.timer, rearm+f.e.jitter())
 			}
 		}
 	}
+}
+
+// listening re-arms a polling follower that has just subscribed again to the expiry it knows:
+// it hears a release now, and a poll that met a Redis restart would retry, and win, before
+// the old leader's next renew told it its term is over.
+func (f *follower) listening() {
+	if !f.polling || mutant(10) { // mutant 10: it polls on
+		return
+	}
+	f.polling = false
+	if d, ok := f.known.until(f.e.clock.Now()); ok {
+		resetTimer(f.timer, d+f.e.jitter())
+	}
+}
+
+// knownExpiry is when the term of the holder a follower last heard of expires, by the
+// follower's clock: the latest of now + min(TTL, LeaseDuration) over the acquire replies that
+// found the lease held and the acquired/renewed events that were news (the cap: a forged TTL
+// must not silence a follower for long). The time of the reply or event, not the send time:
+// Redis read the TTL before the reply came, so this is no earlier than the real expiry (by a
+// clock no faster than Redis's). Unless it heard that term, or a later one, released, a
+// follower does not attempt before it after a failed attempt, nor after it subscribed again
+// while polling: docs/DESIGN.md, "Follower waits". Elector and Group share this rule.
+type knownExpiry struct {
+	at    time.Time // zero: none
+	token int64     // the newest token heard held
+}
+
+// heard records that the term with token is held for ttl from now (lease.NoExpiry counts as
+// longer than the lease).
+func (k *knownExpiry) heard(token int64, now time.Time, ttl, leaseDuration time.Duration) {
+	if ttl == lease.NoExpiry || ttl > leaseDuration {
+		ttl = leaseDuration
+	}
+	if at := now.Add(ttl); at.After(k.at) {
+		k.at = at
+	}
+	k.token = max(k.token, token)
+}
+
+// released forgets the expiry when the term with token, or a later one, was heard released.
+func (k *knownExpiry) released(token int64) {
+	if token >= k.token {
+		*k = knownExpiry{}
+	}
+}
+
+// until returns the time left until the known expiry, false when none is ahead.
+func (k *knownExpiry) until(now time.Time) (time.Duration, bool) {
+	return k.at.Sub(now), k.at.After(now)
+}
+
+// retryAfter is the wait before the attempt after a failed one: d, or until the known expiry
+// if that is later.
+func (k *knownExpiry) retryAfter(now time.Time, d time.Duration) time.Duration {
+	if left, ok := k.until(now); ok {
+		return max(d, left)
+	}
+	return d
 }
 
 // onEvent records what an event says and decides what a sleeping follower does: wake at

@@ -59,7 +59,8 @@ type groupLease struct {
 	relErr   bool         // notifying: the release failed, so the record may still be in Redis
 	cancel   func()       // cancels OnStartedLeading's ctx
 
-	guard *termGuard // the lease's tokens, kept by the Group across Runs and Remove/Add
+	guard *termGuard  // the lease's tokens, kept by the Group across Runs and Remove/Add
+	known knownExpiry // idle/acquiring: the expiry of the holder last heard of (campaign.go)
 
 	wakeStop chan struct{} // closed to let the term's goroutine run OnStoppedLeading (groupRun's)
 }
@@ -355,7 +356,7 @@ func (m *groupMachine) lose(gl *groupLease, reason string) {
 
 // begin starts a term: "acquiring + won".
 func (m *groupMachine) begin(gl *groupLease, term lease.Record, sent time.Time) {
-	gl.term, gl.lastOK, gl.workDone = term, sent, false
+	gl.term, gl.lastOK, gl.workDone, gl.known = term, sent, false, knownExpiry{}
 	m.setState(gl, stateLeading)
 	m.started++
 	m.logger.V(2).Info("Became leader", "lease", gl.name, "token", term.Token)
@@ -490,9 +491,15 @@ func (m *groupMachine) onAcquire(b *acquireBatch) {
 		}
 		switch {
 		case r.err != nil:
+			// Not before the expiry of the holder last heard of: the error may be a restart
+			// that lost the lease, whose holder works on until its next renew.
 			failed = true
 			m.errs.failed(m.logger, cfg.Metrics, cfg.Group, "acquire", r.err)
-			m.toIdle(gl, now.Add(cfg.RetryPeriod+m.jitter()))
+			wait := gl.known.retryAfter(now, cfg.RetryPeriod)
+			if mutant(11) { // mutant 11 (elector_mutants builds only): the known expiry is ignored
+				wait = cfg.RetryPeriod
+			}
+			m.toIdle(gl, now.Add(wait+m.jitter()))
 		case stale:
 			// Our record, but one no term may start on (termGuard): one we sent a release for
 			// (it may still run and delete the key during the term), or one older than a token
@@ -507,6 +514,7 @@ func (m *groupMachine) onAcquire(b *acquireBatch) {
 		case r.won:
 			m.begin(gl, r.rec, sent)
 		default:
+			gl.known.heard(r.rec.Token, now, r.ttl, cfg.LeaseDuration)
 			m.toIdle(gl, now.Add(m.untilExpiry(r.ttl)+m.jitter()))
 		}
 	}
@@ -658,8 +666,8 @@ func (m *groupMachine) onEvent(name string, ev lease.Event) {
 		return
 	}
 	switch gl.state {
-	case stateIdle:
-	case stateAcquiring, stateLeading, stateStopping, stateReleasing, stateDraining, stateNotifying:
+	case stateIdle, stateAcquiring: // acquiring: the reply tells more, unless it is an error
+	case stateLeading, stateStopping, stateReleasing, stateDraining, stateNotifying:
 		return // the replies of this replica's own calls tell it more
 	}
 	if !gl.guard.news(ev.Record.Token, ev.Kind == lease.Released) {
@@ -668,11 +676,15 @@ func (m *groupMachine) onEvent(name string, ev lease.Event) {
 	now := m.clock.Now()
 	switch ev.Kind {
 	case lease.Released:
-		if len(m.held) < m.share() {
+		gl.known.released(ev.Record.Token)
+		if gl.state == stateIdle && len(m.held) < m.share() {
 			m.schedule(gl, now)
 		}
 	case lease.Acquired, lease.Renewed:
-		m.schedule(gl, now.Add(min(ev.TTL, m.cfg.LeaseDuration)+m.jitter()))
+		gl.known.heard(ev.Record.Token, now, ev.TTL, m.cfg.LeaseDuration)
+		if gl.state == stateIdle {
+			m.schedule(gl, now.Add(min(ev.TTL, m.cfg.LeaseDuration)+m.jitter()))
+		}
 	}
 }
 

@@ -828,3 +828,55 @@ func TestGroupMachineStaleReleaseResumeStartsNoTerm(t *testing.T) {
 		})
 	}
 }
+
+// TestGroupMachineErrorKeepsTheKnownExpiry: an acquire in flight when the holder's renewal is
+// announced, whose reply is then an error (Redis restarted without its data), tries again
+// not before the expiry that renewal announced: the old leader works on until its next renew
+// says 0. Before, the event was dropped (the reply "tells more") and the lease tried again
+// after RetryPeriod, on the emptied Redis. A release heard instead lets it retry after
+// RetryPeriod; a renewal capped at LeaseDuration; an older event changes nothing.
+func TestGroupMachineErrorKeepsTheKnownExpiry(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ev   func(mt *machineTest, holder lease.Record) lease.Event
+		wait time.Duration
+	}{
+		{"renewal heard", func(_ *machineTest, h lease.Record) lease.Event {
+			return lease.Event{Kind: lease.Renewed, Record: h, TTL: mtHeldTTL}
+		}, mtHeldTTL},
+		{"renewal longer than the lease", func(_ *machineTest, h lease.Record) lease.Event {
+			return lease.Event{Kind: lease.Renewed, Record: h, TTL: time.Hour}
+		}, mtLease},
+		{"release heard", func(_ *machineTest, h lease.Record) lease.Event {
+			return lease.Event{Kind: lease.Released, Record: h}
+		}, mtRetry},
+		{"older term renewed", func(_ *machineTest, h lease.Record) lease.Event {
+			return lease.Event{Kind: lease.Renewed, Record: lease.Record{Token: h.Token - 1, Instance: mtTheirs}, TTL: mtLease}
+		}, mtRetry},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mt := newMachineTest(t)
+			mt.m.add("x")
+			b := mt.tickAcquire("x")
+			mt.rec(mtTheirs) // a token for the older term
+			holder := mt.rec(mtTheirs)
+			answer(b, acquireReply{rec: holder, ttl: 10 * time.Millisecond}) // held, expiring soon
+			mt.m.onAcquire(b)
+			mt.clk.Step(10 * time.Millisecond)
+			b = mt.tickAcquire("x")
+			mt.m.onEvent("x", tc.ev(mt, holder))
+			mt.clk.Step(time.Millisecond)
+			answer(b, acquireReply{err: errors.New("EOF")})
+			mt.m.onAcquire(b)
+			gl := mt.gl("x")
+			if got, want := gl.next.Sub(mt.clk.Now()), tc.wait-time.Millisecond; tc.wait == mtRetry {
+				want = mtRetry
+				if got != want {
+					t.Fatalf("after the error: next attempt in %v, want RetryPeriod %v", got, want)
+				}
+			} else if got != want {
+				t.Fatalf("after the error: next attempt in %v, want the expiry the event announced (%v)", got, want)
+			}
+		})
+	}
+}

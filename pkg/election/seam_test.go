@@ -855,3 +855,106 @@ func TestSeamFailedReleaseIsNotResumed(t *testing.T) {
 		t.Fatalf("after a failed Release, an acquire resuming %v would start a term", term)
 	}
 }
+
+// errRestart is what a call gets while Redis restarts: its connection broke.
+var errRestart = errors.New("EOF")
+
+// The flake of TestRedisDataLossEndsTheTerm, step by step: a follower knows the holder's
+// expiry; its subscription breaks and subscribing again fails, so its next attempt (at that
+// expiry: the holder renewed meanwhile) finds the lease held while it does not listen, and it
+// polls (RetryPeriod). It then subscribes again in its sleep, and Redis restarts without its
+// data. It must sleep until the expiry it knows: the old leader learns only at its next
+// renew that its term is over. Before the fix it kept its poll timer, the poll met the
+// restart (an error), it retried at the backoff, won the emptied Redis and began while the
+// old leader worked.
+func TestSeamResubscribedFollowerSleepsUntilTheKnownExpiry(t *testing.T) {
+	h := startHarness(t, nil)
+	c := h.next("acquire")
+	c.answer(reply{st: held(theirs(10), 120*time.Millisecond)})
+	expiry := h.arm()
+	h.sub.broken()
+	h.armFor(resubscribeDelay, false)
+	h.clk.Step(resubscribeDelay)
+	h.next("subscribe").answer(reply{err: errRestart})
+	h.armFor(seamRetry, false) // subscribe again every RetryPeriod
+	h.clk.Step(seamRetry)
+	h.next("subscribe").answer(reply{err: errRestart})
+	resub := h.arm()
+	h.clk.Step(expiry.Sub(h.clk.Now())) // the expiry, before the next subscription
+	c = h.next("acquire")               // not subscribed
+	c.answer(reply{st: held(theirs(10), seamLease)})
+	known := c.now.Add(seamLease)
+	poll := h.arm()
+	if d := poll.Sub(c.now); d > seamRetry+maxJitter || !resub.Before(poll) {
+		t.Fatalf("follower that does not listen sleeps %v (subscribe again at +%v), want a poll after RetryPeriod %v, after the subscription", d, h.elapsed(resub), seamRetry)
+	}
+	h.clk.Step(resub.Sub(h.clk.Now()))
+	s := h.next("subscribe")
+	h.sub = newFakeSub()
+	s.answer(reply{sub: h.sub})
+	h.sub.broken() // Redis restarts without its data
+	if at := h.arm(); at.Sub(h.clk.Now()) == resubscribeDelay {
+		t.Fatalf("subscribed again at +%v, the follower kept its poll at +%v: at a Redis restart it polls, meets the error and retries at the backoff, before the expiry it knows (+%v)",
+			h.elapsed(h.clk.Now()), h.elapsed(poll), h.elapsed(known))
+	} else if at.Before(known) || at.After(known.Add(maxJitter)) {
+		t.Fatalf("subscribed again, the follower sleeps until +%v, want the known expiry +%v", h.elapsed(at), h.elapsed(known))
+	}
+	h.armFor(resubscribeDelay, false)
+	h.clk.Step(resubscribeDelay)
+	s = h.next("subscribe")
+	h.sub = newFakeSub()
+	s.answer(reply{sub: h.sub})
+	h.clk.Step(known.Sub(h.clk.Now()) + maxJitter)
+	c = h.next("acquire")
+	c.answer(reply{ok: true, st: held(mine(11), seamLease)}) // the emptied Redis
+	if st := h.waitStart(); st.at.Before(known) {
+		t.Fatalf("began at +%v, before the known expiry +%v", h.elapsed(st.at), h.elapsed(known))
+	}
+}
+
+// After a failed attempt the next one waits for the backoff and, if later, the expiry of the
+// holder last heard of: the failure may be a restart that lost the lease while its holder
+// works on. A polling follower (subscriptions refused) whose poll meets the restart sleeps
+// until that expiry; one that heard the term released retries at the backoff.
+func TestSeamErrorKeepsTheKnownExpiry(t *testing.T) {
+	for _, heardRelease := range []bool{false, true} {
+		t.Run(fmt.Sprintf("release heard %v", heardRelease), func(t *testing.T) {
+			h := startHarness(t, nil)
+			c := h.next("acquire") // subscribed
+			var known time.Time    // of the holder, as the last reply showed it
+			if heardRelease {
+				c.answer(reply{st: held(theirs(10), seamLease)})
+				h.armFor(seamLease, true)
+				h.sub.events <- lease.Event{Kind: lease.Released, Record: theirs(10)}
+			} else {
+				h.sub.broken()
+				c.answer(reply{st: held(theirs(10), 120*time.Millisecond)})
+				expiry := h.arm()
+				h.armFor(resubscribeDelay, false)
+				for _, d := range []time.Duration{resubscribeDelay, seamRetry} { // subscriptions fail
+					h.clk.Step(d)
+					h.next("subscribe").answer(reply{err: errRestart})
+					h.armFor(seamRetry, false)
+				}
+				h.clk.Step(expiry.Sub(h.clk.Now()))
+				c = h.next("acquire")
+				c.answer(reply{st: held(theirs(10), seamLease)}) // renewed meanwhile
+				known = c.now.Add(seamLease)
+				poll := h.arm()
+				h.clk.Step(150*time.Millisecond - h.elapsed(h.clk.Now()))
+				h.next("subscribe").answer(reply{err: errRestart})
+				h.armFor(seamRetry, false)
+				h.clk.Step(poll.Sub(h.clk.Now())) // a poll: the follower does not listen
+			}
+			c = h.next("acquire")
+			c.answer(reply{err: errRestart})
+			at := h.arm()
+			if at.Before(known) || at.Before(c.now.Add(50*time.Millisecond)) {
+				t.Fatalf("after the error the follower tries again at +%v, want the backoff and not before the known expiry +%v", h.elapsed(at), h.elapsed(known))
+			}
+			if heardRelease && at.After(c.now.Add(50*time.Millisecond+maxJitter)) {
+				t.Fatalf("after a release heard, the follower tries again at +%v, want the backoff (50ms)", h.elapsed(at))
+			}
+		})
+	}
+}

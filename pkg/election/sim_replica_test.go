@@ -180,7 +180,7 @@ func (t *simTimer) Reset(d time.Duration) bool { return t.Timer.Reset(d + t.c.la
 // checkLeftHeld: when Run returned, every term this incarnation won either started or was
 // released (Run's doc: a term won by an acquire in flight at the cancel is released).
 func (r *simReplica) checkLeftHeld() {
-	st := r.e.store.(*simStore)
+	st := simStoreOf(r.e.store)
 	started := func(rec lease.Record) bool {
 		for _, t := range r.d.rec.terms {
 			if t.replica == r.idx && t.gen == r.gen && t.token == rec.Token {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -32,6 +34,7 @@ type simScenario struct {
 var simScenarios = []simScenario{
 	{"failed release of an older token", scenarioFailedReleases},
 	{"rollback to a released record", scenarioRollback},
+	{"restart without data while a follower that polled listens again", scenarioListenerAtRestart},
 }
 
 // scenarioWorld draws a world for a scenario: 2 or 3 replicas that recampaign, a that releases
@@ -193,6 +196,163 @@ func scenarioRollback(d *simDriver, a *simReplica) bool {
 	return true
 }
 
+// gatedStore is a replica's simStore whose subscriptions can be refused (an ACL, a Redis at
+// maxclients for pub/sub connections: its calls still succeed), and which notes the time of
+// its acquires and of the last one that found the lease held while subscribing was refused.
+type gatedStore struct {
+	*simStore
+	refuse atomic.Bool
+
+	mu       sync.Mutex
+	acquires int
+	heldAt   time.Time // the last acquire sent while refusing that found the lease held
+}
+
+// simStoreOf is the simStore under a replica's store.
+func simStoreOf(s store) *simStore {
+	if g, ok := s.(*gatedStore); ok {
+		return g.simStore
+	}
+	return s.(*simStore)
+}
+
+func (g *gatedStore) acquire(ctx context.Context, ttl time.Duration, ack lease.ReplicaAck) (bool, lease.Status, error) {
+	refused := g.refuse.Load()
+	g.mu.Lock()
+	g.acquires++
+	g.mu.Unlock()
+	won, st, err := g.simStore.acquire(ctx, ttl, ack)
+	if refused && err == nil && !won && st.Reservation == nil {
+		g.mu.Lock()
+		g.heldAt = time.Now()
+		g.mu.Unlock()
+	}
+	return won, st, err
+}
+
+func (g *gatedStore) subscribe(ctx context.Context) (subscription, error) {
+	if g.refuse.Load() {
+		return nil, fmt.Errorf("subscribe: %w", sim.ErrRefused)
+	}
+	return g.simStore.subscribe(ctx)
+}
+
+func (g *gatedStore) state() (acquires int, heldAt time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.acquires, g.heldAt
+}
+
+// leaderBut returns the replica other than a that leads, if any.
+func (d *simDriver) leaderBut(a *simReplica) *simReplica {
+	for _, r := range d.replicas {
+		if r != a && r.running && r.e.IsLeader() {
+			return r
+		}
+	}
+	return nil
+}
+
+// scenarioListenerAtRestart (mutant 10), the flake of TestRedisDataLossEndsTheTerm: another
+// replica L leads, a follows. a's subscription breaks and subscribing again is refused, so
+// its attempt at the expiry it knew finds the lease held (L renewed) while it does not
+// listen: it polls (RetryPeriod). L renews once more, unheard; then subscribing works again
+// and a subscribes in its sleep, before its poll. Redis restarts without its data at once
+// (and, in half the seeds, stays down until just after the poll's time, so that a poll meets
+// an error). a listens and knows the expiry of L's term, so it must not begin before L's
+// term ended (docs/MODEL.md, S4): L learns of the loss only at its next renew (slowed here
+// by a stalled connection). A seed that does not reach the state (a subscribed by its poll's
+// acquire, not in its sleep) tries again, up to 8 times.
+func scenarioListenerAtRestart(d *simDriver, a *simReplica) bool {
+	gs := &gatedStore{simStore: a.e.store.(*simStore)}
+	a.e.store = gs
+	limit := 4 * d.timing.lease
+	startOthers(d, a)
+	var l *simReplica
+	if !d.waitFor(limit, func() bool { l = d.leaderBut(a); return l != nil }) {
+		return false
+	}
+	a.startRun()
+	if !d.waitFor(limit, func() bool { n, _ := gs.state(); return a.e.subscriptions.Load() > 0 && n > 0 }) {
+		return false
+	}
+	for cycle := 0; cycle < 8; cycle++ {
+		d.settle(d.dur(0, d.timing.retry))
+		if !l.e.IsLeader() || a.e.IsLeader() {
+			d.w.Tracef("scenario: %s no longer leads", l.node.Name())
+			return false
+		}
+		// Break a's subscription in a phase of L's renewals such that a's tries to subscribe
+		// again (50ms later, then every RetryPeriod) fall a few ms after L's renew replies.
+		lr := l.e.Status().LastRenew
+		if lr == nil {
+			return false
+		}
+		phase := (lr.Add(d.dur(3*time.Millisecond, 4*time.Millisecond) - resubscribeDelay).Sub(time.Now())) % d.timing.retry
+		d.settle((phase + d.timing.retry) % d.timing.retry)
+		d.w.Tracef("scenario: %s's subscriptions break and are refused", a.node.Name())
+		_, before := gs.state()
+		gs.refuse.Store(true)
+		d.w.BreakSubscriptions(a.node)
+		var t0 time.Time
+		if !d.waitFor(2*d.timing.lease, func() bool { _, t0 = gs.state(); return t0.After(before) }) {
+			d.w.Tracef("scenario: no poll of %s found the lease held", a.node.Name())
+			return false
+		}
+		if !d.waitFor(2*d.timing.retry, func() bool { s := l.e.Status(); return s.LastRenew != nil && s.LastRenew.After(t0) }) {
+			d.w.Tracef("scenario: %s did not renew", l.node.Name())
+			return false
+		}
+		acq, _ := gs.state()
+		subs := a.e.subscriptions.Load()
+		d.w.Tracef("scenario: %s's poll found the lease held; %s renewed since; subscriptions work again", a.node.Name(), l.node.Name())
+		gs.refuse.Store(false)
+		d.waitFor(2*d.timing.retry, func() bool { return a.e.subscriptions.Load() > subs })
+		if n, _ := gs.state(); n != acq || a.e.subscriptions.Load() == subs || !l.e.IsLeader() {
+			d.w.Tracef("scenario: %s subscribed by its poll (it sleeps until the expiry): again", a.node.Name())
+			continue
+		}
+		return restartUnderListener(d, a, l, t0)
+	}
+	return false
+}
+
+// restartUnderListener restarts Redis without its data while a listens, having subscribed
+// again in its sleep, and checks S4 for a: none of its terms begins while L's lost one lives.
+func restartUnderListener(d *simDriver, a, l *simReplica, t0 time.Time) bool {
+	d.w.Tracef("scenario: %s subscribed again in its sleep; %s's messages stall; Redis restarts without its data", a.node.Name(), l.node.Name())
+	d.w.Stall(l.node, 4*d.timing.lease, 30*time.Millisecond, 35*time.Millisecond)
+	d.rec.dataLost()
+	var lost []*simTerm
+	for _, t := range d.rec.terms {
+		if t.live {
+			lost = append(lost, t)
+		}
+	}
+	down := d.rng.IntN(2) == 0
+	d.w.RestartRedis(nil, down)
+	if down { // until just after a's poll (the poll's time + jitter + the timer's lateness)
+		d.after(t0.Add(d.timing.retry+3*time.Millisecond).Sub(time.Now()), "redis up", func() {
+			d.w.Tracef("scenario: Redis up")
+			d.w.Up()
+		})
+	}
+	d.settle(d.dur(2*d.timing.lease, 3*d.timing.lease))
+	d.rec.flush()
+	for _, t := range d.rec.terms {
+		if t.replica != a.idx || t.gen != a.gen {
+			continue
+		}
+		for _, o := range lost {
+			if o.live || t.start.Before(o.end) {
+				d.rec.fail("S4: r%d, a follower that knew the expiry of r%d's term %d and listened at the restart, began token %d while that term, lost with Redis's data, was live",
+					a.idx, o.replica, o.token, t.token)
+			}
+		}
+	}
+	return true
+}
+
 // tokensGrowPerInstance: an incarnation never starts a term whose token is not above every
 // token it started a term with before, except to resume its newest term (the same token
 // again). Data loss is no exception (docs/RELIABILITY.md, "Tokens across rollbacks").
@@ -284,7 +444,7 @@ func TestSimScenarioMutants(t *testing.T) {
 	for _, m := range []struct {
 		n  int
 		sc simScenario
-	}{{6, simScenarios[0]}, {7, simScenarios[0]}, {9, simScenarios[1]}} {
+	}{{6, simScenarios[0]}, {7, simScenarios[0]}, {9, simScenarios[1]}, {10, simScenarios[2]}} {
 		setMutant(m.n)
 		caught, first := 0, uint64(0)
 		var msg string
