@@ -174,3 +174,55 @@ func TestRunOncePerFailedJob(t *testing.T) {
 		t.Errorf("the job ran %d times, want twice (the failure is retried); worker log:\n%s", n, log.dump(t))
 	}
 }
+
+// TestRunOncePerMarkWriteFails is the documented failure case of a job that succeeded but
+// whose done mark could not be written (here an ACL that lets the replica read the mark but
+// not write it): the replica retries, bounded, says that the next leader will rerun the job,
+// and does not rerun it itself within the period; once it stops, the next leader reruns the
+// job (at least once per period, not at most once).
+func TestRunOncePerMarkWriteFails(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	dir := t.TempDir()
+	log := workerLog(filepath.Join(dir, "worker.log"))
+	lock := filepath.Join(dir, "lock")
+	const name = "once-acl"
+	rules := []any{"ACL", "SETUSER", "nodone", "on", ">pw", "resetkeys", "resetchannels", "&elector:*", "+@all",
+		"~elector:{" + name + "}:lease", "~elector:{" + name + "}:token", "~elector:{" + name + "}:terms",
+		"~elector:{" + name + "}:resign", "%R~elector:{" + name + "}:done"}
+	if err := client.Do(context.Background(), rules...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	flags := []string{"--once-per", "1m"}
+	args := append([]string{"run"}, leaseArgs(srv.Addr(), name, "a")...)
+	args = append(args, "--redis-username", "nodone")
+	args = append(args, flags...)
+	args = append(args, workerArgs(log, lock, "-exit-after", "100ms", "-exit-code", "0")...)
+	a := startElector(t, "a", []string{"REDIS_PASSWORD=pw"}, args...)
+	waitFor(t, 20*time.Second, "a to give up writing the mark", func() bool {
+		return strings.Contains(a.stderr.String(), "Cannot write the done mark; giving up: the next leader runs the command again (at-least-once)")
+	})
+	if !strings.Contains(a.stderr.String(), "Cannot write the done mark; retrying") {
+		t.Errorf("a did not retry the write; stderr:\n%s", a.stderr.String())
+	}
+	if ttl := markTTL(t, client, name); ttl != 0 {
+		t.Fatalf("a mark exists (%v) although the ACL forbids writing it", ttl)
+	}
+	b := runReplica(t, srv.Addr(), name, "b", log, lock, flags, "-exit-after", "100ms", "-exit-code", "0")
+	// a keeps leading without rerunning the job: three lease durations of the test timing.
+	time.Sleep(3 * time.Second)
+	if n := log.checkWorkers(t); n != 1 || holderOf(leaseValue(t, client, name)) != "a" {
+		t.Fatalf("the job ran %d times, holder %q; want once, a holding; worker log:\n%s", n, holderOf(leaseValue(t, client, name)), log.dump(t))
+	}
+	a.signal(syscall.SIGTERM)
+	if code := a.wait(10 * time.Second); code != 0 {
+		t.Errorf("a exited with %d after SIGTERM, want 0", code)
+	}
+	ev, _ := log.waitEvent(t, 2, 10*time.Second, "b's rerun", isStart)
+	if ev.ID != "b" {
+		t.Errorf("the rerun is %q's, want b's", ev.ID)
+	}
+	waitFor(t, 10*time.Second, "b's mark", func() bool { return markTTL(t, client, name) > 0 })
+	b.signal(syscall.SIGTERM)
+	b.wait(10 * time.Second)
+}
