@@ -96,6 +96,9 @@ runs, CMD's group gets the foreground while it runs (Ctrl-C and Ctrl-Z then reac
   SIGHUP/USR1/USR2   forwarded to CMD's group
   CMD exits          lease released; exit with CMD's exit code. With --on-success=hold, an
                      exit 0 keeps the lease (renewed, CMD not rerun) until SIGTERM/SIGINT
+  --once-per D       an exit 0 writes a done mark (PREFIX:{NAME}:done) for D from CMD's start;
+                     a leader that finds it keeps the lease and runs CMD when it expires
+                     (with --exit-if-done: exit 0); elector status shows it
   --timeout D        exit 4 if not leading D after the start
   --try-once         exit 4 as soon as another replica is seen holding the lease
   elector resign     (or POST /resign) --stop-signal to CMD's group, SIGKILL after --kill-grace,
@@ -124,7 +127,7 @@ SIGTERM or SIGINT releases the lease and exits 0.`
 // statusHelp is the description of `elector status`, shown between its usage line and flags.
 const statusHelp = `Print the holder of the lease, its fencing token, remaining time, when its term began and
 how many terms the lease had (JSON and YAML fields lease, key, holder, instance, token, ttlMs,
-acquiredAt, transitions). Exit 0 when the lease is held, 3 when it has no holder, 1 when Redis
+acquiredAt, transitions, done: the mark of run --once-per). Exit 0 when the lease is held, 3 when it has no holder, 1 when Redis
 cannot be read (the message names the address, the cause and its fix: for example a Sentinel
 master name that no Sentinel knows, or the ACL permission to add).
 

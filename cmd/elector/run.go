@@ -59,6 +59,9 @@ type runOptions struct {
 	onSuccess  string
 	timeout    time.Duration
 	tryOnce    bool
+	oncePer    time.Duration // --once-per: once.go
+	exitIfDone bool
+	force      bool
 
 	signal syscall.Signal // stopSignal parsed by validate
 }
@@ -71,6 +74,9 @@ func (o *runOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.onSuccess, flagOnSuccess, onSuccessRelease, "`what` to do when CMD exits 0: release (release the lease and exit 0) or hold (keep the lease, renewed, without rerunning CMD until SIGTERM/SIGINT; once this elector stops, another replica may run CMD again)")
 	fs.DurationVar(&o.timeout, flagTimeout, 0, "give up and exit 4 if not leading within this `duration` of the start; 0: campaign for ever")
 	fs.BoolVar(&o.tryOnce, flagTryOnce, false, "exit 4 instead of waiting when another replica holds the lease (Redis errors are still retried; bound them with --timeout)")
+	fs.DurationVar(&o.oncePer, flagOncePer, 0, "run CMD at most once per `period` across replicas and restarts: a success writes a done mark PREFIX:{NAME}:done expiring one period after CMD started; a leader that finds it keeps the lease without running CMD until it expires; 0: off")
+	fs.BoolVar(&o.exitIfDone, flagExitIfDone, false, "with --once-per: exit 0 instead of waiting when the done mark holds, and after CMD succeeded (for a CronJob)")
+	fs.BoolVar(&o.force, flagForce, false, "with --once-per: run CMD even though the done mark holds (until CMD succeeded once here)")
 }
 
 // validate parses --stop-signal and checks --kill-grace.
@@ -89,7 +95,7 @@ func (o *runOptions) validate() error {
 	if o.timeout < 0 {
 		return fmt.Errorf("--%s: must be 0 (no timeout) or a positive duration such as 30s, got %v", flagTimeout, o.timeout)
 	}
-	return nil
+	return o.validateOnce()
 }
 
 // killGraceBound is the longest --kill-grace with which a CMD stopped because leadership was
@@ -269,6 +275,10 @@ func (c *cli) supervise(ctx context.Context, rc *runConfig) int {
 		return c.runtimeError(who, err)
 	}
 	sup.elector, sess.l = l.elector, l
+	if sup.once, err = newOncePeriod(rc, l.client); err != nil {
+		l.close()
+		return c.runtimeError(who, err)
+	}
 	sup.hookSignals()
 	klog.InfoS("Campaigning", "lease", rc.common.lease.name, "identity", rc.common.lease.identity,
 		"redis", redisDescription(rc.common.redis), "command", rc.argv[0])
@@ -352,7 +362,8 @@ type supervisor struct {
 	baseEnv   []string
 	identity  string
 	leaseName string
-	hold      bool // --on-success=hold
+	hold      bool        // --on-success=hold
+	once      *oncePeriod // --once-per, nil without
 	elector   *election.Elector
 	sess      *session // receives the command's exit, a failed start and giving up
 
@@ -416,20 +427,31 @@ func (s *supervisor) lead(ctx context.Context) {
 		klog.InfoS("Holding the lease without running the command, which succeeded in an earlier term (--on-success=hold)", "token", token)
 		<-ctx.Done()
 		return
+	case s.once != nil:
+		s.leadOnce(ctx, token)
+		return
 	}
+	if p := s.runTerm(ctx, token); p != nil {
+		s.exited(ctx, p, token)
+	}
+}
+
+// runTerm runs the command in the term with token until it exits by itself, and returns it
+// then; nil when it could not start or was stopped because ctx ended.
+func (s *supervisor) runTerm(ctx context.Context, token int64) *child.Process {
 	p, spec := s.start(token)
 	if p == nil {
-		return
+		return nil
 	}
 	defer s.setCurrent(nil)
 	select {
 	case <-p.Done():
 	case <-ctx.Done():
 		if s.stop(p, spec, token, context.Cause(ctx)) {
-			return
+			return nil
 		}
 	}
-	s.exited(ctx, p, token)
+	return p
 }
 
 // beginTerm records that the term with token begins here, unless run gave up (start false);

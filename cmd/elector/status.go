@@ -47,6 +47,8 @@ type leaseStatus struct {
 	// Reserved is set when nobody holds the lease because it is reserved after a
 	// resignation (single-lease status only).
 	Reserved *reservedStatus `json:"reserved,omitempty"`
+	// Done is the done mark of elector run --once-per, when one holds (single-lease status only).
+	Done *doneStatus `json:"done,omitempty"`
 }
 
 // reservedStatus is the reservation that follows a resignation (elector resign).
@@ -139,7 +141,7 @@ func statusFlagsError(fs *flagSet, output string, all, watch bool, leaseName str
 	return nil
 }
 
-// readStatus reads the lease and its count of terms.
+// readStatus reads the lease, its count of terms, reservation and done mark.
 func readStatus(ctx context.Context, co *commonOptions, l *lease.Lease) (leaseStatus, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout(co.lease.renewDeadline))
 	defer cancel()
@@ -150,6 +152,9 @@ func readStatus(ctx context.Context, co *commonOptions, l *lease.Lease) (leaseSt
 	out := newLeaseStatus(co.lease.name, l.Keys().Lease, st)
 	if err := addTermsAndReservation(ctx, co, l, &out); err != nil {
 		return leaseStatus{}, err
+	}
+	if out.Done, err = readDone(ctx, l); err != nil {
+		return leaseStatus{}, readError(fmt.Sprintf("cannot read lease %q", co.lease.name), co, err)
 	}
 	return out, nil
 }
@@ -287,6 +292,9 @@ func printStatus(w io.Writer, s leaseStatus) error {
 	fmt.Fprintf(tw, "key:\t%s\n", s.Key)
 	if s.Transitions != nil {
 		fmt.Fprintf(tw, "transitions:\t%d\n", *s.Transitions)
+	}
+	if d := s.Done; d != nil {
+		fmt.Fprintf(tw, "done:\tby %s (token %d, exit code %d) at %s; ttl %s (elector run --once-per does not rerun it meanwhile)\n", d.Holder, d.Token, d.ExitCode, d.Finished.Format(time.RFC3339Nano), ttlText(d.TTLMs))
 	}
 	if s.Holder == "" {
 		fmt.Fprintf(tw, "holder:\t(none)\n")

@@ -84,6 +84,9 @@ func (g *seqGen) next() []op {
 		}
 		return []op{{script: g.s.Renew, keys: termKeys, args: args, short: short}}
 	case 5:
+		if g.rng.IntN(2) == 0 { // the done mark of run --once-per, fenced by the record
+			return []op{{script: g.s.Done, keys: []string{g.k.Lease, g.k.Done}, args: []string{g.record(), "1700000000000", "0", ttl}, short: short}}
+		}
 		return []op{{script: g.s.Release, keys: termKeys, args: []string{g.record(), g.k.Events}}}
 	case 6:
 		hold, hshort := g.ttl()
@@ -99,7 +102,7 @@ func (g *seqGen) next() []op {
 		}
 		return []op{{script: g.s.Members, keys: []string{g.k.Members}, args: args, short: short}}
 	case 8, 9:
-		return []op{{args: []string{g.pick("GET", "PTTL"), g.pick(g.k.Lease, g.k.Resign, g.k.Token, g.k.Terms, g.k.Members)}}}
+		return []op{{args: []string{g.pick("GET", "PTTL"), g.pick(g.k.Lease, g.k.Resign, g.k.Token, g.k.Terms, g.k.Members, g.k.Done)}}}
 	case 10:
 		return []op{{args: []string{"DEL", g.pick(g.k.Lease, g.k.Resign, g.k.Members, g.k.Terms)}}}
 	case 11: // wrong types and hand-written values

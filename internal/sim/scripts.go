@@ -10,8 +10,8 @@ import (
 // Scripts are the sources of the project's Lua scripts, read from the files the production
 // packages embed, so that the simulation runs exactly what ships.
 type Scripts struct {
-	Acquire, Renew, Release, Resign string // pkg/lease/scripts
-	Members                         string // pkg/election/scripts
+	Acquire, Renew, Release, Resign, Done string // pkg/lease/scripts
+	Members                               string // pkg/election/scripts
 }
 
 // LoadScripts reads the scripts from the module containing the working directory.
@@ -29,6 +29,7 @@ func LoadScripts() (Scripts, error) {
 		{&s.Renew, "pkg/lease/scripts/renew.lua"},
 		{&s.Release, "pkg/lease/scripts/release.lua"},
 		{&s.Resign, "pkg/lease/scripts/resign.lua"},
+		{&s.Done, "pkg/lease/scripts/done.lua"},
 		{&s.Members, "pkg/election/scripts/members.lua"},
 	} {
 		b, err := os.ReadFile(filepath.Join(root, f.path))

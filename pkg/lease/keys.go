@@ -21,6 +21,8 @@ type Keys struct {
 	// Members is the membership set of the election.Group called NAME (a Group's name and its
 	// leases' names share one namespace under a prefix).
 	Members string
+	// Done holds the done mark of the lease's job (MarkDone), with a PX expiry.
+	Done string
 
 	base string // PREFIX:{NAME}:
 }
@@ -36,6 +38,7 @@ func KeysFor(prefix, name string) Keys {
 		Events:  base + "events",
 		Resign:  base + "resign",
 		Members: base + "members",
+		Done:    base + "done",
 		base:    base,
 	}
 }

@@ -24,7 +24,7 @@ func TestKeysMatchProtocol(t *testing.T) {
 		rows = append(rows, string(m[1]))
 	}
 	k := lease.KeysFor("PREFIX", "NAME")
-	fields := []string{k.Lease, k.Token, k.Terms, k.Resign, k.Events, k.Members}
+	fields := []string{k.Lease, k.Token, k.Terms, k.Resign, k.Events, k.Members, k.Done}
 	sort.Strings(rows)
 	sort.Strings(fields)
 	if strings.Join(rows, " ") != strings.Join(fields, " ") {

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"k8s.io/klog/v2"
+
+	"github.com/elector/elector/pkg/lease"
+)
+
+// Flag names of elector run --once-per (docs/DESIGN.md, "Once per period").
+const (
+	flagOncePer    = "once-per"
+	flagExitIfDone = "exit-if-done"
+	flagForce      = "force"
+)
+
+// validateOnce checks --once-per and the flags that need it.
+func (o *runOptions) validateOnce() error {
+	switch {
+	case o.oncePer < 0 || o.oncePer%time.Millisecond != 0:
+		return fmt.Errorf("--%s: must be 0 (off) or a positive whole number of milliseconds such as 24h, got %v", flagOncePer, o.oncePer)
+	case o.oncePer == 0 && o.exitIfDone:
+		return fmt.Errorf("--%s: needs --%s", flagExitIfDone, flagOncePer)
+	case o.oncePer == 0 && o.force:
+		return fmt.Errorf("--%s: needs --%s (it ignores the done mark that --%s writes)", flagForce, flagOncePer, flagOncePer)
+	case o.oncePer > 0 && o.onSuccess == onSuccessHold:
+		return fmt.Errorf("--%s=%s: not with --%s, which keeps the lease after a success already (add --%s to exit instead)", flagOnSuccess, onSuccessHold, flagOncePer, flagExitIfDone)
+	}
+	return nil
+}
+
+// oncePeriod is --once-per: the done mark that a successful run writes and that every term
+// reads before it runs the command.
+type oncePeriod struct {
+	l          *lease.Lease
+	period     time.Duration // --once-per
+	exitIfDone bool          // --exit-if-done
+	recheck    time.Duration // how often a leader that waits for a mark re-reads it: --lease-duration
+	retry      time.Duration // between the attempts of a failed read or write: --retry-period
+	call       time.Duration // timeout of one read or write
+	markFor    time.Duration // how long a failed mark write is retried: --lease-duration
+
+	mu     sync.Mutex
+	force  bool  // --force: ignore a mark until the command succeeded here once
+	logged int64 // the token of the last mark logged, not to log it at every re-read
+}
+
+// newOncePeriod returns the --once-per state of rc, nil without --once-per.
+func newOncePeriod(rc *runConfig, client redis.UniversalClient) (*oncePeriod, error) {
+	if rc.run.oncePer == 0 {
+		return nil, nil
+	}
+	lo := &rc.common.lease
+	l, err := lease.New(client, lo.name, lease.Options{Prefix: lo.prefix})
+	if err != nil {
+		return nil, err
+	}
+	return &oncePeriod{l: l, period: rc.run.oncePer, exitIfDone: rc.run.exitIfDone, force: rc.run.force,
+		recheck: lo.leaseDuration, retry: lo.retryPeriod, call: callTimeout(lo.renewDeadline), markFor: lo.leaseDuration}, nil
+}
+
+// leadOnce is the term with token under --once-per: it runs the command only when no done
+// mark holds, writes a mark when the command succeeds, and otherwise waits, leading, until
+// the mark expires (or, with --exit-if-done, ends the run with 0).
+func (s *supervisor) leadOnce(ctx context.Context, token int64) {
+	o := s.once
+	term, ok := o.termRecord(ctx, token, s.identity)
+	if !ok {
+		<-ctx.Done()
+		return
+	}
+	for ctx.Err() == nil {
+		wait, ok := o.due(ctx)
+		switch {
+		case !ok:
+			return
+		case wait > 0 && o.exitIfDone:
+			klog.InfoS("Exiting without running the command: it succeeded in this period already (--exit-if-done)", "token", token)
+			s.sess.sendEnding(ending{exited: true, code: 0})
+			return
+		case wait > 0:
+			sleepCtx(ctx, min(wait, o.recheck))
+			continue
+		}
+		started := time.Now()
+		p := s.runTerm(ctx, token)
+		if p == nil {
+			return
+		}
+		if es := p.Wait(); es.Signal != 0 || es.Code != 0 {
+			klog.InfoS("The command exited; releasing the lease", "pid", p.CommandPid(), "status", es.String(), "token", token)
+			s.sess.sendEnding(ending{exited: true, code: es.ExitCode()})
+			return
+		}
+		o.markDone(term, started)
+		if o.exitIfDone {
+			klog.InfoS("The command succeeded; releasing the lease and exiting (--exit-if-done)", "pid", p.CommandPid(), "token", token)
+			s.sess.sendEnding(ending{exited: true, code: 0})
+			return
+		}
+		klog.InfoS("The command succeeded; holding the lease until the period ends (--once-per)", "token", token, "until", started.Add(o.period).UTC().Format(time.RFC3339))
+		sleepCtx(ctx, time.Until(started.Add(o.period)))
+	}
+}
+
+// termRecord reads the record of the term with token, which the fenced mark write needs;
+// false when the term ended first (or ctx did).
+func (o *oncePeriod) termRecord(ctx context.Context, token int64, identity string) (lease.Record, bool) {
+	for {
+		cctx, cancel := context.WithTimeout(ctx, o.call)
+		st, err := o.l.Get(cctx)
+		cancel()
+		if err == nil {
+			if st.Held && st.Record.Token == token && st.Record.Identity == identity {
+				return st.Record, true
+			}
+			klog.InfoS("The term ended before its done mark was read; not running the command", "token", token)
+			return lease.Record{}, false
+		}
+		klog.ErrorS(err, "Cannot read the lease before the done mark; retrying", "token", token)
+		if !sleepCtx(ctx, o.retry) {
+			return lease.Record{}, false
+		}
+	}
+}
+
+// due reads the done mark: 0 when the command is due, otherwise how long the mark holds.
+// Read errors are retried (the command is not run without knowing); false when ctx ended.
+func (o *oncePeriod) due(ctx context.Context) (time.Duration, bool) {
+	for {
+		cctx, cancel := context.WithTimeout(ctx, o.call)
+		d, err := o.l.GetDone(cctx)
+		cancel()
+		if err == nil {
+			return o.judge(d), true
+		}
+		klog.ErrorS(err, "Cannot read the done mark; retrying before running the command")
+		if !sleepCtx(ctx, o.retry) {
+			return 0, false
+		}
+	}
+}
+
+// judge returns how long the mark d holds (0 when there is none or --force ignores it), and
+// logs a mark the first time it is seen.
+func (o *oncePeriod) judge(d *lease.Done) time.Duration {
+	if d == nil {
+		return 0
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.force {
+		klog.InfoS("Ignoring the done mark (--force)", "doneBy", d.Term.Identity, "token", d.Term.Token, "finished", d.Finished.Format(time.RFC3339))
+		return 0
+	}
+	wait, until := d.TTL, time.Now().Add(d.TTL).UTC().Format(time.RFC3339)
+	if d.TTL == lease.NoExpiry {
+		wait, until = o.recheck, "never (the key has no expiry)"
+	}
+	if o.logged != d.Term.Token {
+		o.logged = d.Term.Token
+		klog.InfoS("Not running the command: it succeeded in this period already (--once-per)", "doneBy", d.Term.Identity,
+			"token", d.Term.Token, "finished", d.Finished.Format(time.RFC3339), "exitCode", d.ExitCode, "markHoldsUntil", until, "key", o.l.Keys().Done)
+	}
+	return max(wait, time.Millisecond)
+}
+
+// markDone writes the done mark of term, fenced, to expire one period after started: on
+// Redis errors it retries for markFor, also after the term ended (the fence refuses a
+// write once another term holds the lease). A mark that could not be written means that the
+// next leader runs the command again: at least once per period, not at most once.
+func (o *oncePeriod) markDone(term lease.Record, started time.Time) {
+	o.mu.Lock()
+	o.force = false
+	o.mu.Unlock()
+	give := time.Now().Add(o.markFor)
+	for {
+		ttl := (o.period - time.Since(started)).Truncate(time.Millisecond)
+		if ttl < time.Millisecond {
+			klog.InfoS("The command ran longer than --once-per: no done mark, it is due again", "token", term.Token, "oncePer", o.period)
+			return
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), o.call)
+		ok, err := o.l.MarkDone(cctx, lease.Done{Term: term, Finished: time.Now(), TTL: ttl})
+		cancel()
+		switch {
+		case err == nil && ok:
+			klog.InfoS("Wrote the done mark: no replica runs the command again until it expires", "key", o.l.Keys().Done, "token", term.Token, "expires", time.Now().Add(ttl).UTC().Format(time.RFC3339))
+			return
+		case err == nil:
+			klog.InfoS("The term ended before the done mark was written: the next leader runs the command again (at-least-once)", "token", term.Token)
+			return
+		case time.Now().After(give):
+			klog.ErrorS(err, "Cannot write the done mark; giving up: the next leader runs the command again (at-least-once)", "token", term.Token)
+			return
+		}
+		klog.ErrorS(err, "Cannot write the done mark; retrying", "token", term.Token)
+		time.Sleep(o.retry)
+	}
+}
+
+// sleepCtx waits for d or the end of ctx; false when ctx ended.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// doneStatus is the done mark of elector run --once-per (lease.Done).
+type doneStatus struct {
+	// Holder is the identity whose command succeeded.
+	Holder string `json:"holder"`
+	// Token is the fencing token of the term that ran it.
+	Token int64 `json:"token"`
+	// ExitCode is the command's exit code.
+	ExitCode int `json:"exitCode"`
+	// Finished is when the command finished, by that replica's clock.
+	Finished time.Time `json:"finished"`
+	// TTLMs is how long the mark holds, in milliseconds; -1 when the key has no expiry.
+	TTLMs int64 `json:"ttlMs"`
+}
+
+// readDone reads the done mark of elector run --once-per, nil when none holds.
+func readDone(ctx context.Context, l *lease.Lease) (*doneStatus, error) {
+	d, err := l.GetDone(ctx)
+	if d == nil || err != nil {
+		return nil, err
+	}
+	ttl := d.TTL.Milliseconds()
+	if d.TTL == lease.NoExpiry {
+		ttl = -1
+	}
+	return &doneStatus{Holder: d.Term.Identity, Token: d.Term.Token, ExitCode: d.ExitCode, Finished: d.Finished, TTLMs: ttl}, nil
+}

@@ -1,0 +1,228 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/elector/elector/internal/redistest"
+)
+
+// doneKey is the done mark of a lease with the default prefix.
+func doneKey(name string) string { return "elector:{" + name + "}:done" }
+
+// markTTL returns the remaining time of the done mark of name, 0 when there is none.
+func markTTL(t *testing.T, c *redis.Client, name string) time.Duration {
+	t.Helper()
+	d, err := c.PTTL(context.Background(), doneKey(name)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return max(d, 0)
+}
+
+// TestRunOncePer runs a job on two replicas with --once-per: it runs once; SIGTERM to the
+// holder hands the lease over, and the other replica does not rerun it while the mark holds,
+// only after it expired (the period ended), and then once.
+func TestRunOncePer(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	dir := t.TempDir()
+	log := workerLog(filepath.Join(dir, "worker.log"))
+	lock := filepath.Join(dir, "lock")
+	const name = "once-per"
+	// Long enough that the handover (a few lease durations of the test timing at most) is
+	// over before it ends, on a loaded machine; the test checks that it was.
+	const period = 8 * time.Second
+	flags := []string{"--once-per", period.String()}
+	a := runReplica(t, srv.Addr(), name, "a", log, lock, flags, "-exit-after", "100ms", "-exit-code", "0")
+	first, _ := log.waitEvent(t, 0, 10*time.Second, "the worker", isStart)
+	if first.ID != "a" {
+		t.Fatalf("first worker runs for %q", first.ID)
+	}
+	b := runReplica(t, srv.Addr(), name, "b", log, lock, flags, "-exit-after", "100ms", "-exit-code", "0")
+	waitFor(t, 10*time.Second, "the done mark", func() bool { return markTTL(t, client, name) > 0 })
+	waitFor(t, 10*time.Second, "b to see a as the leader", func() bool {
+		return strings.Contains(b.stderr.String(), `"New leader observed" leader="a"`)
+	})
+	a.signal(syscall.SIGTERM)
+	if code := a.wait(10 * time.Second); code != 0 {
+		t.Errorf("a exited with %d after SIGTERM, want 0", code)
+	}
+	waitFor(t, 10*time.Second, "b to lead", func() bool { return holderOf(leaseValue(t, client, name)) == "b" })
+	left := markTTL(t, client, name)
+	if left == 0 {
+		t.Fatalf("the mark expired before b led: inconclusive, raise the period; worker log:\n%s", log.dump(t))
+	}
+	t.Logf("b leads with the mark holding %v more", left)
+	// While the mark holds, nobody reruns the job.
+	for markTTL(t, client, name) > 0 {
+		if n := len(log.events(t)); n != 2 { // a's start and exit
+			t.Fatalf("the job ran again within the period, %v before the mark expired; worker log:\n%s", markTTL(t, client, name), log.dump(t))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(b.stderr.String(), `"Not running the command: it succeeded in this period already (--once-per)" doneBy="a"`) {
+		t.Errorf("b does not log the mark it found; stderr:\n%s", b.stderr.String())
+	}
+	// The period is over: b runs it, once.
+	second, _ := log.waitEvent(t, 2, 10*time.Second, "the rerun after the period", isStart)
+	if second.ID != "b" {
+		t.Errorf("the rerun is %q's, want b's", second.ID)
+	}
+	if gap := second.time().Sub(first.time()); gap < period-time.Second {
+		t.Errorf("the rerun began %v after the first run, want about the period %v", gap, period)
+	}
+	waitFor(t, 10*time.Second, "b's done mark", func() bool { return markTTL(t, client, name) > 0 })
+	time.Sleep(time.Second)
+	if n := log.checkWorkers(t); n != 2 {
+		t.Errorf("the job ran %d times, want twice; worker log:\n%s", n, log.dump(t))
+	}
+	b.signal(syscall.SIGTERM)
+	if code := b.wait(10 * time.Second); code != 0 {
+		t.Errorf("b exited with %d after SIGTERM, want 0", code)
+	}
+	assertLeaseGone(t, client, name)
+}
+
+// TestRunOncePerExitIfDone is the CronJob form: the replica that runs the job exits 0 after
+// writing the mark; the next one finds the mark and exits 0 without running it; elector status
+// shows the mark; --force runs it again.
+func TestRunOncePerExitIfDone(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	dir := t.TempDir()
+	log := workerLog(filepath.Join(dir, "worker.log"))
+	lock := filepath.Join(dir, "lock")
+	const name = "once-exit"
+	flags := []string{"--once-per", "1m", "--exit-if-done"}
+	a := runReplica(t, srv.Addr(), name, "a", log, lock, flags, "-exit-after", "100ms", "-exit-code", "0")
+	if code := a.wait(15 * time.Second); code != 0 {
+		t.Fatalf("a exited with %d, want 0 after its job succeeded", code)
+	}
+	if ttl := markTTL(t, client, name); ttl <= 50*time.Second {
+		t.Errorf("the mark holds %v, want about 1m", ttl)
+	}
+	assertLeaseGone(t, client, name)
+	b := runReplica(t, srv.Addr(), name, "b", log, lock, flags, "-exit-after", "100ms", "-exit-code", "0")
+	if code := b.wait(15 * time.Second); code != 0 {
+		t.Errorf("b exited with %d, want 0 (done already)", code)
+	}
+	if n := log.checkWorkers(t); n != 1 {
+		t.Errorf("the job ran %d times, want once; worker log:\n%s", n, log.dump(t))
+	}
+	if !strings.Contains(b.stderr.String(), "Exiting without running the command: it succeeded in this period already (--exit-if-done)") {
+		t.Errorf("b does not say why it exits; stderr:\n%s", b.stderr.String())
+	}
+	assertLeaseGone(t, client, name)
+
+	_, out, _ := runElector(t, 10*time.Second, nil, "status", "--redis-addr", srv.Addr(), "--lease-name", name, "-o", "json")
+	var st struct {
+		Done *struct {
+			Holder   string    `json:"holder"`
+			Token    int64     `json:"token"`
+			ExitCode int       `json:"exitCode"`
+			Finished time.Time `json:"finished"`
+			TTLMs    int64     `json:"ttlMs"`
+		} `json:"done"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil || st.Done == nil || st.Done.Holder != "a" || st.Done.Token == 0 || st.Done.TTLMs <= 0 || st.Done.Finished.IsZero() {
+		t.Errorf("status -o json = %s (%v); want the done mark of a", out, err)
+	}
+	_, text, _ := runElector(t, 10*time.Second, nil, "status", "--redis-addr", srv.Addr(), "--lease-name", name)
+	if !strings.Contains(text, "done:") || !strings.Contains(text, "by a (token") {
+		t.Errorf("status text does not show the mark:\n%s", text)
+	}
+
+	c := runReplica(t, srv.Addr(), name, "c", log, lock, append(flags, "--force"), "-exit-after", "100ms", "-exit-code", "0")
+	if code := c.wait(15 * time.Second); code != 0 {
+		t.Errorf("c exited with %d, want 0", code)
+	}
+	if evs := log.events(t); log.checkWorkers(t) != 2 || evs[len(evs)-1].ID != "c" {
+		t.Errorf("--force did not run the job again; worker log:\n%s", log.dump(t))
+	}
+}
+
+// TestRunOncePerFailedJob checks that a failed job writes no mark: its exit code passes
+// through and the next replica runs the job.
+func TestRunOncePerFailedJob(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	dir := t.TempDir()
+	log := workerLog(filepath.Join(dir, "worker.log"))
+	lock := filepath.Join(dir, "lock")
+	const name = "once-fail"
+	flags := []string{"--once-per", "1m", "--exit-if-done"}
+	a := runReplica(t, srv.Addr(), name, "a", log, lock, flags, "-exit-after", "100ms", "-exit-code", "5")
+	if code := a.wait(15 * time.Second); code != 5 {
+		t.Fatalf("a exited with %d, want the job's 5", code)
+	}
+	if ttl := markTTL(t, client, name); ttl != 0 {
+		t.Errorf("a failed job left a mark (%v)", ttl)
+	}
+	b := runReplica(t, srv.Addr(), name, "b", log, lock, flags, "-exit-after", "100ms", "-exit-code", "0")
+	if code := b.wait(15 * time.Second); code != 0 {
+		t.Errorf("b exited with %d, want 0", code)
+	}
+	if n := log.checkWorkers(t); n != 2 {
+		t.Errorf("the job ran %d times, want twice (the failure is retried); worker log:\n%s", n, log.dump(t))
+	}
+}
+
+// TestRunOncePerMarkWriteFails is the documented failure case of a job that succeeded but
+// whose done mark could not be written (here an ACL that lets the replica read the mark but
+// not write it): the replica retries, bounded, says that the next leader will rerun the job,
+// and does not rerun it itself within the period; once it stops, the next leader reruns the
+// job (at least once per period, not at most once).
+func TestRunOncePerMarkWriteFails(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	dir := t.TempDir()
+	log := workerLog(filepath.Join(dir, "worker.log"))
+	lock := filepath.Join(dir, "lock")
+	const name = "once-acl"
+	rules := []any{"ACL", "SETUSER", "nodone", "on", ">pw", "resetkeys", "resetchannels", "&elector:*", "+@all",
+		"~elector:{" + name + "}:lease", "~elector:{" + name + "}:token", "~elector:{" + name + "}:terms",
+		"~elector:{" + name + "}:resign", "%R~elector:{" + name + "}:done"}
+	if err := client.Do(context.Background(), rules...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	flags := []string{"--once-per", "1m"}
+	args := append([]string{"run"}, leaseArgs(srv.Addr(), name, "a")...)
+	args = append(args, "--redis-username", "nodone")
+	args = append(args, flags...)
+	args = append(args, workerArgs(log, lock, "-exit-after", "100ms", "-exit-code", "0")...)
+	a := startElector(t, "a", []string{"REDIS_PASSWORD=pw"}, args...)
+	waitFor(t, 20*time.Second, "a to give up writing the mark", func() bool {
+		return strings.Contains(a.stderr.String(), "Cannot write the done mark; giving up: the next leader runs the command again (at-least-once)")
+	})
+	if !strings.Contains(a.stderr.String(), "Cannot write the done mark; retrying") {
+		t.Errorf("a did not retry the write; stderr:\n%s", a.stderr.String())
+	}
+	if ttl := markTTL(t, client, name); ttl != 0 {
+		t.Fatalf("a mark exists (%v) although the ACL forbids writing it", ttl)
+	}
+	b := runReplica(t, srv.Addr(), name, "b", log, lock, flags, "-exit-after", "100ms", "-exit-code", "0")
+	// a keeps leading without rerunning the job: three lease durations of the test timing.
+	time.Sleep(3 * time.Second)
+	if n := log.checkWorkers(t); n != 1 || holderOf(leaseValue(t, client, name)) != "a" {
+		t.Fatalf("the job ran %d times, holder %q; want once, a holding; worker log:\n%s", n, holderOf(leaseValue(t, client, name)), log.dump(t))
+	}
+	a.signal(syscall.SIGTERM)
+	if code := a.wait(10 * time.Second); code != 0 {
+		t.Errorf("a exited with %d after SIGTERM, want 0", code)
+	}
+	ev, _ := log.waitEvent(t, 2, 10*time.Second, "b's rerun", isStart)
+	if ev.ID != "b" {
+		t.Errorf("the rerun is %q's, want b's", ev.ID)
+	}
+	waitFor(t, 10*time.Second, "b's mark", func() bool { return markTTL(t, client, name) > 0 })
+	b.signal(syscall.SIGTERM)
+	b.wait(10 * time.Second)
+}
