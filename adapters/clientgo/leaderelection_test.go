@@ -142,7 +142,7 @@ type elector struct {
 
 // startElector runs a LeaderElector for identity over the lock "bar" of rc's server; cfg's
 // Lock and callbacks are filled in.
-func startElector(t *testing.T, rc *redis.Client, identity string, cfg leaderelection.LeaderElectionConfig, hooks func(*opLog)) *elector {
+func startElector(t *testing.T, rc *redis.Client, identity string, cfg leaderelection.LeaderElectionConfig, hooks func(*elector)) *elector {
 	t.Helper()
 	e := &elector{recorder: krecord.NewFakeRecorder(100), started: make(chan struct{}), leaders: make(chan string, 100), done: make(chan struct{})}
 	lock, err := New(newClient(t, rc), "bar", identity, Options{EventRecorder: e.recorder, EventObject: &corev1.Pod{}})
@@ -150,8 +150,10 @@ func startElector(t *testing.T, rc *redis.Client, identity string, cfg leaderele
 		t.Fatal(err)
 	}
 	e.log = &opLog{Lock: lock}
+	ctx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
 	if hooks != nil {
-		hooks(e.log)
+		hooks(e) // before Run starts: the hooks run in its goroutine
 	}
 	cfg.Lock = e.log
 	cfg.Callbacks = leaderelection.LeaderCallbacks{
@@ -162,8 +164,6 @@ func startElector(t *testing.T, rc *redis.Client, identity string, cfg leaderele
 	if e.le, err = leaderelection.NewLeaderElector(cfg); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	e.cancel = cancel
 	e.at = time.Now()
 	go func() {
 		defer close(e.done)
@@ -423,7 +423,8 @@ func TestReleaseOnCancellation(t *testing.T) {
 		ReleaseOnCancel: true,
 	}
 	renewCalled, renewResume := make(chan struct{}), make(chan struct{})
-	e := startElector(t, rc, "baz", cfg, func(o *opLog) {
+	e := startElector(t, rc, "baz", cfg, func(e *elector) {
+		o := e.log
 		second := func(verb string, n int) bool { return verb == "update" && n == 1 }
 		o.before = func(verb string, n int) {
 			if second(verb, n) { // the second renew: hold it until Run's ctx is cancelled
@@ -477,8 +478,8 @@ func TestFastPathLeaderElection(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			rc := startRedis(t)
-			var e *elector
-			e = startElector(t, rc, "baz", cfg, func(o *opLog) {
+			e := startElector(t, rc, "baz", cfg, func(e *elector) {
+				o := e.log
 				o.before = func(verb string, n int) {
 					if verb == "update" && n == tt.conflict { // the same holder, renewed by a write that is not this Lock's
 						rec := storedRecord(t, rc, o.Lock)
@@ -546,6 +547,7 @@ func TestLateObserverWaitsLeaseDuration(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	b := startElector(t, rc, "baz", cfg, nil)
 	took := b.waitLeading(t, 30*time.Second)
+	t.Logf("took over %v after it first looked (lease duration %v)", took, cfg.LeaseDuration)
 	if took < cfg.LeaseDuration {
 		t.Errorf("took over %v after it first looked, before a lease duration (%v) of its own observation; calls %v", took, cfg.LeaseDuration, b.log.verbs())
 	}
