@@ -15,7 +15,8 @@
 // github.com/elector/elector/pkg/fence).
 //
 // The keys are PREFIX:{NAME}:clientgo (the record) and PREFIX:{NAME}:clientgo-token (the last
-// token). They are not the keys of elector's own lease (PREFIX:{NAME}:lease): a client-go
+// token). Neither expires: like a Lease object, the record outlives a release (keeping
+// LeaderTransitions) and a crashed leader, until a candidate takes it over. They are not the keys of elector's own lease (PREFIX:{NAME}:lease): a client-go
 // election and an elector election with the same name are two independent elections.
 package clientgo
 
@@ -27,7 +28,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -48,16 +48,6 @@ var writeSource string
 
 // writeScript is an immutable value (source and SHA1); sharing it is not shared state.
 var writeScript = redis.NewScript(writeSource)
-
-// ExpiryFactor is how many lease durations the record key outlives its last write. client-go
-// decides expiry itself, from its own clock; the key's expiry is only a safety net that keeps
-// abandoned elections from leaving keys behind. It never shortens a lease: a leader steps
-// down after RenewDeadline, which client-go requires to be shorter than LeaseDuration.
-const ExpiryFactor = 2
-
-// minKeyTTL is the key expiry used for records with a lease duration below one second (such
-// as the record client-go writes when it releases, with leaseDurationSeconds 1).
-const minKeyTTL = time.Second
 
 // groupResource names the resource in the Kubernetes API errors that client-go inspects
 // (IsNotFound, IsConflict): it is in no API group; the group says where the lease lives.
@@ -242,12 +232,11 @@ func (l *Lock) write(ctx context.Context, expected []byte, ler resourcelock.Lead
 	if err != nil {
 		return false, fmt.Errorf("encode record: %w", err)
 	}
-	ttl := max(time.Duration(ler.LeaseDurationSeconds)*time.Second, minKeyTTL) * ExpiryFactor
 	flag := "0"
 	if newTerm {
 		flag = "1"
 	}
-	reply, err := writeScript.Run(ctx, l.client, l.keys, string(expected), raw, ttl.Milliseconds(), flag).Slice()
+	reply, err := writeScript.Run(ctx, l.client, l.keys, string(expected), raw, flag).Slice()
 	if err != nil {
 		return false, err
 	}

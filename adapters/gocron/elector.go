@@ -23,8 +23,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	gocronv2 "github.com/go-co-op/gocron/v2"
+	"k8s.io/klog/v2"
 
 	"github.com/elector/elector/pkg/election"
 )
@@ -45,7 +48,14 @@ type Elector struct {
 
 var _ gocronv2.Elector = (*Elector)(nil)
 
-// NewElector validates cfg and starts campaigning until ctx is cancelled or Close is called.
+// NewElector validates cfg, starts campaigning until ctx is cancelled or Close is called, and
+// returns once the first acquire has told who leads — this replica or another — so that the
+// first runs of the scheduler built on it (gocron.WithStartImmediately) are decided by a known
+// leader instead of being skipped by every replica. It waits for that at most
+// cfg.RenewDeadline (a later reply is never trusted anyway) and not past ctx: when Redis is
+// unreachable or the lease is reserved after a resignation, it returns with no leader known,
+// the campaign goes on in the background, and IsLeader refuses until this replica leads.
+//
 // cfg is that of election.New, with two differences: Recampaign is always on (a replica that
 // lost its leadership campaigns again, and its scheduler resumes when it leads again), and the
 // callbacks may be left nil (OnStartedLeading then waits for its ctx; OnStoppedLeading does
@@ -58,6 +68,15 @@ func NewElector(ctx context.Context, cfg election.Config) (*Elector, error) {
 	if cfg.Callbacks.OnStoppedLeading == nil {
 		cfg.Callbacks.OnStoppedLeading = func() {}
 	}
+	known := make(chan struct{}) // closed at the first leader observed, this replica included
+	var once sync.Once
+	onNewLeader := cfg.Callbacks.OnNewLeader
+	cfg.Callbacks.OnNewLeader = func(identity string) {
+		once.Do(func() { close(known) })
+		if onNewLeader != nil {
+			onNewLeader(identity)
+		}
+	}
 	e, err := election.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("new gocron elector: %w", err)
@@ -68,11 +87,28 @@ func NewElector(ctx context.Context, cfg election.Config) (*Elector, error) {
 		defer close(el.done)
 		el.err = e.Run(ctx)
 	}()
+	wait := cfg.RenewDeadline
+	if wait <= 0 {
+		wait = election.DefaultRenewDeadline
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-known:
+	case <-el.done:
+	case <-ctx.Done():
+	case <-timer.C:
+		klog.FromContext(ctx).Info("No leader known yet; the scheduler skips runs until this replica leads", "lease", cfg.LeaseName, "waited", wait)
+	}
 	return el, nil
 }
 
 // IsLeader returns nil when this replica leads, and otherwise an error wrapping ErrNotLeader
-// that names the current leader: gocron then skips the run. It asks nothing of Redis.
+// that names the current leader: gocron then skips the run. It asks nothing of Redis and does
+// not wait: NewElector returned once a leader was known, so "no leader is known" means a real
+// gap (the leader released and nobody acquired yet, a reservation after a resignation, Redis
+// unreachable), in which skipping is the answer; a wait here would hold gocron's run (its ctx
+// lives as long as the job) and start it whenever the gap ends.
 func (el *Elector) IsLeader(context.Context) error {
 	if el.e.IsLeader() {
 		return nil

@@ -10,8 +10,12 @@
 -- KEYS[2]  token key   P:{NAME}:clientgo-token
 -- ARGV[1]  expected    the value last read; "" means the key must be absent (create)
 -- ARGV[2]  record      the new value (LeaderElectionRecord as JSON)
--- ARGV[3]  ttl         expiry of the key in milliseconds (a safety net, well past client-go's own)
--- ARGV[4]  new term    "1" when the write begins a term (a new holder): hand out the next token
+-- ARGV[3]  new term    "1" when the write begins a term (a new holder): hand out the next token
+--
+-- The record key has no expiry, like a Lease object: a released record (holder "") keeps
+-- leaderTransitions, and a crashed leader's record stays until a candidate has seen it unchanged
+-- for a lease duration and takes it over. A plain SET also clears the expiry that records written
+-- by earlier versions carried.
 --
 -- Reply: {1, token}    written; token is the fencing token of the holder's term (0 if unknown)
 --        {0, current}  not written: current is the stored value, false when the key is absent
@@ -37,7 +41,7 @@ if last then
 end
 
 local token = previous
-if ARGV[4] == '1' then
+if ARGV[3] == '1' then
   -- The rule of docs/PROTOCOL.md: max(previous + 1, server time in microseconds), so that tokens
   -- keep growing even when Redis lost the counter.
   local now = redis.call('TIME')
@@ -46,5 +50,5 @@ if ARGV[4] == '1' then
   redis.call('SET', KEYS[2], string.format('%.0f', token))
 end
 
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('SET', KEYS[1], ARGV[2])
 return {1, string.format('%.0f', token)}
