@@ -15,10 +15,15 @@ import (
 	"unsafe"
 )
 
-// shimPdeathsig is the shim's parent-death signal. Any signal that terminates the process
-// by default will do (before exec, the default action kills the forked child); the shim
-// catches every signal and tells the parent's death by its changed parent pid.
-const shimPdeathsig = syscall.SIGTERM
+// shimPdeathsig is the shim's parent-death signal: a real-time signal (glibc's SIGRTMIN+6)
+// that nobody else sends, whose default action terminates (before exec, it kills the forked
+// child). The kernel sends it whenever the shim is reparented: when the elector dies, and
+// also when only the elector's forking thread dies first, as happens when the elector is
+// SIGKILLed (its threads exit one by one), while the shim's parent pid is still the
+// elector's. The shim acts on it only once its parent pid has changed, and never forwards
+// it: with SIGTERM here, a command would get a SIGTERM, as if stopped gracefully, just
+// before the SIGKILL of its tree.
+const shimPdeathsig = syscall.Signal(40)
 
 // shimArgs returns the argv of the shim that runs path with argv (argv[0] first).
 func shimArgs(path string, argv []string) []string {
@@ -83,7 +88,7 @@ func RunShim(args []string) int {
 	}
 	sigs := make(chan os.Signal, 64)
 	signal.Notify(sigs) // every signal: the shim must outlive whatever its group receives
-	env, ok := awaitStart(ctrl, sigs, parent)
+	env, ok := awaitStart(ctrl, sigs)
 	if !ok {
 		return 0 // given up, or the elector died: nothing was started
 	}
@@ -101,26 +106,18 @@ func RunShim(args []string) int {
 }
 
 // awaitStart waits for the go-ahead on ctrl and returns the command's environment; ok is
-// false when the control pipe ended (or carried anything else) or the elector died first.
-// Other signals are ignored meanwhile: there is nothing to pass them to.
-func awaitStart(ctrl *bufio.Reader, sigs <-chan os.Signal, parent int) (env []string, ok bool) {
-	type result struct {
-		env []string
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		env, err := readStartMessage(ctrl)
-		got <- result{env, err}
-	}()
+// false when the control pipe ended (or carried anything else) first. It reads on the
+// shim's own thread, with no goroutine between the pipe and the command's fork, which
+// would cost the start a wake-up. The elector's death ends the pipe (the kernel closes its
+// end). Signals that came meanwhile are dropped: there was no command to pass them to, and
+// the parent-death signal is checked by the caller through the parent pid.
+func awaitStart(ctrl *bufio.Reader, sigs <-chan os.Signal) (env []string, ok bool) {
+	env, err := readStartMessage(ctrl)
 	for {
 		select {
-		case r := <-got:
-			return r.env, r.err == nil
 		case <-sigs:
-			if os.Getppid() != parent {
-				return nil, false
-			}
+		default:
+			return env, err == nil
 		}
 	}
 }
@@ -211,7 +208,7 @@ func (s *shim) loop(sigs <-chan os.Signal, ctrl *bufio.Reader) int {
 				startKilling() // the parent-death signal, or any signal after the elector died
 				continue
 			}
-			if n, ok := sig.(syscall.Signal); ok && n != syscall.SIGCHLD && n != syscall.SIGURG {
+			if n, ok := sig.(syscall.Signal); ok && n != syscall.SIGCHLD && n != syscall.SIGURG && n != shimPdeathsig {
 				forward(n) // SIGURG: the Go runtime's own preemption signal
 			}
 		case n := <-requests:
