@@ -3,12 +3,14 @@
 package child
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -176,4 +178,53 @@ func helperStandby() {
 	for {
 		time.Sleep(time.Hour)
 	}
+}
+
+// TestShimForkingThreadDeath ends the thread that forked a shim while the process lives on,
+// as happens first when the elector is SIGKILLed (its threads exit one by one): the kernel
+// sends the shim its parent-death signal while its parent pid is still this process's. The
+// shim must not take it for a signal to pass on: the command gets no SIGTERM and runs on.
+func TestShimForkingThreadDeath(t *testing.T) {
+	mark := filepath.Join(t.TempDir(), "mark")
+	env := []string{"PATH=" + os.Getenv("PATH"), "MARK=" + mark}
+	sh, err := LookPath("sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipes, err := newShimPipes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pipes.closeAll()
+	cmd := &exec.Cmd{Path: shimExe, Env: env, SysProcAttr: sysProcAttr(true, -1),
+		Args:       shimArgs(sh, []string{"sh", "-c", `trap 'echo TERM >> "$MARK"' TERM; echo "$$" > "$MARK"; while :; do sleep 0.05; done`}),
+		ExtraFiles: []*os.File{pipes.shimCtrl, pipes.shimReport}}
+	started, release := make(chan error), make(chan struct{})
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+		started <- cmd.Start()
+		<-release
+	}()
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Wait() }()
+	pipes.closeShimEnds()
+	if _, err := pipes.ctrl.Write(startMessage(env)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readShimStart(bufio.NewReader(pipes.report)); err != nil {
+		t.Fatal(err)
+	}
+	pid := readPid(t, mark) // the trap is set
+	killLong(t, pid)
+	close(release)
+	time.Sleep(500 * time.Millisecond) // the thread's end and its signal are long past
+	if b, _ := os.ReadFile(mark); strings.Contains(string(b), "TERM") || !running(pid) {
+		t.Errorf("after the end of the forking thread the command got a SIGTERM (%q) or died (running: %v)", b, running(pid))
+	}
+	if _, err := pipes.ctrl.Write([]byte{shimKill}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pid, "command after the kill request")
 }
