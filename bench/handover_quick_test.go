@@ -191,11 +191,12 @@ func newRunPair(t *testing.T, name, bin, worker, addr string, rdb *redis.Client,
 	return p
 }
 
-// start starts replica i. The short timing keeps a takeover after a crash within a second.
+// start starts replica i. The short timing keeps a takeover after a crash within a second;
+// the long --kill-grace lets a worker on a loaded machine write its end (only a warning).
 func (p *runPair) start(i int) error {
 	cmd := exec.Command(p.bin, "run", "--lease-name", p.lease, "--identity", fmt.Sprintf("replica-%d", i),
 		"--redis-addr", p.redis, "--lease-duration", "1s", "--renew-deadline", "600ms", "--retry-period", "150ms",
-		"--kill-grace", "200ms", "--", p.worker)
+		"--kill-grace", "3s", "--", p.worker)
 	cmd.Env = append(os.Environ(), "BENCHCHILD_LOG="+p.log)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := os.OpenFile(p.log+".elector", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
