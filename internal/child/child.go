@@ -30,6 +30,13 @@
 // shim that ends without that report was killed from outside: Process then
 // SIGKILLs the command's group, logs an error and sets ExitStatus.Err.
 //
+// The shim starts the command only on a go-ahead on its control pipe, which
+// carries the command's environment. Start sends it at once; Prepare starts a
+// shim ahead (while `elector run` follows) and Standby.Start sends it when the
+// term begins, so that the term's start costs the command's fork and exec only,
+// not the start of this program. A shim that never gets the go-ahead exits
+// without starting anything when its control pipe ends.
+//
 // # Pdeathsig and threads
 //
 // Linux sends the parent-death signal when the *thread* that forked the
@@ -325,7 +332,8 @@ func (p *Process) begin(env []string) (sent bool, err error) {
 	}
 	p.begun.Store(true)
 	if _, err := p.pipes.ctrl.Write(startMessage(env)); err != nil {
-		// EPIPE: the shim, the only reader, is gone.
+		// EPIPE: the shim, the only reader, is gone without the whole go-ahead.
+		p.begun.Store(false)
 		p.Wait()
 		return false, fmt.Errorf("tell the shim to start the command: %w", err)
 	}
