@@ -270,6 +270,8 @@ func (c *cli) supervise(ctx context.Context, rc *runConfig) int {
 		return c.runtimeError(who, err)
 	}
 	defer kh.close()
+	sup.prepare() // the first term's shim starts while the replica campaigns
+	defer sup.closeStandby()
 	l, err := startLeadership(&rc.common, &rc.serve, kh.wrap(sup.callbacks(rc.run.tryOnce)), rc.run.exitOnLost)
 	if err != nil {
 		return c.runtimeError(who, err)
@@ -370,6 +372,8 @@ type supervisor struct {
 	stopping atomic.Int32 // the signal the elector received (SIGTERM, SIGINT), 0 before
 
 	mu       sync.Mutex
+	standby  *child.Standby // the next term's shim, started while a follower; nil: none
+	closed   bool           // run ends: no standby is prepared any more
 	current  *child.Process
 	stopped  *child.ExitStatus // how the command ended when it was stopped for the elector's exit
 	lastTerm int64             // the token of the last term this replica led
@@ -448,6 +452,9 @@ func (s *supervisor) runTerm(ctx context.Context, token int64) *child.Process {
 	case <-p.Done():
 	case <-ctx.Done():
 		if s.stop(p, spec, token, context.Cause(ctx)) {
+			if s.stopping.Load() == 0 {
+				go s.prepare() // for the next term, off this release's path
+			}
 			return nil
 		}
 	}
@@ -473,7 +480,14 @@ func (s *supervisor) start(token int64) (*child.Process, child.Spec) {
 	spec := s.spec
 	spec.Env = childEnv(s.baseEnv, token, s.identity, s.leaseName)
 	// Stopping is done by stop with the right signal, so Start gets a context that never ends.
-	p, err := child.Start(context.Background(), spec)
+	// The go-ahead to the prepared shim carries this term's environment, token included.
+	var p *child.Process
+	var err error
+	if sb := s.takeStandby(); sb != nil {
+		p, err = sb.Start(context.Background(), spec.Env)
+	} else {
+		p, err = child.Start(context.Background(), spec)
+	}
 	if err != nil {
 		klog.ErrorS(err, "Cannot start the command", "command", spec.Path)
 		s.sess.sendEnding(ending{err: fmt.Errorf("start the command: %w", err)})
@@ -486,6 +500,71 @@ func (s *supervisor) start(token int64) (*child.Process, child.Spec) {
 	}
 	klog.InfoS("Started the command", "pid", p.CommandPid(), "processGroup", p.CommandPid(), "descendantsKilledBy", tree, "token", token, "command", spec.Path)
 	return p, spec
+}
+
+// prepare starts the shim of the next term ahead of it (see child.Prepare), unless one is
+// waiting already or run ends. Should that shim die before its term, another one is
+// prepared a moment later.
+func (s *supervisor) prepare() {
+	s.mu.Lock()
+	busy := s.standby != nil || s.closed
+	s.mu.Unlock()
+	if busy {
+		return
+	}
+	spec := s.spec
+	spec.Env = s.baseEnv // the shim's own; the command's comes with the go-ahead
+	sb := child.Prepare(spec)
+	s.mu.Lock()
+	if s.standby != nil || s.closed {
+		s.mu.Unlock()
+		sb.Close()
+		return
+	}
+	s.standby = sb
+	s.mu.Unlock()
+	if exited := sb.Exited(); exited != nil {
+		go s.replaceIfLost(sb, exited)
+	}
+}
+
+// standbyRetry is how long after a prepared shim died unused another one is prepared.
+const standbyRetry = time.Second
+
+// replaceIfLost prepares another shim if sb's exits while it still waits for its term.
+func (s *supervisor) replaceIfLost(sb *child.Standby, exited <-chan struct{}) {
+	<-exited
+	s.mu.Lock()
+	lost := s.standby == sb
+	if lost {
+		s.standby = nil
+	}
+	s.mu.Unlock()
+	if lost {
+		sb.Close()
+		klog.InfoS("The shim prepared for the next term exited; preparing another", "retryIn", standbyRetry)
+		time.AfterFunc(standbyRetry, s.prepare)
+	}
+}
+
+// takeStandby returns the prepared shim for a term that begins, nil when none is prepared.
+func (s *supervisor) takeStandby() *child.Standby {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb := s.standby
+	s.standby = nil
+	return sb
+}
+
+// closeStandby makes the prepared shim exit unused once run ends.
+func (s *supervisor) closeStandby() {
+	s.mu.Lock()
+	sb := s.standby
+	s.standby, s.closed = nil, true
+	s.mu.Unlock()
+	if sb != nil {
+		sb.Close()
+	}
 }
 
 // stop stops p at the end of its term with the stop signal, or the signal the elector

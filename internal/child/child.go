@@ -30,6 +30,13 @@
 // shim that ends without that report was killed from outside: Process then
 // SIGKILLs the command's group, logs an error and sets ExitStatus.Err.
 //
+// The shim starts the command only on a go-ahead on its control pipe, which
+// carries the command's environment. Start sends it at once; Prepare starts a
+// shim ahead (while `elector run` follows) and Standby.Start sends it when the
+// term begins, so that the term's start costs the command's fork and exec only,
+// not the start of this program. A shim that never gets the go-ahead exits
+// without starting anything when its control pipe ends.
+//
 // # Pdeathsig and threads
 //
 // Linux sends the parent-death signal when the *thread* that forked the
@@ -207,6 +214,9 @@ type Process struct {
 	done   chan struct{}
 
 	reportsDone chan struct{} // with a shim: closed when its reports have all been read
+	startRes    chan error    // with a shim: its first report, nil once the command runs
+	begun       atomic.Bool   // with a shim: the go-ahead was sent
+	cmdStarted  atomic.Bool   // with a shim: it reported the command started
 	treeGone    atomic.Bool   // the shim reported the command and its descendants reaped
 
 	mu      sync.Mutex
@@ -228,6 +238,25 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("start %q: %w", spec.Path, err)
 	}
+	p, err := newProcess(spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.fork(); err != nil {
+		return nil, fmt.Errorf("start %q: %w", spec.Path, err)
+	}
+	if p.pipes != nil {
+		if _, err := p.begin(spec.Env); err != nil {
+			return nil, fmt.Errorf("start %q: %w", spec.Path, err)
+		}
+	}
+	p.watch(ctx)
+	return p, nil
+}
+
+// newProcess resolves spec's command and prepares the exec.Cmd that starts it: the shim's
+// when spec asks for one and this system has it.
+func newProcess(spec Spec) (*Process, error) {
 	path, err := LookPath(spec.Path)
 	if err != nil {
 		return nil, err
@@ -246,48 +275,77 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 		WaitDelay: waitDelay,
 	}
 	p := &Process{spec: spec, cmd: cmd, tty: -1, done: make(chan struct{})}
-	useShim := spec.Shim && shimSupported
-	if useShim {
-		if _, err := os.Stat(shimExe); err != nil {
-			// Without /proc the shim could neither start nor find descendants.
-			klog.Warningf("Running the command without the shim (%v): descendants that leave its process group are not killed with it", err)
-			useShim = false
-		}
-	}
-	if useShim {
-		p.reportsDone = make(chan struct{})
-		if p.pipes, err = newShimPipes(); err != nil {
-			return nil, fmt.Errorf("start %q: %w", spec.Path, err)
-		}
-		cmd.Path, cmd.Args = shimExe, shimArgs(path, argv)
-		cmd.ExtraFiles = []*os.File{p.pipes.shimCtrl, p.pipes.shimReport} // fds 3 and 4
-	}
 	if fd, ok := foregroundTerminal(spec.Stdin); ok {
 		p.tty = fd
 	}
-	cmd.SysProcAttr = sysProcAttr(p.pipes != nil, p.tty)
+	if spec.Shim && shimSupported {
+		if _, err := os.Stat(shimExe); err != nil {
+			// Without /proc the shim could neither start nor find descendants.
+			klog.Warningf("Running the command without the shim (%v): descendants that leave its process group are not killed with it", err)
+		} else {
+			p.pipes = &shimPipes{} // created by fork
+			cmd.Path, cmd.Args = shimExe, shimArgs(path, argv)
+		}
+	}
+	return p, nil
+}
+
+// fork starts the child: the command, or a shim that waits for begin. It returns once the
+// child runs.
+func (p *Process) fork() error {
+	if p.pipes != nil {
+		pipes, err := newShimPipes()
+		if err != nil {
+			return err
+		}
+		p.pipes, p.reportsDone, p.startRes = pipes, make(chan struct{}), make(chan error, 1)
+		p.cmd.ExtraFiles = []*os.File{pipes.shimCtrl, pipes.shimReport} // fds 3 and 4
+	}
+	p.cmd.SysProcAttr = sysProcAttr(p.pipes != nil, p.tty)
 	started := make(chan error, 1)
 	go p.run(started)
 	if err := <-started; err != nil {
 		if p.pipes != nil {
 			p.pipes.closeAll()
 		}
-		return nil, fmt.Errorf("start %q: %w", spec.Path, err)
+		return err
 	}
 	p.cmdPid = p.pid
 	if p.pipes != nil {
 		p.pipes.closeShimEnds()
-		r := bufio.NewReader(p.pipes.report)
-		pid, err := readShimStart(r)
-		if err != nil {
-			close(p.reportsDone)
-			p.Wait()
-			p.pipes.report.Close()
-			return nil, fmt.Errorf("start %q: %w", spec.Path, err)
-		}
-		p.cmdPid = pid
-		go p.logShimReports(r)
+		go p.readReports(bufio.NewReader(p.pipes.report))
 	}
+	return nil
+}
+
+// begin gives a forked shim the go-ahead to start the command with env (nil: this
+// process's environment) and waits until the command runs. sent is false when the shim
+// had exited before the go-ahead could reach it: it started nothing.
+func (p *Process) begin(env []string) (sent bool, err error) {
+	if env == nil {
+		env = os.Environ()
+	}
+	select {
+	case <-p.done:
+		return false, errors.New("the shim exited before it was told to start the command")
+	default:
+	}
+	p.begun.Store(true)
+	if _, err := p.pipes.ctrl.Write(startMessage(env)); err != nil {
+		// EPIPE: the shim, the only reader, is gone without the whole go-ahead.
+		p.begun.Store(false)
+		p.Wait()
+		return false, fmt.Errorf("tell the shim to start the command: %w", err)
+	}
+	if err := <-p.startRes; err != nil {
+		p.Wait()
+		return true, err
+	}
+	return true, nil
+}
+
+// watch stops the child as Stop does once ctx is done.
+func (p *Process) watch(ctx context.Context) {
 	stop := context.AfterFunc(ctx, func() { p.Stop(context.Background()) })
 	p.mu.Lock()
 	p.ctxStop = stop
@@ -297,7 +355,6 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 		stop()
 	default:
 	}
-	return p, nil
 }
 
 // run starts the child and supervises it until it has been reaped. It owns
@@ -386,8 +443,8 @@ func (p *Process) checkShimTree() error {
 		return nil
 	}
 	<-p.reportsDone // the shim has exited: its report pipe ends now
-	if p.treeGone.Load() {
-		return nil
+	if p.treeGone.Load() || !p.begun.Load() {
+		return nil // a shim that exits before the go-ahead started nothing
 	}
 	_ = syscall.Kill(-p.cmdPid, syscall.SIGKILL)
 	klog.ErrorS(errShimKilled, "The command's process supervisor ended early", "shimPid", p.pid, "commandPid", p.cmdPid)

@@ -40,6 +40,8 @@ func TestMain(m *testing.M) {
 		helperShimTree()
 	case "reaper":
 		os.Exit(helperReaper())
+	case "standby":
+		helperStandby()
 	default:
 		fmt.Fprintf(os.Stderr, "unknown helper mode %q\n", mode)
 		os.Exit(2)

@@ -81,3 +81,41 @@ func TestShimLatencyFigures(t *testing.T) {
 	}
 	t.Logf("/proc walk (%d entries in /proc): %s", len(procs), latencies(walks))
 }
+
+// TestStandbyLatencyFigures measures where the start of a command under the shim goes, the
+// path of every handover and takeover of `elector run`: Start without the shim (the command's
+// fork and exec), Start with a cold shim (this program's fork, exec and runtime start, the
+// go-ahead, then the command's fork and exec) and Standby.Start of a shim prepared ahead (the
+// go-ahead and the command's fork and exec only), interleaved. Start returns once the
+// command has been executed. It asserts nothing (docs/PERFORMANCE.md quotes it):
+//
+//	ELECTOR_CHILD_FIGURES=1 go test -count=1 -run TestStandbyLatencyFigures -v ./internal/child/
+func TestStandbyLatencyFigures(t *testing.T) {
+	if os.Getenv(figuresEnv) == "" {
+		t.Skipf("set %s=1 to measure", figuresEnv)
+	}
+	const n = 60
+	var direct, cold, warm []time.Duration
+	run := func(out *[]time.Duration, start func() (*Process, error)) {
+		begin := time.Now()
+		p, err := start()
+		if err != nil {
+			t.Fatal(err)
+		}
+		*out = append(*out, time.Since(begin))
+		p.Stop(context.Background())
+	}
+	spec := Spec{Path: "sleep", Args: []string{long}}
+	for range n {
+		run(&direct, func() (*Process, error) { return Start(context.Background(), spec) })
+		shim := spec
+		shim.Shim = true
+		run(&cold, func() (*Process, error) { return Start(context.Background(), shim) })
+		sb := Prepare(shim)
+		time.Sleep(50 * time.Millisecond) // a follower's shim waits long before its term
+		run(&warm, func() (*Process, error) { return sb.Start(context.Background(), nil) })
+	}
+	t.Logf("Start without shim (fork+exec of CMD): %s", latencies(direct))
+	t.Logf("Start, cold shim (shim exec + runtime start + go-ahead + CMD): %s", latencies(cold))
+	t.Logf("Standby.Start, shim prepared 50ms ahead (go-ahead + CMD): %s", latencies(warm))
+}

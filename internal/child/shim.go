@@ -2,6 +2,8 @@ package child
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -19,12 +21,17 @@ const ShimArg = "__elector-child-shim"
 
 // The shim's end of its two pipes to the elector (see the package comment).
 const (
-	shimControlFd = 3 // elector → shim: shimKill, or shimSignal and a signal number; EOF: the elector died
+	shimControlFd = 3 // elector → shim: shimStart first, then shimKill, or shimSignal and a signal number; EOF: the elector died or gave the shim up
 	shimReportFd  = 4 // shim → elector: one line per event, see the shimReport* prefixes
 )
 
 // The requests on the control pipe.
 const (
+	// shimStart, followed by a 4-byte big-endian length and that many bytes (the
+	// command's environment, NUL-separated entries), is the go-ahead: the shim starts the
+	// command with that environment. It is the first request and the only one before the
+	// command runs; until it comes, the shim starts nothing.
+	shimStart = 'G'
 	// shimKill asks the shim to SIGKILL every descendant now.
 	shimKill = 'K'
 	// shimSignal, followed by one byte, a signal number, asks the shim to send that signal
@@ -75,6 +82,50 @@ func (sp *shimPipes) closeAll() {
 	sp.report.Close()
 }
 
+// maxStartMessage bounds the environment a start message may carry (Linux's own limit on
+// the arguments and environment of an exec is lower).
+const maxStartMessage = 16 << 20
+
+// startMessage encodes the go-ahead with the command's environment env.
+func startMessage(env []string) []byte {
+	n := 0
+	for _, kv := range env {
+		n += len(kv) + 1
+	}
+	b := make([]byte, 5, 5+n)
+	b[0] = shimStart
+	binary.BigEndian.PutUint32(b[1:], uint32(n))
+	for _, kv := range env {
+		b = append(b, kv...)
+		b = append(b, 0)
+	}
+	return b
+}
+
+// readStartMessage reads the go-ahead from the control pipe and returns the environment it
+// carries (never nil). Anything else, the pipe's end included, is an error: the shim must
+// then exit without starting the command.
+func readStartMessage(r *bufio.Reader) ([]string, error) {
+	var head [5]byte
+	if _, err := io.ReadFull(r, head[:]); err != nil {
+		return nil, fmt.Errorf("read the go-ahead: %w", err)
+	}
+	n := binary.BigEndian.Uint32(head[1:])
+	if head[0] != shimStart || n > maxStartMessage {
+		return nil, fmt.Errorf("unexpected request %q before the go-ahead", head[0])
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil, fmt.Errorf("read the go-ahead's environment: %w", err)
+	}
+	env := []string{}
+	for len(body) > 0 {
+		kv, rest, _ := bytes.Cut(body, []byte{0})
+		env, body = append(env, string(kv)), rest
+	}
+	return env, nil
+}
+
 // readShimStart reads the shim's first report: the command's pid, or why it did not start.
 func readShimStart(r *bufio.Reader) (int, error) {
 	line, err := r.ReadString('\n')
@@ -98,11 +149,21 @@ func readShimStart(r *bufio.Reader) (int, error) {
 	return 0, fmt.Errorf("unexpected report from the shim: %q", line)
 }
 
-// logShimReports logs what the shim reports after the start until it exits, and records
-// whether it reported the command's tree gone.
-func (p *Process) logShimReports(r *bufio.Reader) {
+// readReports reads the shim's reports from its start until it exits: the first one, the
+// command's pid or why it did not start, goes to startRes; then it logs what the shim
+// reports and records whether it reported the command's tree gone.
+func (p *Process) readReports(r *bufio.Reader) {
 	defer close(p.reportsDone)
 	defer p.pipes.report.Close()
+	pid, err := readShimStart(r)
+	if err == nil {
+		p.cmdPid = pid // read by others only after startRes or reportsDone
+		p.cmdStarted.Store(true)
+	}
+	p.startRes <- err
+	if err != nil {
+		return
+	}
 	for {
 		line, err := r.ReadString('\n')
 		if err != nil {

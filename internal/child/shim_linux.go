@@ -15,10 +15,15 @@ import (
 	"unsafe"
 )
 
-// shimPdeathsig is the shim's parent-death signal. Any signal that terminates the process
-// by default will do (before exec, the default action kills the forked child); the shim
-// catches every signal and tells the parent's death by its changed parent pid.
-const shimPdeathsig = syscall.SIGTERM
+// shimPdeathsig is the shim's parent-death signal: a real-time signal (glibc's SIGRTMIN+6)
+// that nobody else sends, whose default action terminates (before exec, it kills the forked
+// child). The kernel sends it whenever the shim is reparented: when the elector dies, and
+// also when only the elector's forking thread dies first, as happens when the elector is
+// SIGKILLed (its threads exit one by one), while the shim's parent pid is still the
+// elector's. The shim acts on it only once its parent pid has changed, and never forwards
+// it: with SIGTERM here, a command would get a SIGTERM, as if stopped gracefully, just
+// before the SIGKILL of its tree.
+const shimPdeathsig = syscall.Signal(40)
 
 // shimArgs returns the argv of the shim that runs path with argv (argv[0] first).
 func shimArgs(path string, argv []string) []string {
@@ -36,11 +41,14 @@ const rekillInterval = 5 * time.Millisecond
 const prSetChildSubreaper = 36
 
 // RunShim is the shim: the program's main must call it, and exit with its result, when its
-// first argument is ShimArg; args are the arguments after that. It runs the command as its
-// child in a process group of the command's own (never the shim's, so that neither the
-// command nor a signal to its group can kill the shim) and waits until the command and every
-// descendant are gone, then exits as the command did (the same code, or death by the same
-// signal).
+// first argument is ShimArg; args are the arguments after that. It starts nothing until the
+// elector's go-ahead (shimStart on the control pipe, with the command's environment): it may
+// be started ahead of a term, while the elector is a follower (see Prepare). If the control
+// pipe ends first, or the elector dies (the parent-death signal with a changed parent pid),
+// it exits without starting anything. After the go-ahead it runs the command as its child in
+// a process group of the command's own (never the shim's, so that neither the command nor a
+// signal to its group can kill the shim) and waits until the command and every descendant
+// are gone, then exits as the command did (the same code, or death by the same signal).
 //
 // It is a child subreaper, so every orphaned descendant, whatever session or process group
 // it moved to, becomes its child: it reaps them, and it can find all of them by walking
@@ -63,7 +71,6 @@ func RunShim(args []string) int {
 		return 2
 	}
 	report := os.NewFile(shimReportFd, "report")
-	ctrl := os.NewFile(shimControlFd, "control")
 	for _, fd := range []int{shimControlFd, shimReportFd} {
 		if _, err := fcntlGetfd(fd); err != nil {
 			fmt.Fprintf(os.Stderr, "elector: %s: file descriptor %d: %v (run by elector run only)\n", ShimArg, fd, err)
@@ -71,6 +78,7 @@ func RunShim(args []string) int {
 		}
 		syscall.CloseOnExec(fd) // never inherited by the command
 	}
+	ctrl := bufio.NewReader(os.NewFile(shimControlFd, "control"))
 	fail := func(err error) int {
 		fmt.Fprintf(report, "%s %s\n", shimReportError, strings.ReplaceAll(err.Error(), "\n", " "))
 		return 127
@@ -80,27 +88,57 @@ func RunShim(args []string) int {
 	}
 	sigs := make(chan os.Signal, 64)
 	signal.Notify(sigs) // every signal: the shim must outlive whatever its group receives
+	env, ok := awaitStart(ctrl, sigs)
+	if !ok {
+		return 0 // given up, or the elector died: nothing was started
+	}
+	// The go-ahead may have been sent just before the elector died.
 	if os.Getppid() != parent {
 		return fail(errors.New("the elector exited before the command started"))
 	}
-	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if tty, ok := foregroundTerminal(os.Stdin); ok {
-		attr.Foreground, attr.Ctty = true, tty // the elector gave the shim's group the terminal
-	}
-	cmd := &exec.Cmd{
-		Path:        args[1],
-		Args:        args[2:],
-		Stdin:       os.Stdin,
-		Stdout:      os.Stdout,
-		Stderr:      os.Stderr,
-		SysProcAttr: attr,
-	}
-	if err := cmd.Start(); err != nil {
+	cmd, err := startCommand(args[1], args[2:], env)
+	if err != nil {
 		return fail(err)
 	}
 	s := &shim{self: os.Getpid(), parent: parent, cmd: cmd.Process.Pid, report: report}
 	fmt.Fprintf(report, "%s %d\n", shimReportStarted, s.cmd)
 	return s.loop(sigs, ctrl)
+}
+
+// awaitStart waits for the go-ahead on ctrl and returns the command's environment; ok is
+// false when the control pipe ended (or carried anything else) first. It reads on the
+// shim's own thread, with no goroutine between the pipe and the command's fork, which
+// would cost the start a wake-up. The elector's death ends the pipe (the kernel closes its
+// end). Signals that came meanwhile are dropped: there was no command to pass them to, and
+// the parent-death signal is checked by the caller through the parent pid.
+func awaitStart(ctrl *bufio.Reader, sigs <-chan os.Signal) (env []string, ok bool) {
+	env, err := readStartMessage(ctrl)
+	for {
+		select {
+		case <-sigs:
+		default:
+			return env, err == nil
+		}
+	}
+}
+
+// startCommand starts path with argv and env as the shim's child, in a process group of
+// its own, with the terminal's foreground if the shim's group has it.
+func startCommand(path string, argv, env []string) (*exec.Cmd, error) {
+	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if tty, ok := foregroundTerminal(os.Stdin); ok {
+		attr.Foreground, attr.Ctty = true, tty // the elector gave the shim's group the terminal
+	}
+	cmd := &exec.Cmd{
+		Path:        path,
+		Args:        argv,
+		Env:         env,
+		Stdin:       os.Stdin,
+		Stdout:      os.Stdout,
+		Stderr:      os.Stderr,
+		SysProcAttr: attr,
+	}
+	return cmd, cmd.Start()
 }
 
 // shim is the state of RunShim once the command runs.
@@ -117,7 +155,7 @@ type shimWait struct {
 }
 
 // loop supervises until no child is left, and returns (or dies) as the command did.
-func (s *shim) loop(sigs <-chan os.Signal, ctrl *os.File) int {
+func (s *shim) loop(sigs <-chan os.Signal, ctrl *bufio.Reader) int {
 	waits := make(chan shimWait, 16)
 	go func() {
 		for {
@@ -170,7 +208,7 @@ func (s *shim) loop(sigs <-chan os.Signal, ctrl *os.File) int {
 				startKilling() // the parent-death signal, or any signal after the elector died
 				continue
 			}
-			if n, ok := sig.(syscall.Signal); ok && n != syscall.SIGCHLD && n != syscall.SIGURG {
+			if n, ok := sig.(syscall.Signal); ok && n != syscall.SIGCHLD && n != syscall.SIGURG && n != shimPdeathsig {
 				forward(n) // SIGURG: the Go runtime's own preemption signal
 			}
 		case n := <-requests:
@@ -206,8 +244,7 @@ func (s *shim) loop(sigs <-chan os.Signal, ctrl *os.File) int {
 
 // readRequests reads the control pipe and sends each request on requests: a signal, SIGKILL
 // for shimKill and for the pipe's end (the elector is gone).
-func readRequests(ctrl *os.File, requests chan<- syscall.Signal) {
-	r := bufio.NewReader(ctrl)
+func readRequests(r *bufio.Reader, requests chan<- syscall.Signal) {
 	for {
 		b, err := r.ReadByte()
 		if err == nil && b == shimSignal {
