@@ -58,7 +58,7 @@ func (s script) command(ctx context.Context, eval bool, keys []any, args ...any)
 func (s script) run(ctx context.Context, c processor, keys []any, args ...any) *redis.Cmd {
 	cmd := s.command(ctx, false, keys, args...)
 	_ = c.Process(ctx, cmd) // the error is cmd.Err()
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") { // (it allocates, even for nil)
 		cmd = s.command(ctx, true, keys, args...)
 		_ = c.Process(ctx, cmd)
 	}

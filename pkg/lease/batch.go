@@ -109,7 +109,7 @@ func (b *Batch) Exec(ctx context.Context) error {
 	b.run(ctx, ops)
 	var retry []*batchOp
 	for _, op := range ops {
-		if redis.HasErrorPrefix(op.cmd.Err(), "NOSCRIPT") {
+		if err := op.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			retry = append(retry, op)
 		}
 	}
