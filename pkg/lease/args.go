@@ -57,8 +57,9 @@ func (s script) command(ctx context.Context, eval bool, keys []any, args ...any)
 // failover or SCRIPT FLUSH), as EVAL, which also caches it: what go-redis's Script.Run does.
 func (s script) run(ctx context.Context, c processor, keys []any, args ...any) *redis.Cmd {
 	cmd := s.command(ctx, false, keys, args...)
-	_ = c.Process(ctx, cmd)                                                    // the error is cmd.Err()
-	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") { // (it allocates, even for nil)
+	_ = c.Process(ctx, cmd) // the error is cmd.Err()
+	// err != nil first: HasErrorPrefix allocates even for a nil error.
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		cmd = s.command(ctx, true, keys, args...)
 		_ = c.Process(ctx, cmd)
 	}
