@@ -47,8 +47,8 @@ const (
 type batchOp struct {
 	kind    opKind
 	lease   *Lease
-	script  *redis.Script
-	keys    []string
+	script  script
+	keys    []any
 	args    []any
 	acquire *AcquireResult
 	result  *Result
@@ -109,12 +109,12 @@ func (b *Batch) Exec(ctx context.Context) error {
 	b.run(ctx, ops)
 	var retry []*batchOp
 	for _, op := range ops {
-		if redis.HasErrorPrefix(op.cmd.Err(), "NOSCRIPT") {
+		if err := op.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			retry = append(retry, op)
 		}
 	}
 	if len(retry) > 0 {
-		for _, s := range []*redis.Script{acquireScript, renewScript, releaseScript} {
+		for _, s := range []script{acquireScript, renewScript, releaseScript} {
 			if err := s.Load(ctx, b.client).Err(); err != nil {
 				err = fmt.Errorf("lease batch: load scripts: %w", err)
 				for _, op := range retry {
@@ -140,7 +140,8 @@ func (b *Batch) Exec(ctx context.Context) error {
 func (b *Batch) run(ctx context.Context, ops []*batchOp) {
 	pipe := b.client.Pipeline()
 	for _, op := range ops {
-		op.cmd = op.script.EvalSha(ctx, pipe, op.keys, op.args...)
+		op.cmd = op.script.command(ctx, false, op.keys, op.args...)
+		_ = pipe.Process(ctx, op.cmd)
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
 }

@@ -2,7 +2,7 @@
 // elector's leader election is built on.
 //
 // A Lease acquires, renews and releases one key, each in a single round trip running a Lua
-// script from this package (go-redis's Script: EVALSHA, and EVAL on NOSCRIPT). Every
+// script from this package (EVALSHA, and EVAL on NOSCRIPT, as go-redis's Script does). Every
 // acquisition begins a term with a fencing token larger than any token handed out before for
 // the same name, even after Redis lost its data. Releases and acquisitions are announced on a
 // pub/sub channel, so that observers learn of a change without polling.
@@ -56,9 +56,9 @@ var (
 
 // The scripts are immutable values (source and SHA1); sharing them is not shared state.
 var (
-	acquireScript = redis.NewScript(acquireSource)
-	renewScript   = redis.NewScript(renewSource)
-	releaseScript = redis.NewScript(releaseSource)
+	acquireScript = newScript(acquireSource)
+	renewScript   = newScript(renewSource)
+	releaseScript = newScript(releaseSource)
 )
 
 // Options configure a Lease. The zero value is usable for an observer that never acquires.
@@ -93,9 +93,10 @@ type Lease struct {
 	announce bool
 	resign   bool // Options.ResignRequests
 
-	// The keys of each script call: acquire takes the lease, token and terms keys, renew and
-	// release the lease key; with Options.ResignRequests both end with the resign key.
-	acquireKeys, termKeys []string
+	// The keys of each script call, boxed (args.go): acquire takes the lease, token and terms
+	// keys, renew and release the lease key; with Options.ResignRequests both end with the
+	// resign key. Never changed after New.
+	acquireKeys, termKeys []any
 	boxes                 argBoxes
 }
 
@@ -140,12 +141,12 @@ func New(client redis.UniversalClient, name string, opts Options) (*Lease, error
 		announce: opts.AnnounceRenewals,
 		resign:   opts.ResignRequests,
 	}
-	l.acquireKeys, l.termKeys = []string{keys.Lease, keys.Token, keys.Terms}, []string{keys.Lease}
-	l.boxes.owner, l.boxes.channel = l.owner, keys.Events
+	l.acquireKeys, l.termKeys = boxKeys(keys.Lease, keys.Token, keys.Terms), boxKeys(keys.Lease)
 	if l.resign {
-		l.acquireKeys = append(l.acquireKeys, keys.Resign)
-		l.termKeys = append(l.termKeys, keys.Resign)
+		l.acquireKeys = boxKeys(keys.Lease, keys.Token, keys.Terms, keys.Resign)
+		l.termKeys = boxKeys(keys.Lease, keys.Resign)
 	}
+	l.boxes.owner, l.boxes.channel = l.owner, keys.Events
 	return l, nil
 }
 
@@ -218,7 +219,7 @@ func (l *Lease) Acquire(ctx context.Context, ttl time.Duration, ack ...ReplicaAc
 	if a.Replicas > 0 {
 		return l.acquireReplicated(ctx, ms, a)
 	}
-	reply, err := acquireScript.Run(ctx, l.client, l.acquireKeys, l.acquireArgs(ms)...).Slice()
+	reply, err := acquireScript.run(ctx, l.client, l.acquireKeys, l.acquireArgs(ms)...).Slice()
 	if err != nil {
 		return false, Status{}, acquireError(l.name, err)
 	}
@@ -295,7 +296,7 @@ func (l *Lease) Renew(ctx context.Context, term Record, ttl time.Duration, ack .
 	if a.Replicas > 0 {
 		return l.renewReplicated(ctx, term, ms, a)
 	}
-	n, err := renewScript.Run(ctx, l.client, l.termKeys, l.renewArgs(term, ms)...).Int64()
+	n, err := renewScript.run(ctx, l.client, l.termKeys, l.renewArgs(term, ms)...).Int64()
 	if err != nil {
 		return false, fmt.Errorf("renew lease %q: %w", l.name, luaerr.Explain(renewSource, err))
 	}
@@ -305,7 +306,7 @@ func (l *Lease) Renew(ctx context.Context, term Record, ttl time.Duration, ack .
 // Release deletes the lease if it still holds the term's record and announces the release, so
 // that followers take over at once. false means the term had already ended; nothing changed.
 func (l *Lease) Release(ctx context.Context, term Record) (bool, error) {
-	n, err := releaseScript.Run(ctx, l.client, l.termKeys, l.releaseArgs(term)...).Int64()
+	n, err := releaseScript.run(ctx, l.client, l.termKeys, l.releaseArgs(term)...).Int64()
 	if err != nil {
 		return false, fmt.Errorf("release lease %q: %w", l.name, luaerr.Explain(releaseSource, err))
 	}

@@ -459,6 +459,16 @@ func TestBadInputAndBadState(t *testing.T) {
 		t.Errorf("failed Acquire left the lease key behind")
 	}
 	c.Del(ctx, l.Keys().Token)
+	// The terms key too: it is read before anything is written (it used to be read after the
+	// lease and token keys were written, which then stayed behind the error).
+	c.LPush(ctx, l.Keys().Terms, "x")
+	if _, _, err := l.Acquire(ctx, time.Second); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Errorf("Acquire with a list at the terms key: err = %v", err)
+	}
+	if n := c.Exists(ctx, l.Keys().Lease, l.Keys().Token).Val(); n != 0 {
+		t.Errorf("failed Acquire (terms key of the wrong type) left %d of the lease and token keys behind", n)
+	}
+	c.Del(ctx, l.Keys().Terms)
 	c.Set(ctx, l.Keys().Token, "not-a-number", 0)
 	if _, _, err := l.Acquire(ctx, time.Second); err == nil || !strings.Contains(err.Error(), "does not hold an integer") {
 		t.Errorf("Acquire with a non-integer token: err = %v", err)

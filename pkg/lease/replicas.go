@@ -93,7 +93,7 @@ func (l *Lease) acquireReplicated(ctx context.Context, ms int64, ack ReplicaAck)
 		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, err)
 	}
 	defer conn.Close()
-	reply, err := acquireScript.Run(ctx, conn, l.acquireKeys, l.acquireArgs(ms)...).Slice()
+	reply, err := acquireScript.run(ctx, conn, l.acquireKeys, l.acquireArgs(ms)...).Slice()
 	if err != nil {
 		l.noteRedirect(ctx, err)
 		return false, Status{}, acquireError(l.name, err)
@@ -116,7 +116,7 @@ func (l *Lease) renewReplicated(ctx context.Context, term Record, ms int64, ack 
 		return false, fmt.Errorf("renew lease %q: %w", l.name, err)
 	}
 	defer conn.Close()
-	n, err := renewScript.Run(ctx, conn, l.termKeys, l.renewArgs(term, ms)...).Int64()
+	n, err := renewScript.run(ctx, conn, l.termKeys, l.renewArgs(term, ms)...).Int64()
 	if err != nil {
 		l.noteRedirect(ctx, err)
 		return false, fmt.Errorf("renew lease %q: %w", l.name, luaerr.Explain(renewSource, err))

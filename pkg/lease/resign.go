@@ -21,7 +21,7 @@ import (
 //go:embed scripts/resign.lua
 var resignSource string
 
-var resignScript = redis.NewScript(resignSource)
+var resignScript = newScript(resignSource)
 
 // DefaultResignHoldOff is the hold-off of a resign request that names none.
 const DefaultResignHoldOff = 15 * time.Second
@@ -107,7 +107,7 @@ func (l *Lease) RequestResign(ctx context.Context, req ResignRequest) (Status, e
 	if req.Term != (Record{}) {
 		args = append(args, req.Term.String())
 	}
-	reply, err := resignScript.Run(ctx, l.client, []string{l.keys.Lease, l.keys.Resign}, args...).Slice()
+	reply, err := resignScript.run(ctx, l.client, boxKeys(l.keys.Lease, l.keys.Resign), args...).Slice()
 	if err != nil {
 		if redis.HasErrorPrefix(err, "resign target is the holder") {
 			return Status{}, fmt.Errorf("request resign of lease %q: %w: %q", l.name, ErrTargetIsHolder, req.Target)

@@ -73,12 +73,17 @@ if token > MAX then
   return redis.error_reply('ERR fencing token range exhausted: the server time in microseconds exceeds 2^53-1 (9007199254740991)')
 end
 token = string.format('%.0f', token)
+-- Read before anything is written: a terms key of the wrong type fails the call with nothing written.
+local terms = 0
+if KEYS[3] then
+  terms = tonumber(redis.call('GET', KEYS[3])) or 0
+end
 
 local record = 'v1:' .. token .. ':' .. ARGV[1]
 redis.call('SET', KEYS[1], record, 'NX', 'PX', ARGV[2])
 redis.call('SET', KEYS[2], token)
 if KEYS[3] then
-  redis.call('SET', KEYS[3], string.format('%.0f', (tonumber(redis.call('GET', KEYS[3])) or 0) + 1))
+  redis.call('SET', KEYS[3], string.format('%.0f', terms + 1))
 end
 if consumed then
   redis.call('DEL', KEYS[4])
