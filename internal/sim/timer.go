@@ -141,6 +141,9 @@ func remove(list []*Timer, t *Timer) []*Timer {
 	return list
 }
 
+// Poke wakes the driver from SleepUntil: a goroutine of a node has something for it.
+func (w *World) Poke() { w.poke() }
+
 // poke wakes the driver from SleepUntil.
 func (w *World) poke() {
 	select {

@@ -143,9 +143,8 @@ func (d *groupDriver) whenStopped(r *groupReplica, tries int) {
 }
 
 // gChurn removes a lease from a replica and, often soon after, adds it back: a release may
-// still be in flight when it comes back. Add and Remove are called on goroutines of their own,
-// as a user's handler would: they take the Group's mutex, which mutant 2 holds over a
-// PSUBSCRIBE that only the driver can answer.
+// still be in flight when it comes back. Add and Remove are called from the driver's
+// goroutine: they only take the Group's mutex and wake its loop.
 func (d *groupDriver) gChurn() {
 	r := d.pick()
 	if r.crashed {
@@ -155,17 +154,17 @@ func (d *groupDriver) gChurn() {
 	g := r.g
 	if d.rng.IntN(3) == 0 {
 		d.w.Tracef("user: %s.Add(%s)", r.node.Name(), name)
-		go func() { _ = g.Add(name) }()
+		_ = g.Add(name)
 		return
 	}
 	d.w.Tracef("user: %s.Remove(%s)", r.node.Name(), name)
-	go g.Remove(name)
+	g.Remove(name)
 	if d.rng.IntN(4) != 0 {
 		dt := d.dur(0, d.timing.lease)
 		d.after(dt, "add", func() {
 			if r.g == g {
 				d.w.Tracef("user: %s.Add(%s)", r.node.Name(), name)
-				go func() { _ = g.Add(name) }()
+				_ = g.Add(name)
 			}
 		})
 	}

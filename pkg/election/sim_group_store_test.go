@@ -3,6 +3,8 @@ package election
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +21,14 @@ type simGroupRedis struct {
 	node    *sim.Node
 	scripts sim.Scripts
 	names   []string // every lease name of the world: the pattern subscription's channels
+	gate    *callbackGate
+}
+
+// done lets a batch report to the loop once the driver says so (callbackGate): two batches
+// of one Run can end at one instant (their timeouts, runtime timers of the bubble, fire
+// together) and their reports would reach the loop's select in either order.
+func (s *simGroupRedis) done(kind string, sent time.Time) {
+	s.gate.pass(fmt.Sprintf("%s %s %d", s.node.Name(), kind, sent.UnixNano()))
 }
 
 func (s *simGroupRedis) ttl() string { return millis(s.g.cfg.LeaseDuration) }
@@ -28,11 +38,21 @@ func ownerOf(l *lease.Lease) string { return l.Instance() + ":" + l.Identity() }
 func (s *simGroupRedis) acquire(ctx context.Context, b *acquireBatch) {
 	b.replies = make([]acquireReply, len(b.items))
 	sent := s.g.clock.Now()
+	defer s.done("acquire", sent)
 	for i, gl := range b.items {
 		k := gl.l.Keys()
 		v, err := s.node.Call(ctx, "acquire "+gl.name, s.scripts.Acquire, []string{k.Lease, k.Token, k.Terms}, []string{ownerOf(gl.l), s.ttl(), k.Events})
 		b.replies[i] = parseGroupAcquire(sent, v, err)
 	}
+}
+
+// sortItems puts a renew or release batch in the order of its lease names, before its
+// replies are filled in: the machine fills these batches from a map (its held set) and reads
+// the replies in the batch's order (drawing a jitter for some), so that in the simulator a
+// seed replays only if that order is set. The order of a pipeline's commands on distinct keys
+// changes nothing else.
+func sortItems(items []termItem) {
+	slices.SortFunc(items, func(a, b termItem) int { return strings.Compare(a.gl.name, b.gl.name) })
 }
 
 func parseGroupAcquire(sent time.Time, v any, err error) acquireReply {
@@ -54,6 +74,8 @@ func parseGroupAcquire(sent time.Time, v any, err error) acquireReply {
 func (s *simGroupRedis) renew(ctx context.Context, b *renewBatch) {
 	b.replies = make([]renewReply, len(b.items))
 	sent := s.g.clock.Now()
+	defer s.done("renew", sent)
+	sortItems(b.items)
 	for i, it := range b.items {
 		k := it.gl.l.Keys()
 		v, err := s.node.Call(ctx, "renew "+it.gl.name, s.scripts.Renew, []string{k.Lease}, []string{it.term.String(), s.ttl()})
@@ -67,6 +89,8 @@ func (s *simGroupRedis) renew(ctx context.Context, b *renewBatch) {
 
 func (s *simGroupRedis) release(ctx context.Context, b *releaseBatch) {
 	b.errs = make([]error, len(b.items))
+	defer s.done("release", s.g.clock.Now())
+	sortItems(b.items)
 	for i, it := range b.items {
 		k := it.gl.l.Keys()
 		if _, err := s.node.Call(ctx, "release "+it.gl.name, s.scripts.Release, []string{k.Lease}, []string{it.term.String(), k.Events}); err != nil {
