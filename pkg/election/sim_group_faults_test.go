@@ -67,7 +67,6 @@ func (d *groupDriver) gBreakSubs() {
 }
 
 func (d *groupDriver) dataLost() {
-	d.lossAt = time.Now()
 	for _, rec := range d.recs {
 		rec.dataLost()
 	}

@@ -44,9 +44,8 @@ type groupDriver struct {
 	aseq     int
 	snaps    []*sim.Snapshot
 	chaos    bool
-	over     bool      // shut down: nothing runs again
-	lossAt   time.Time // the last restart without data or restore of a snapshot
-	ignore   bool      // nodes wait for their replies whatever their ctx says
+	over     bool // shut down: nothing runs again
+	ignore   bool // nodes wait for their replies whatever their ctx says
 	loss     float64
 	slow     float64
 }
@@ -267,7 +266,6 @@ func (d *groupDriver) loop(until time.Time, stop func() bool) {
 		d.w.Absorb()
 		for _, rec := range d.recs {
 			rec.flush()
-			d.markLost(rec)
 		}
 		for _, r := range d.replicas {
 			r.poll()
@@ -295,18 +293,6 @@ func (d *groupDriver) loop(until time.Time, stop func() bool) {
 			next = d.actions[0].at
 		}
 		d.w.SleepUntil(next)
-	}
-}
-
-// markLost labels the live terms won before Redis last lost data: a batch's reply may come
-// (and its term start) after the loss, and the recorder only labels the terms live at it.
-// A token is the server's clock in microseconds when the term was won.
-func (d *groupDriver) markLost(rec *recorder) {
-	for _, t := range rec.terms {
-		if t.live && !t.dataLoss && t.token < d.lossAt.UnixMicro() {
-			t.dataLoss = true
-			d.w.Tracef("token %d was won before Redis lost data", t.token)
-		}
 	}
 }
 
