@@ -30,24 +30,16 @@ import (
 
 // groupDriver runs one seed of Groups.
 type groupDriver struct {
-	w        *sim.World
-	rng      *rand.Rand
+	simBase
 	scripts  sim.Scripts
 	client   redis.UniversalClient
-	timing   simTiming
 	names    []string
 	recs     []*recorder // one per name, in the order of names
 	replicas []*groupReplica
 	gate     *callbackGate
 	zombies  []chan error
-	actions  []simAction
-	aseq     int
-	snaps    []*sim.Snapshot
-	chaos    bool
 	over     bool // shut down: nothing runs again
 	ignore   bool // nodes wait for their replies whatever their ctx says
-	loss     float64
-	slow     float64
 }
 
 // groupReplica is one replica: a Group (the production code), a new incarnation (gen) after a
@@ -160,22 +152,6 @@ type groupTimer struct {
 }
 
 func (t *groupTimer) Reset(d time.Duration) bool { return t.Timer.Reset(t.c.late(d)) }
-
-func (d *groupDriver) after(dt time.Duration, name string, fn func()) {
-	d.aseq++
-	a := simAction{at: time.Now().Add(dt), seq: d.aseq, name: name, fn: fn}
-	i := len(d.actions)
-	for i > 0 && d.actions[i-1].at.After(a.at) {
-		i--
-	}
-	d.actions = append(d.actions, simAction{})
-	copy(d.actions[i+1:], d.actions[i:])
-	d.actions[i] = a
-}
-
-func (d *groupDriver) dur(lo, hi time.Duration) time.Duration {
-	return lo + time.Duration(d.rng.Int64N(int64(hi-lo)+1))
-}
 
 func (d *groupDriver) rec(name string) *recorder {
 	for i, n := range d.names {
@@ -317,15 +293,15 @@ func (d *groupDriver) done() bool {
 func (d *groupDriver) configure() {
 	d.timing = simTimings[d.rng.IntN(len(simTimings))]
 	d.ignore = d.rng.IntN(3) == 0
-	d.loss = []float64{0.01, 0.05, 0.2}[d.rng.IntN(3)]
-	d.slow = []float64{0.05, 0.2, 0.5}[d.rng.IntN(3)]
+	d.lossLevel = []float64{0.01, 0.05, 0.2}[d.rng.IntN(3)]
+	d.slowLevel = []float64{0.05, 0.2, 0.5}[d.rng.IntN(3)]
 	k, n := 2+d.rng.IntN(3), 2+d.rng.IntN(3)
 	for i := 0; i < k; i++ {
 		d.names = append(d.names, fmt.Sprintf("L%d", i))
 		d.recs = append(d.recs, newRecorder(d.w))
 	}
 	d.w.Tracef("seed world: %d groups, %d leases, lease %v renew %v retry %v, context timeouts ignored %v, loss %v slow %v",
-		n, k, d.timing.lease, d.timing.renew, d.timing.retry, d.ignore, d.loss, d.slow)
+		n, k, d.timing.lease, d.timing.renew, d.timing.retry, d.ignore, d.lossLevel, d.slowLevel)
 	for i := 0; i < n; i++ {
 		r := &groupReplica{d: d, idx: i, work: d.rng.IntN(workModes), slowStop: d.rng.IntN(2) == 0, max: d.rng.IntN(3)}
 		d.w.Tracef("g%d: work %s, slow stop %v, max leases %d", i, workNames[r.work], r.slowStop, r.max)
@@ -338,7 +314,12 @@ func (d *groupDriver) configure() {
 // synctest bubble of the caller.
 func runGroupSim(seed uint64, duration time.Duration, client redis.UniversalClient, scripts sim.Scripts) simResult {
 	w := sim.NewWorld(seed)
-	d := &groupDriver{w: w, rng: w.Rand, scripts: scripts, client: client, gate: &callbackGate{w: w, waiting: map[string]chan struct{}{}}}
+	d := &groupDriver{simBase: simBase{w: w, rng: w.Rand}, scripts: scripts, client: client, gate: &callbackGate{w: w, waiting: map[string]chan struct{}{}}}
+	d.dataLost = func() {
+		for _, rec := range d.recs {
+			rec.dataLost()
+		}
+	}
 	d.configure()
 	if duration == 0 {
 		duration = 40 * d.timing.lease
