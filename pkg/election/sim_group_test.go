@@ -237,39 +237,15 @@ func (r *groupReplica) poll() {
 
 // loop runs until `until`, or until stop says so, one message or action per step.
 func (d *groupDriver) loop(until time.Time, stop func() bool) {
-	for {
-		synctest.Wait()
-		d.w.Absorb()
+	d.steps(until, stop, func() bool {
 		for _, rec := range d.recs {
 			rec.flush()
 		}
 		for _, r := range d.replicas {
 			r.poll()
 		}
-		if d.gate.next() || d.w.DeliverDue() {
-			continue
-		}
-		if len(d.actions) > 0 && !d.actions[0].at.After(time.Now()) {
-			a := d.actions[0]
-			d.actions = d.actions[1:]
-			a.fn()
-			continue
-		}
-		if (stop != nil && stop()) || !time.Now().Before(until) {
-			return
-		}
-		next := until
-		if stop != nil {
-			next = minTime(next, time.Now().Add(d.timing.retry))
-		}
-		if t, ok := d.w.NextAt(); ok && t.Before(next) {
-			next = t
-		}
-		if len(d.actions) > 0 && d.actions[0].at.Before(next) {
-			next = d.actions[0].at
-		}
-		d.w.SleepUntil(next)
-	}
+		return d.gate.next()
+	})
 }
 
 func (d *groupDriver) done() bool {

@@ -127,11 +127,21 @@ func (d *simDriver) quietLen() time.Duration {
 // loop runs until `until`, or until stop says so: each turn waits for every goroutine of the
 // bubble to block, then does one thing.
 func (d *simDriver) loop(until time.Time, stop func() bool) {
+	d.steps(until, stop, func() bool {
+		d.rec.flush()
+		return d.poll()
+	})
+}
+
+// steps is both drivers' loop: each turn waits for every goroutine of the bubble to block,
+// schedules the requests sent meanwhile, then does one thing: what own does (the driver's own
+// bookkeeping; true: it did something), else the next message or timer due, else the next
+// action due; until `until`, or until stop says so.
+func (d *simBase) steps(until time.Time, stop func() bool, own func() bool) {
 	for {
 		synctest.Wait()
 		d.w.Absorb()
-		d.rec.flush()
-		if d.poll() || d.w.DeliverDue() {
+		if own() || d.w.DeliverDue() {
 			continue
 		}
 		if len(d.actions) > 0 && !d.actions[0].at.After(time.Now()) {
