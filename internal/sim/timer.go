@@ -164,6 +164,9 @@ func (w *World) handOver() bool {
 
 // offer sends t's time if its owner is blocked receiving from its channel.
 func (w *World) offer(t *Timer) bool {
+	if t.n.paused(time.Now()) {
+		return false // handed over when the pause ends
+	}
 	select {
 	case t.c <- t.when:
 	default:

@@ -63,6 +63,30 @@ type recorder struct {
 	violations   []string
 	ends         int // terms ended (ctx cancelled or crashed)
 	exceptions   map[string]int
+	pauses       []simPause    // replicas paused (the Group driver's fault)
+	margin       time.Duration // LeaseDuration − RenewDeadline: a shorter pause is no excuse
+}
+
+// simPause is a replica incarnation paused from start to end: none of its goroutines ran.
+type simPause struct {
+	replica, gen int
+	start, end   time.Time
+}
+
+// paused records a pause of a replica incarnation.
+func (r *recorder) paused(replica, gen int, start, end time.Time) {
+	r.pauses = append(r.pauses, simPause{replica, gen, start, end})
+}
+
+// longPause finds a pause of o's replica while o was live, before now, that lasted at least
+// the margin (docs/DESIGN.md: safe while no pause outlasts LeaseDuration − RenewDeadline).
+func (r *recorder) longPause(o *simTerm, now time.Time) (simPause, bool) {
+	for _, p := range r.pauses {
+		if p.replica == o.replica && p.gen == o.gen && p.end.After(o.start) && p.start.Before(now) && p.end.Sub(p.start) >= r.margin {
+			return p, true
+		}
+	}
+	return simPause{}, false
 }
 
 func newRecorder(w *sim.World) *recorder {
@@ -189,6 +213,10 @@ func (r *recorder) startTerm(ev simEvent) {
 		}
 		if o.dataLoss || t.dataLoss {
 			r.except("data loss", "r%d token %d starts while r%d token %d works, one of them on a lease Redis lost", t.replica, t.token, o.replica, o.token)
+			continue
+		}
+		if p, ok := r.longPause(o, t.start); ok {
+			r.except("pause", "r%d token %d starts while r%d token %d works, paused for %v (margin %v)", t.replica, t.token, o.replica, o.token, p.end.Sub(p.start), r.margin)
 			continue
 		}
 		r.fail("two leaders: r%d.%d token %d starts while r%d.%d token %d is live", t.replica, t.gen, t.token, o.replica, o.gen, o.token)

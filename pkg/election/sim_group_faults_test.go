@@ -22,6 +22,7 @@ func (d *groupDriver) tick() {
 		func() { d.cut(pick()) }, func() { d.cutNodes(nodes) }, func() { d.breakSubs(pick) },
 		d.restartRedis, d.restoreSnapshot, d.gCrash, d.gCancelRun,
 		d.gChurn, d.gChurn, d.gChurn, d.network, d.network, func() { d.stallNode(pick()) }, func() { d.stallNode(pick()) },
+		d.gPause,
 	}
 	faults[d.rng.IntN(len(faults))]()
 	d.after(d.dur(time.Millisecond, d.timing.lease), "tick", d.tick)
@@ -55,7 +56,7 @@ func (d *groupDriver) gCrash() {
 
 func (d *groupDriver) gCancelRun() {
 	r := d.pick()
-	if !r.running {
+	if !r.running || r.node.Paused() {
 		return
 	}
 	dt := d.dur(0, 2*d.timing.lease)
@@ -85,7 +86,7 @@ func (d *groupDriver) whenStopped(r *groupReplica, tries int) {
 // goroutine: they only take the Group's mutex and wake its loop.
 func (d *groupDriver) gChurn() {
 	r := d.pick()
-	if r.crashed {
+	if r.crashed || r.node.Paused() {
 		return
 	}
 	name := d.names[d.rng.IntN(len(d.names))]
@@ -100,10 +101,39 @@ func (d *groupDriver) gChurn() {
 	if d.rng.IntN(4) != 0 {
 		dt := d.dur(0, d.timing.lease)
 		d.after(dt, "add", func() {
-			if r.g == g {
+			if r.g == g && !r.node.Paused() {
 				d.w.Tracef("user: %s.Add(%s)", r.node.Name(), name)
 				_ = g.Add(name)
 			}
 		})
+	}
+}
+
+// gPause stops a replica, every goroutine of it (SIGSTOP, a frozen VM), for less than the
+// margin LeaseDuration − RenewDeadline, up to the lease, or up to three leases. The recorder
+// excuses an overlap only when a pause of the live term's replica reached the margin
+// (docs/DESIGN.md, "Process pauses"): a shorter one must never let two lead.
+func (d *groupDriver) gPause() {
+	r := d.pick()
+	if r.crashed || r.node.Paused() {
+		return
+	}
+	margin := d.timing.lease - d.timing.renew
+	var dt time.Duration
+	switch d.rng.IntN(3) {
+	case 0:
+		dt = d.dur(time.Millisecond, margin-time.Millisecond)
+	case 1:
+		dt = d.dur(margin, d.timing.lease)
+	default:
+		dt = d.dur(d.timing.lease, 3*d.timing.lease)
+	}
+	d.w.Tracef("fault: %s paused for %v (margin %v)", r.node.Name(), dt, margin)
+	now := time.Now()
+	r.pausedUntil = now.Add(dt)
+	d.w.Pause(r.node, dt)
+	d.w.Pause(r.listen, dt)
+	for _, rec := range d.recs {
+		rec.paused(r.idx, r.gen, now, r.pausedUntil)
 	}
 }

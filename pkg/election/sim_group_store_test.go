@@ -22,13 +22,14 @@ type simGroupRedis struct {
 	scripts sim.Scripts
 	names   []string // every lease name of the world: the pattern subscription's channels
 	gate    *callbackGate
+	pushes  int // pub/sub messages delivered to its subscriptions (the driver's goroutine)
 }
 
 // done lets a batch report to the loop once the driver says so (callbackGate): two batches
 // of one Run can end at one instant (their timeouts, runtime timers of the bubble, fire
 // together) and their reports would reach the loop's select in either order.
 func (s *simGroupRedis) done(kind string, sent time.Time) {
-	s.gate.pass(fmt.Sprintf("%s %s %d", s.node.Name(), kind, sent.UnixNano()))
+	s.gate.pass(s.node, fmt.Sprintf("%s %s %d", s.node.Name(), kind, sent.UnixNano()))
 }
 
 func (s *simGroupRedis) ttl() string { return millis(s.g.cfg.LeaseDuration) }
@@ -117,7 +118,7 @@ func (s *simGroupRedis) heartbeat(ctx context.Context, mode string) (int, error)
 // PSUBSCRIBE; the Group's pattern matches exactly these channels) and returns once Redis
 // confirmed them all.
 func (s *simGroupRedis) subscribe(ctx context.Context) (groupSubscription, error) {
-	gs := &simGroupSub{events: make(chan groupEvent, 64)}
+	gs := &simGroupSub{events: make(chan seqEvent, 64), seam: s}
 	for _, name := range s.names {
 		ch := lease.KeysFor(s.g.cfg.KeyPrefix, name).Events
 		sub, err := s.node.Subscribe(ctx, ch, gs.deliver(name), gs.broken)
@@ -132,10 +133,17 @@ func (s *simGroupRedis) subscribe(ctx context.Context) (groupSubscription, error
 	return gs, nil
 }
 
+// seqEvent is an event and its number among those its seam received.
+type seqEvent struct {
+	groupEvent
+	seq int
+}
+
 // simGroupSub is one pattern subscription: its channels' messages, in the order delivered;
 // the first broken channel ends it.
 type simGroupSub struct {
-	events chan groupEvent
+	seam   *simGroupRedis
+	events chan seqEvent
 	mu     sync.Mutex
 	subs   []*sim.Sub
 	ended  bool // events is closed
@@ -152,8 +160,9 @@ func (s *simGroupSub) deliver(name string) func(string) {
 		if s.ended {
 			return
 		}
+		s.seam.pushes++
 		select {
-		case s.events <- groupEvent{name, ev}:
+		case s.events <- seqEvent{groupEvent{name, ev}, s.seam.pushes}:
 		default: // a full buffer: lost, as a slow subscriber's messages are
 		}
 	}
@@ -174,6 +183,10 @@ func (s *simGroupSub) next(ctx context.Context) (string, lease.Event, error) {
 		if !ok {
 			return "", lease.Event{}, fmt.Errorf("lease events: subscription broken")
 		}
+		// One event per step: messages that waited in the buffer (while the subscription
+		// was being made, or the node paused) would otherwise reach the loop in a burst,
+		// taken in as many of its rounds as the goroutines' timing gives.
+		s.seam.gate.pass(s.seam.node, fmt.Sprintf("%s event %09d", s.seam.node.Name(), e.seq))
 		return e.name, e.ev, nil
 	case <-ctx.Done():
 		return "", lease.Event{}, ctx.Err()

@@ -45,17 +45,19 @@ type groupDriver struct {
 // groupReplica is one replica: a Group (the production code), a new incarnation (gen) after a
 // crash.
 type groupReplica struct {
-	d        *groupDriver
-	idx, gen int
-	g        *Group
-	node     *sim.Node
-	slowStop bool
-	work     int
-	max      int
-	cancel   context.CancelFunc
-	done     chan error
-	running  bool
-	crashed  bool
+	d           *groupDriver
+	idx, gen    int
+	g           *Group
+	node        *sim.Node
+	listen      *sim.Node // its subscription goroutine's timers (groupClock)
+	pausedUntil time.Time
+	slowStop    bool
+	work        int
+	max         int
+	cancel      context.CancelFunc
+	done        chan error
+	running     bool
+	crashed     bool
 }
 
 // callbackGate lets the callbacks and the batches of every Group return one at a time, one
@@ -66,30 +68,36 @@ type groupReplica struct {
 type callbackGate struct {
 	w       *sim.World
 	mu      sync.Mutex
-	waiting map[string]chan struct{}
+	waiting map[string]gateEntry
+}
+
+type gateEntry struct {
+	node *sim.Node // a paused node's callbacks and batches wait for the pause's end
+	ch   chan struct{}
 }
 
 // pass blocks until the driver lets the callback of key return; keys are unique.
-func (g *callbackGate) pass(key string) {
+func (g *callbackGate) pass(node *sim.Node, key string) {
 	ch := make(chan struct{})
 	g.mu.Lock()
-	g.waiting[key] = ch
+	g.waiting[key] = gateEntry{node, ch}
 	g.mu.Unlock()
 	g.w.Poke()
 	<-ch
 }
 
-// next lets the callback with the least key return; false: none waits.
+// next lets the callback with the least key whose node is not paused return; false: none.
 func (g *callbackGate) next() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.waiting) == 0 {
-		return false
+	for _, k := range slices.Sorted(maps.Keys(g.waiting)) {
+		if e := g.waiting[k]; !e.node.Paused() {
+			close(e.ch)
+			delete(g.waiting, k)
+			return true
+		}
 	}
-	keys := slices.Sorted(maps.Keys(g.waiting))
-	close(g.waiting[keys[0]])
-	delete(g.waiting, keys[0])
-	return true
+	return false
 }
 
 // leaseRand is a replica's seeded source per lease: the callbacks of one lease never overlap,
@@ -168,15 +176,16 @@ func (r *groupReplica) newGroup() {
 	r.node = d.w.NewNode(fmt.Sprintf("g%d.%d", r.idx, r.gen))
 	r.node.IgnoreCtx, r.node.ReadTimeout = d.ignore, 2*d.timing.lease
 	cbRand := &leaseRand{salt: d.rng.Uint64(), m: map[string]*rand.Rand{}}
-	idx, gen, work, slowStop, lease0 := r.idx, r.gen, r.work, r.slowStop, d.timing.lease
+	r.listen = d.w.NewNode(r.node.Name() + "/listen")
+	idx, gen, work, slowStop, lease0, node := r.idx, r.gen, r.work, r.slowStop, d.timing.lease, r.node
 	var g *Group
 	cfg := GroupConfig{
 		Client: d.client, Group: "simg", Identity: fmt.Sprintf("g%d", r.idx), MaxLeases: r.max,
 		LeaseDuration: d.timing.lease, RenewDeadline: d.timing.renew, RetryPeriod: d.timing.retry,
-		Clock: &groupClock{loop: r.node, listen: d.w.NewNode(r.node.Name() + "/listen"), salt: d.rng.Uint64()},
+		Clock: &groupClock{loop: r.node, listen: r.listen, salt: d.rng.Uint64()},
 		Callbacks: GroupCallbacks{
 			OnStartedLeading: func(ctx context.Context, name string, token int64) {
-				defer d.gate.pass(fmt.Sprintf("%s g%d.%d started %d", name, idx, gen, token))
+				defer d.gate.pass(node, fmt.Sprintf("%s g%d.%d started %d", name, idx, gen, token))
 				rec := d.rec(name)
 				rec.add(simEvent{kind: evStarted, replica: idx, gen: gen, token: token, instance: g.instance})
 				context.AfterFunc(ctx, func() { rec.add(simEvent{kind: evCancel, replica: idx, gen: gen, token: token}) })
@@ -184,7 +193,7 @@ func (r *groupReplica) newGroup() {
 				doWork(ctx, work, rand.New(rand.NewPCG(uint64(cbRand.n(name, time.Hour)), 5)), lease0)
 			},
 			OnStoppedLeading: func(name string) {
-				defer d.gate.pass(fmt.Sprintf("%s g%d.%d stopped %d", name, idx, gen, d.w.Elapsed()))
+				defer d.gate.pass(node, fmt.Sprintf("%s g%d.%d stopped %d", name, idx, gen, d.w.Elapsed()))
 				d.rec(name).add(simEvent{kind: evStopped, replica: idx, gen: gen})
 				if slowStop {
 					time.Sleep(cbRand.n(name, 2*lease0))
@@ -274,7 +283,9 @@ func (d *groupDriver) configure() {
 	k, n := 2+d.rng.IntN(3), 2+d.rng.IntN(3)
 	for i := 0; i < k; i++ {
 		d.names = append(d.names, fmt.Sprintf("L%d", i))
-		d.recs = append(d.recs, newRecorder(d.w))
+		rec := newRecorder(d.w)
+		rec.margin = d.timing.lease - d.timing.renew
+		d.recs = append(d.recs, rec)
 	}
 	d.w.Tracef("seed world: %d groups, %d leases, lease %v renew %v retry %v, context timeouts ignored %v, loss %v slow %v",
 		n, k, d.timing.lease, d.timing.renew, d.timing.retry, d.ignore, d.lossLevel, d.slowLevel)
@@ -290,7 +301,7 @@ func (d *groupDriver) configure() {
 // synctest bubble of the caller.
 func runGroupSim(seed uint64, duration time.Duration, client redis.UniversalClient, scripts sim.Scripts) simResult {
 	w := sim.NewWorld(seed)
-	d := &groupDriver{simBase: simBase{w: w, rng: w.Rand}, scripts: scripts, client: client, gate: &callbackGate{w: w, waiting: map[string]chan struct{}{}}}
+	d := &groupDriver{simBase: simBase{w: w, rng: w.Rand}, scripts: scripts, client: client, gate: &callbackGate{w: w, waiting: map[string]gateEntry{}}}
 	d.dataLost = func() {
 		for _, rec := range d.recs {
 			rec.dataLost()
@@ -315,9 +326,11 @@ func runGroupSim(seed uint64, duration time.Duration, client redis.UniversalClie
 	d.w.Tracef("shutdown")
 	d.chaos, d.over = true, true
 	for _, r := range d.replicas {
-		if r.running {
-			r.cancel()
-		}
+		d.awake(r, func() {
+			if r.running {
+				r.cancel()
+			}
+		})
 	}
 	d.loop(time.Now().Add(time.Hour), d.done)
 	res := simResult{exceptions: map[string]int{}, simulated: time.Since(start)}
@@ -347,16 +360,28 @@ func (d *groupDriver) calm() {
 	d.w.Faults = sim.Faults{}
 	d.w.Up()
 	for _, r := range d.replicas {
-		if r.crashed {
-			d.restart(r)
-		}
 		d.w.Heal(r.node)
-		_ = r.g.Add(d.names...)
-		if !r.running {
-			r.startRun()
-		}
+		d.awake(r, func() {
+			if r.crashed {
+				d.restart(r)
+			}
+			_ = r.g.Add(d.names...)
+			if !r.running {
+				r.startRun()
+			}
+		})
 	}
 	d.w.Tracef("calm")
+}
+
+// awake runs fn, an action of a user or of the replica's environment, now, or when r's pause
+// ends: a stopped process acts on nothing.
+func (d *groupDriver) awake(r *groupReplica, fn func()) {
+	if dt := time.Until(r.pausedUntil); dt > 0 && !r.crashed {
+		d.after(dt, "awake", fn)
+		return
+	}
+	fn()
 }
 
 func (d *groupDriver) restart(r *groupReplica) {
