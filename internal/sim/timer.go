@@ -141,6 +141,9 @@ func remove(list []*Timer, t *Timer) []*Timer {
 	return list
 }
 
+// Poke wakes the driver from SleepUntil: a goroutine of a node has something for it.
+func (w *World) Poke() { w.poke() }
+
 // poke wakes the driver from SleepUntil.
 func (w *World) poke() {
 	select {
@@ -161,6 +164,9 @@ func (w *World) handOver() bool {
 
 // offer sends t's time if its owner is blocked receiving from its channel.
 func (w *World) offer(t *Timer) bool {
+	if t.n.paused(time.Now()) {
+		return false // handed over when the pause ends
+	}
 	select {
 	case t.c <- t.when:
 	default:

@@ -131,8 +131,9 @@ type Node struct {
 	cut                bool // partitioned: messages to and from it are lost
 	refuse             bool // while cut: calls fail at once instead of hanging
 	crashed            bool
-	timerSeq           uint64 // timers armed (Timer.seq)
-	fired              int    // its timers in World.fired
+	pausedUntil        time.Time // Pause: until then nothing reaches the node and it sends nothing
+	timerSeq           uint64    // timers armed (Timer.seq)
+	fired              int       // its timers in World.fired
 }
 
 // NewNode adds a node called name.
@@ -143,6 +144,25 @@ func (w *World) NewNode(name string) *Node {
 	w.nodes = append(w.nodes, n)
 	return n
 }
+
+// Pause freezes the node for d, as a stopped process (SIGSTOP, a long GC pause): until then
+// its requests wait unsent, and replies, pub/sub messages and the times of its timers wait
+// undelivered; then they go in their order. A goroutine of the node that a runtime timer of
+// the bubble wakes (a context deadline) still runs, but whatever it sends waits.
+func (w *World) Pause(n *Node, d time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n.pausedUntil = time.Now().Add(d)
+}
+
+// Paused reports whether the node is paused now.
+func (n *Node) Paused() bool {
+	n.w.mu.Lock()
+	defer n.w.mu.Unlock()
+	return n.paused(time.Now())
+}
+
+func (n *Node) paused(now time.Time) bool { return now.Before(n.pausedUntil) }
 
 // Name returns the node's name.
 func (n *Node) Name() string { return n.name }
@@ -293,15 +313,22 @@ func (c *call) key() string {
 func (w *World) Absorb() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	p := w.pending
-	w.pending = nil
+	now := time.Now()
+	var p, held []*msg
+	for _, m := range w.pending {
+		if m.node.paused(now) {
+			held = append(held, m) // sent when the pause ends
+		} else {
+			p = append(p, m)
+		}
+	}
+	w.pending = held
 	sort.SliceStable(p, func(i, j int) bool {
 		if p[i].node.id != p[j].node.id {
 			return p[i].node.id < p[j].node.id
 		}
 		return p[i].call.key() < p[j].call.key()
 	})
-	now := time.Now()
 	for _, m := range p {
 		w.calls++
 		m.call.id = w.calls
@@ -331,6 +358,14 @@ func (w *World) scheduleReply(m *msg, r result, now time.Time) {
 	w.schedule(&msg{kind: reply, node: m.node, call: m.call, res: r}, now.Add(w.latencyOf(m.node)))
 }
 
+// to is the node a reply or a push goes to.
+func (m *msg) to() *Node {
+	if m.kind == push {
+		return m.sub.node
+	}
+	return m.node
+}
+
 // NextAt returns the time of the next message or timer, and false when there is none.
 func (w *World) NextAt() (time.Time, bool) {
 	w.mu.Lock()
@@ -341,6 +376,12 @@ func (w *World) NextAt() (time.Time, bool) {
 	}
 	if len(w.timers) > 0 && (next.IsZero() || w.timers[0].when.Before(next)) {
 		next = w.timers[0].when
+	}
+	now := time.Now()
+	for _, n := range w.nodes { // a pause's end sends what waited
+		if n.paused(now) && (next.IsZero() || n.pausedUntil.Before(next)) {
+			next = n.pausedUntil
+		}
 	}
 	return next, !next.IsZero()
 }
@@ -360,6 +401,10 @@ func (w *World) DeliverDue() bool {
 	}
 	m := w.queue[0]
 	w.queue = w.queue[1:]
+	if to := m.to(); m.kind != request && to != nil && to.paused(now) {
+		w.schedule(m, to.pausedUntil) // after the pause, in the order they came
+		return true
+	}
 	switch m.kind {
 	case request:
 		w.execute(m, now)

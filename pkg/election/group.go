@@ -101,6 +101,9 @@ type Group struct {
 	guards map[string]*termGuard
 	maxLag atomic.Int64 // the latest the loop woke up after it planned to, in ns (tests)
 	seam   groupRedis   // the simulator's Redis (tests); nil: redisGroup over cfg.Client
+
+	// rand is the jitter's source in the simulator (Elector.rand's counterpart); nil: math/rand.
+	rand func(n time.Duration) time.Duration
 }
 
 type groupChange struct {

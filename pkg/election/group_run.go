@@ -3,6 +3,7 @@ package election
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,6 +28,7 @@ func (g *Group) Run(ctx context.Context) error {
 	for n := range g.names {
 		names = append(names, n)
 	}
+	slices.Sort(names) // in a set order: the same Run tries them in the same order
 	g.pending = nil
 	g.mu.Unlock()
 	defer func() {
@@ -55,6 +57,9 @@ func (g *Group) Run(ctx context.Context) error {
 		return lease.New(g.cfg.Client, name, lease.Options{Prefix: g.cfg.KeyPrefix, Identity: g.cfg.Identity, Instance: g.instance})
 	})
 	r.m.guards = g.guards
+	if g.rand != nil { // the simulator's seeded source (Elector.rand's counterpart)
+		r.m.jitter = func() time.Duration { return g.rand(maxJitter) }
+	}
 	for _, n := range names {
 		r.m.add(n)
 	}

@@ -13,14 +13,9 @@ func (d *simDriver) tick() {
 	if !d.chaos {
 		return
 	}
-	if d.rng.IntN(4) == 0 {
-		d.snaps = append(d.snaps, d.w.Snapshot())
-		if len(d.snaps) > 6 {
-			d.snaps = d.snaps[1:]
-		}
-	}
+	d.maybeSnapshot()
 	faults := []func(){
-		d.cutOne, d.cutAll, d.breakSubs, d.restartRedis, d.restoreSnapshot,
+		d.cutOne, d.cutAll, func() { d.breakSubs(func() *sim.Node { return d.pick().node }) }, d.restartRedis, d.restoreSnapshot,
 		d.crash, d.cancelRun, d.resign, d.resign, d.release, d.network, d.network, d.stall, d.stall,
 	}
 	faults[d.rng.IntN(len(faults))]()
@@ -29,24 +24,44 @@ func (d *simDriver) tick() {
 
 func (d *simDriver) pick() *simReplica { return d.replicas[d.rng.IntN(len(d.replicas))] }
 
-func (d *simDriver) cutOne() {
-	r := d.pick()
+func (d *simDriver) cutOne() { d.cut(d.pick().node) }
+
+func (d *simDriver) cutAll() {
+	nodes := make([]*sim.Node, 0, len(d.replicas))
+	for _, r := range d.replicas {
+		nodes = append(nodes, r.node)
+	}
+	d.cutNodes(nodes)
+}
+
+// The faults both drivers inject, on simBase.
+
+// maybeSnapshot keeps, one tick in four, a copy of Redis's data to restore later (the last 6).
+func (d *simBase) maybeSnapshot() {
+	if d.rng.IntN(4) == 0 {
+		d.snaps = append(d.snaps, d.w.Snapshot())
+		if len(d.snaps) > 6 {
+			d.snaps = d.snaps[1:]
+		}
+	}
+}
+
+// cut partitions n from Redis (refused or black-holed) for up to two lease durations.
+func (d *simBase) cut(n *sim.Node) {
 	refuse := d.rng.IntN(2) == 0
 	dt := d.dur(time.Millisecond, 2*d.timing.lease)
-	d.w.Tracef("fault: cut %s from Redis for %v (refused %v)", r.node.Name(), dt, refuse)
-	n := r.node
+	d.w.Tracef("fault: cut %s from Redis for %v (refused %v)", n.Name(), dt, refuse)
 	d.w.Cut(n, refuse)
 	d.after(dt, "heal", func() { d.w.Tracef("heal %s", n.Name()); d.w.Heal(n) })
 }
 
-func (d *simDriver) cutAll() {
+// cutNodes makes Redis unreachable from every node for up to two lease durations.
+func (d *simBase) cutNodes(nodes []*sim.Node) {
 	dt := d.dur(time.Millisecond, 2*d.timing.lease)
 	refuse := d.rng.IntN(2) == 0
 	d.w.Tracef("fault: Redis unreachable from all for %v (refused %v)", dt, refuse)
-	var nodes []*sim.Node
-	for _, r := range d.replicas {
-		d.w.Cut(r.node, refuse)
-		nodes = append(nodes, r.node)
+	for _, n := range nodes {
+		d.w.Cut(n, refuse)
 	}
 	d.after(dt, "heal all", func() {
 		d.w.Tracef("heal all")
@@ -56,32 +71,35 @@ func (d *simDriver) cutAll() {
 	})
 }
 
-func (d *simDriver) breakSubs() {
+// breakSubs breaks every subscription (one time in three) or those of the node pick draws.
+func (d *simBase) breakSubs(pick func() *sim.Node) {
 	if d.rng.IntN(3) == 0 {
 		d.w.Tracef("fault: every subscription breaks")
 		d.w.BreakSubscriptions(nil)
 		return
 	}
-	r := d.pick()
-	d.w.Tracef("fault: subscriptions of %s break", r.node.Name())
-	d.w.BreakSubscriptions(r.node)
+	n := pick()
+	d.w.Tracef("fault: subscriptions of %s break", n.Name())
+	d.w.BreakSubscriptions(n)
 }
 
-func (d *simDriver) restartRedis() {
+// restartRedis restarts Redis without data, down for up to a lease duration.
+func (d *simBase) restartRedis() {
 	dt := d.dur(0, d.timing.lease)
 	d.w.Tracef("fault: Redis restarts without data, down for %v", dt)
-	d.rec.dataLost()
+	d.dataLost()
 	d.w.RestartRedis(nil, true)
 	d.after(dt, "redis up", func() { d.w.Tracef("Redis up"); d.w.Up() })
 }
 
-func (d *simDriver) restoreSnapshot() {
+// restoreSnapshot restarts Redis with the data of one of the kept snapshots.
+func (d *simBase) restoreSnapshot() {
 	if len(d.snaps) == 0 {
 		return
 	}
 	i := d.rng.IntN(len(d.snaps))
 	d.w.Tracef("fault: Redis restored from snapshot %d of %d", i, len(d.snaps))
-	d.rec.dataLost()
+	d.dataLost()
 	d.w.RestartRedis(d.snaps[i], false)
 }
 
@@ -203,7 +221,7 @@ func (d *simDriver) goOp(r *simReplica, name string, fn func(context.Context) er
 }
 
 // network changes how lossy and slow the network is.
-func (d *simDriver) network() {
+func (d *simBase) network() {
 	f := sim.Faults{}
 	if d.rng.IntN(2) == 0 {
 		f.Loss = d.lossLevel * d.rng.Float64()
@@ -226,9 +244,14 @@ func (d *simDriver) stall() {
 			r = x
 		}
 	}
+	d.stallNode(r.node)
+}
+
+// stallNode slows every message to and from n sent within up to a lease duration.
+func (d *simBase) stallNode(n *sim.Node) {
 	window := d.dur(d.timing.retry, d.timing.lease)
 	lo := d.dur(0, d.callTimeout())
 	hi := lo + d.dur(time.Millisecond, max(2*d.callTimeout(), 2*d.timing.lease))
-	d.w.Tracef("fault: %s stalls for %v: its messages take %v to %v", r.node.Name(), window, lo, hi)
-	d.w.Stall(r.node, window, lo, hi)
+	d.w.Tracef("fault: %s stalls for %v: its messages take %v to %v", n.Name(), window, lo, hi)
+	d.w.Stall(n, window, lo, hi)
 }

@@ -3,6 +3,8 @@ package election
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +21,15 @@ type simGroupRedis struct {
 	node    *sim.Node
 	scripts sim.Scripts
 	names   []string // every lease name of the world: the pattern subscription's channels
+	gate    *callbackGate
+	pushes  int // pub/sub messages delivered to its subscriptions (the driver's goroutine)
+}
+
+// done lets a batch report to the loop once the driver says so (callbackGate): two batches
+// of one Run can end at one instant (their timeouts, runtime timers of the bubble, fire
+// together) and their reports would reach the loop's select in either order.
+func (s *simGroupRedis) done(kind string, sent time.Time) {
+	s.gate.pass(s.node, fmt.Sprintf("%s %s %d", s.node.Name(), kind, sent.UnixNano()))
 }
 
 func (s *simGroupRedis) ttl() string { return millis(s.g.cfg.LeaseDuration) }
@@ -28,11 +39,21 @@ func ownerOf(l *lease.Lease) string { return l.Instance() + ":" + l.Identity() }
 func (s *simGroupRedis) acquire(ctx context.Context, b *acquireBatch) {
 	b.replies = make([]acquireReply, len(b.items))
 	sent := s.g.clock.Now()
+	defer s.done("acquire", sent)
 	for i, gl := range b.items {
 		k := gl.l.Keys()
 		v, err := s.node.Call(ctx, "acquire "+gl.name, s.scripts.Acquire, []string{k.Lease, k.Token, k.Terms}, []string{ownerOf(gl.l), s.ttl(), k.Events})
 		b.replies[i] = parseGroupAcquire(sent, v, err)
 	}
+}
+
+// sortItems puts a renew or release batch in the order of its lease names, before its
+// replies are filled in: the machine fills these batches from a map (its held set) and reads
+// the replies in the batch's order (drawing a jitter for some), so that in the simulator a
+// seed replays only if that order is set. The order of a pipeline's commands on distinct keys
+// changes nothing else.
+func sortItems(items []termItem) {
+	slices.SortFunc(items, func(a, b termItem) int { return strings.Compare(a.gl.name, b.gl.name) })
 }
 
 func parseGroupAcquire(sent time.Time, v any, err error) acquireReply {
@@ -54,6 +75,8 @@ func parseGroupAcquire(sent time.Time, v any, err error) acquireReply {
 func (s *simGroupRedis) renew(ctx context.Context, b *renewBatch) {
 	b.replies = make([]renewReply, len(b.items))
 	sent := s.g.clock.Now()
+	defer s.done("renew", sent)
+	sortItems(b.items)
 	for i, it := range b.items {
 		k := it.gl.l.Keys()
 		v, err := s.node.Call(ctx, "renew "+it.gl.name, s.scripts.Renew, []string{k.Lease}, []string{it.term.String(), s.ttl()})
@@ -67,6 +90,8 @@ func (s *simGroupRedis) renew(ctx context.Context, b *renewBatch) {
 
 func (s *simGroupRedis) release(ctx context.Context, b *releaseBatch) {
 	b.errs = make([]error, len(b.items))
+	defer s.done("release", s.g.clock.Now())
+	sortItems(b.items)
 	for i, it := range b.items {
 		k := it.gl.l.Keys()
 		if _, err := s.node.Call(ctx, "release "+it.gl.name, s.scripts.Release, []string{k.Lease}, []string{it.term.String(), k.Events}); err != nil {
@@ -93,7 +118,7 @@ func (s *simGroupRedis) heartbeat(ctx context.Context, mode string) (int, error)
 // PSUBSCRIBE; the Group's pattern matches exactly these channels) and returns once Redis
 // confirmed them all.
 func (s *simGroupRedis) subscribe(ctx context.Context) (groupSubscription, error) {
-	gs := &simGroupSub{events: make(chan groupEvent, 64)}
+	gs := &simGroupSub{events: make(chan seqEvent, 64), seam: s}
 	for _, name := range s.names {
 		ch := lease.KeysFor(s.g.cfg.KeyPrefix, name).Events
 		sub, err := s.node.Subscribe(ctx, ch, gs.deliver(name), gs.broken)
@@ -108,10 +133,17 @@ func (s *simGroupRedis) subscribe(ctx context.Context) (groupSubscription, error
 	return gs, nil
 }
 
+// seqEvent is an event and its number among those its seam received.
+type seqEvent struct {
+	groupEvent
+	seq int
+}
+
 // simGroupSub is one pattern subscription: its channels' messages, in the order delivered;
 // the first broken channel ends it.
 type simGroupSub struct {
-	events chan groupEvent
+	seam   *simGroupRedis
+	events chan seqEvent
 	mu     sync.Mutex
 	subs   []*sim.Sub
 	ended  bool // events is closed
@@ -128,8 +160,9 @@ func (s *simGroupSub) deliver(name string) func(string) {
 		if s.ended {
 			return
 		}
+		s.seam.pushes++
 		select {
-		case s.events <- groupEvent{name, ev}:
+		case s.events <- seqEvent{groupEvent{name, ev}, s.seam.pushes}:
 		default: // a full buffer: lost, as a slow subscriber's messages are
 		}
 	}
@@ -150,6 +183,10 @@ func (s *simGroupSub) next(ctx context.Context) (string, lease.Event, error) {
 		if !ok {
 			return "", lease.Event{}, fmt.Errorf("lease events: subscription broken")
 		}
+		// One event per step: messages that waited in the buffer (while the subscription
+		// was being made, or the node paused) would otherwise reach the loop in a burst,
+		// taken in as many of its rounds as the goroutines' timing gives.
+		s.seam.gate.pass(s.seam.node, fmt.Sprintf("%s event %09d", s.seam.node.Name(), e.seq))
 		return e.name, e.ev, nil
 	case <-ctx.Done():
 		return "", lease.Event{}, ctx.Err()

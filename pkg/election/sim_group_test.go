@@ -2,9 +2,13 @@ package election
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
+	"maps"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -12,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/redis/go-redis/v9"
+	"k8s.io/utils/clock"
 
 	"github.com/elector/elector/internal/sim"
 )
@@ -25,69 +30,136 @@ import (
 
 // groupDriver runs one seed of Groups.
 type groupDriver struct {
-	w        *sim.World
-	rng      *rand.Rand
+	simBase
 	scripts  sim.Scripts
 	client   redis.UniversalClient
-	timing   simTiming
 	names    []string
 	recs     []*recorder // one per name, in the order of names
 	replicas []*groupReplica
+	gate     *callbackGate
 	zombies  []chan error
-	actions  []simAction
-	aseq     int
-	snaps    []*sim.Snapshot
-	chaos    bool
-	over     bool      // shut down: nothing runs again
-	lossAt   time.Time // the last restart without data or restore of a snapshot
-	ignore   bool      // nodes wait for their replies whatever their ctx says
-	loss     float64
-	slow     float64
+	over     bool // shut down: nothing runs again
+	ignore   bool // nodes wait for their replies whatever their ctx says
 }
 
 // groupReplica is one replica: a Group (the production code), a new incarnation (gen) after a
 // crash.
 type groupReplica struct {
-	d        *groupDriver
-	idx, gen int
-	g        *Group
-	node     *sim.Node
-	slowStop bool
-	work     int
-	max      int
-	cancel   context.CancelFunc
-	done     chan error
-	running  bool
-	crashed  bool
+	d           *groupDriver
+	idx, gen    int
+	g           *Group
+	node        *sim.Node
+	listen      *sim.Node // its subscription goroutine's timers (groupClock)
+	pausedUntil time.Time
+	slowStop    bool
+	work        int
+	max         int
+	cancel      context.CancelFunc
+	done        chan error
+	running     bool
+	crashed     bool
 }
 
-// lockedRand is a seeded source shared by the callback goroutines of one replica.
-type lockedRand struct {
-	mu sync.Mutex
-	r  *rand.Rand
+// callbackGate lets the callbacks and the batches of every Group return one at a time, one
+// per step of the driver, in the order of their keys. Several callbacks can end within one simulated instant
+// (a Run's stop cancels every term; timers of the bubble fire together), and each return is a
+// message to its Group's loop, whose select would take them in the order their goroutines
+// happened to run, drawing the leases' jitters in that order: a seed would not replay.
+type callbackGate struct {
+	w       *sim.World
+	mu      sync.Mutex
+	waiting map[string]gateEntry
 }
 
-func (l *lockedRand) n(d time.Duration) time.Duration {
+type gateEntry struct {
+	node *sim.Node // a paused node's callbacks and batches wait for the pause's end
+	ch   chan struct{}
+}
+
+// pass blocks until the driver lets the callback of key return; keys are unique.
+func (g *callbackGate) pass(node *sim.Node, key string) {
+	ch := make(chan struct{})
+	g.mu.Lock()
+	g.waiting[key] = gateEntry{node, ch}
+	g.mu.Unlock()
+	g.w.Poke()
+	<-ch
+}
+
+// next lets the callback with the least key whose node is not paused return; false: none.
+func (g *callbackGate) next() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, k := range slices.Sorted(maps.Keys(g.waiting)) {
+		if e := g.waiting[k]; !e.node.Paused() {
+			close(e.ch)
+			delete(g.waiting, k)
+			return true
+		}
+	}
+	return false
+}
+
+// leaseRand is a replica's seeded source per lease: the callbacks of one lease never overlap,
+// so each lease's draws come in the same order in every run, whatever the other leases do.
+type leaseRand struct {
+	mu   sync.Mutex
+	salt uint64
+	m    map[string]*rand.Rand
+}
+
+func (l *leaseRand) n(name string, d time.Duration) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return time.Duration(l.r.Int64N(int64(d)))
-}
-
-func (d *groupDriver) after(dt time.Duration, name string, fn func()) {
-	d.aseq++
-	a := simAction{at: time.Now().Add(dt), seq: d.aseq, name: name, fn: fn}
-	i := len(d.actions)
-	for i > 0 && d.actions[i-1].at.After(a.at) {
-		i--
+	r := l.m[name]
+	if r == nil {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(name))
+		r = rand.New(rand.NewPCG(l.salt, h.Sum64()))
+		l.m[name] = r
 	}
-	d.actions = append(d.actions, simAction{})
-	copy(d.actions[i+1:], d.actions[i:])
-	d.actions[i] = a
+	return time.Duration(r.Int64N(int64(d)))
 }
 
-func (d *groupDriver) dur(lo, hi time.Duration) time.Duration {
-	return lo + time.Duration(d.rng.Int64N(int64(hi-lo)+1))
+// groupClock is a Group's clock in the simulator: the bubble's virtual time, with timers of
+// the world (sim.Timer) that fire up to 10µs late, as simClock's. Two goroutines of a Run arm
+// timers: the loop (NewTimer, then Reset at each of its rounds, whose number depends on how
+// many messages one round takes) and the subscription's (After, between two subscriptions).
+// So the lateness is not drawn in arming order but hashed from the due time (and the seed),
+// and each goroutine has its own node (timers due at one instant fire by node, then arming
+// order): neither depends on which goroutine ran first within an instant.
+type groupClock struct {
+	clock.RealClock
+	loop, listen *sim.Node
+	salt         uint64
 }
+
+func (c *groupClock) late(d time.Duration) time.Duration {
+	h := fnv.New64a()
+	_ = binary.Write(h, binary.LittleEndian, [2]uint64{c.salt, uint64(time.Now().Add(d).UnixNano())})
+	return d + 1 + time.Duration(h.Sum64()%10_000)
+}
+
+func (c *groupClock) NewTimer(d time.Duration) clock.Timer {
+	return &groupTimer{Timer: c.loop.NewTimer(c.late(d)), c: c}
+}
+
+func (c *groupClock) After(d time.Duration) <-chan time.Time {
+	return c.listen.NewTimer(c.late(d)).C()
+}
+
+func (c *groupClock) Sleep(time.Duration) { panic("groupClock: Sleep is not simulated") }
+
+func (c *groupClock) Tick(time.Duration) <-chan time.Time {
+	panic("groupClock: Tick is not simulated")
+}
+
+type groupTimer struct {
+	*sim.Timer
+	c *groupClock
+}
+
+func (t *groupTimer) Reset(d time.Duration) bool { return t.Timer.Reset(t.c.late(d)) }
 
 func (d *groupDriver) rec(name string) *recorder {
 	for i, n := range d.names {
@@ -103,25 +175,28 @@ func (r *groupReplica) newGroup() {
 	d := r.d
 	r.node = d.w.NewNode(fmt.Sprintf("g%d.%d", r.idx, r.gen))
 	r.node.IgnoreCtx, r.node.ReadTimeout = d.ignore, 2*d.timing.lease
-	cbRand := &lockedRand{r: rand.New(rand.NewPCG(d.rng.Uint64(), 1))}
-	idx, gen, work, slowStop, lease0 := r.idx, r.gen, r.work, r.slowStop, d.timing.lease
+	cbRand := &leaseRand{salt: d.rng.Uint64(), m: map[string]*rand.Rand{}}
+	r.listen = d.w.NewNode(r.node.Name() + "/listen")
+	idx, gen, work, slowStop, lease0, node := r.idx, r.gen, r.work, r.slowStop, d.timing.lease, r.node
 	var g *Group
 	cfg := GroupConfig{
 		Client: d.client, Group: "simg", Identity: fmt.Sprintf("g%d", r.idx), MaxLeases: r.max,
 		LeaseDuration: d.timing.lease, RenewDeadline: d.timing.renew, RetryPeriod: d.timing.retry,
-		Clock: &simClock{node: r.node, rng: rand.New(rand.NewPCG(d.rng.Uint64(), 4))},
+		Clock: &groupClock{loop: r.node, listen: r.listen, salt: d.rng.Uint64()},
 		Callbacks: GroupCallbacks{
 			OnStartedLeading: func(ctx context.Context, name string, token int64) {
+				defer d.gate.pass(node, fmt.Sprintf("%s g%d.%d started %d", name, idx, gen, token))
 				rec := d.rec(name)
 				rec.add(simEvent{kind: evStarted, replica: idx, gen: gen, token: token, instance: g.instance})
 				context.AfterFunc(ctx, func() { rec.add(simEvent{kind: evCancel, replica: idx, gen: gen, token: token}) })
 				defer rec.add(simEvent{kind: evReturned, replica: idx, gen: gen, token: token})
-				doWork(ctx, work, rand.New(rand.NewPCG(uint64(cbRand.n(time.Hour)), 5)), lease0)
+				doWork(ctx, work, rand.New(rand.NewPCG(uint64(cbRand.n(name, time.Hour)), 5)), lease0)
 			},
 			OnStoppedLeading: func(name string) {
+				defer d.gate.pass(node, fmt.Sprintf("%s g%d.%d stopped %d", name, idx, gen, d.w.Elapsed()))
 				d.rec(name).add(simEvent{kind: evStopped, replica: idx, gen: gen})
 				if slowStop {
-					time.Sleep(cbRand.n(2 * lease0))
+					time.Sleep(cbRand.n(name, 2*lease0))
 				}
 			},
 		},
@@ -137,7 +212,11 @@ func (r *groupReplica) newGroup() {
 			}
 		}
 	}
-	g.seam = &simGroupRedis{g: g, node: r.node, scripts: d.scripts, names: d.names}
+	g.instance = fmt.Sprintf("i%d-%d", r.idx, r.gen) // not the random one: traces replay
+	g.member = g.instance + ":" + cfg.Identity
+	g.seam = &simGroupRedis{g: g, node: r.node, scripts: d.scripts, names: d.names, gate: d.gate}
+	jitterRand := rand.New(rand.NewPCG(d.rng.Uint64(), 3)) // the loop goroutine's only
+	g.rand = func(n time.Duration) time.Duration { return time.Duration(jitterRand.Int64N(int64(n))) }
 	r.g = g
 }
 
@@ -167,52 +246,15 @@ func (r *groupReplica) poll() {
 
 // loop runs until `until`, or until stop says so, one message or action per step.
 func (d *groupDriver) loop(until time.Time, stop func() bool) {
-	for {
-		synctest.Wait()
-		d.w.Absorb()
+	d.steps(until, stop, func() bool {
 		for _, rec := range d.recs {
 			rec.flush()
-			d.markLost(rec)
 		}
 		for _, r := range d.replicas {
 			r.poll()
 		}
-		if d.w.DeliverDue() {
-			continue
-		}
-		if len(d.actions) > 0 && !d.actions[0].at.After(time.Now()) {
-			a := d.actions[0]
-			d.actions = d.actions[1:]
-			a.fn()
-			continue
-		}
-		if (stop != nil && stop()) || !time.Now().Before(until) {
-			return
-		}
-		next := until
-		if stop != nil {
-			next = minTime(next, time.Now().Add(d.timing.retry))
-		}
-		if t, ok := d.w.NextAt(); ok && t.Before(next) {
-			next = t
-		}
-		if len(d.actions) > 0 && d.actions[0].at.Before(next) {
-			next = d.actions[0].at
-		}
-		d.w.SleepUntil(next)
-	}
-}
-
-// markLost labels the live terms won before Redis last lost data: a batch's reply may come
-// (and its term start) after the loss, and the recorder only labels the terms live at it.
-// A token is the server's clock in microseconds when the term was won.
-func (d *groupDriver) markLost(rec *recorder) {
-	for _, t := range rec.terms {
-		if t.live && !t.dataLoss && t.token < d.lossAt.UnixMicro() {
-			t.dataLoss = true
-			d.w.Tracef("token %d was won before Redis lost data", t.token)
-		}
-	}
+		return d.gate.next()
+	})
 }
 
 func (d *groupDriver) done() bool {
@@ -236,15 +278,17 @@ func (d *groupDriver) done() bool {
 func (d *groupDriver) configure() {
 	d.timing = simTimings[d.rng.IntN(len(simTimings))]
 	d.ignore = d.rng.IntN(3) == 0
-	d.loss = []float64{0.01, 0.05, 0.2}[d.rng.IntN(3)]
-	d.slow = []float64{0.05, 0.2, 0.5}[d.rng.IntN(3)]
+	d.lossLevel = []float64{0.01, 0.05, 0.2}[d.rng.IntN(3)]
+	d.slowLevel = []float64{0.05, 0.2, 0.5}[d.rng.IntN(3)]
 	k, n := 2+d.rng.IntN(3), 2+d.rng.IntN(3)
 	for i := 0; i < k; i++ {
 		d.names = append(d.names, fmt.Sprintf("L%d", i))
-		d.recs = append(d.recs, newRecorder(d.w))
+		rec := newRecorder(d.w)
+		rec.margin = d.timing.lease - d.timing.renew
+		d.recs = append(d.recs, rec)
 	}
 	d.w.Tracef("seed world: %d groups, %d leases, lease %v renew %v retry %v, context timeouts ignored %v, loss %v slow %v",
-		n, k, d.timing.lease, d.timing.renew, d.timing.retry, d.ignore, d.loss, d.slow)
+		n, k, d.timing.lease, d.timing.renew, d.timing.retry, d.ignore, d.lossLevel, d.slowLevel)
 	for i := 0; i < n; i++ {
 		r := &groupReplica{d: d, idx: i, work: d.rng.IntN(workModes), slowStop: d.rng.IntN(2) == 0, max: d.rng.IntN(3)}
 		d.w.Tracef("g%d: work %s, slow stop %v, max leases %d", i, workNames[r.work], r.slowStop, r.max)
@@ -257,7 +301,12 @@ func (d *groupDriver) configure() {
 // synctest bubble of the caller.
 func runGroupSim(seed uint64, duration time.Duration, client redis.UniversalClient, scripts sim.Scripts) simResult {
 	w := sim.NewWorld(seed)
-	d := &groupDriver{w: w, rng: w.Rand, scripts: scripts, client: client}
+	d := &groupDriver{simBase: simBase{w: w, rng: w.Rand}, scripts: scripts, client: client, gate: &callbackGate{w: w, waiting: map[string]gateEntry{}}}
+	d.dataLost = func() {
+		for _, rec := range d.recs {
+			rec.dataLost()
+		}
+	}
 	d.configure()
 	if duration == 0 {
 		duration = 40 * d.timing.lease
@@ -277,9 +326,11 @@ func runGroupSim(seed uint64, duration time.Duration, client redis.UniversalClie
 	d.w.Tracef("shutdown")
 	d.chaos, d.over = true, true
 	for _, r := range d.replicas {
-		if r.running {
-			r.cancel()
-		}
+		d.awake(r, func() {
+			if r.running {
+				r.cancel()
+			}
+		})
 	}
 	d.loop(time.Now().Add(time.Hour), d.done)
 	res := simResult{exceptions: map[string]int{}, simulated: time.Since(start)}
@@ -309,17 +360,28 @@ func (d *groupDriver) calm() {
 	d.w.Faults = sim.Faults{}
 	d.w.Up()
 	for _, r := range d.replicas {
-		if r.crashed {
-			d.restart(r)
-		}
 		d.w.Heal(r.node)
-		g := r.g
-		go func() { _ = g.Add(d.names...) }()
-		if !r.running {
-			r.startRun()
-		}
+		d.awake(r, func() {
+			if r.crashed {
+				d.restart(r)
+			}
+			_ = r.g.Add(d.names...)
+			if !r.running {
+				r.startRun()
+			}
+		})
 	}
 	d.w.Tracef("calm")
+}
+
+// awake runs fn, an action of a user or of the replica's environment, now, or when r's pause
+// ends: a stopped process acts on nothing.
+func (d *groupDriver) awake(r *groupReplica, fn func()) {
+	if dt := time.Until(r.pausedUntil); dt > 0 && !r.crashed {
+		d.after(dt, "awake", fn)
+		return
+	}
+	fn()
 }
 
 func (d *groupDriver) restart(r *groupReplica) {
@@ -347,23 +409,35 @@ func runGroupSeed(t *testing.T, seed uint64, duration time.Duration) simResult {
 	return res
 }
 
-// TestSimGroup runs SIM_GROUP_SEEDS seeds of Groups from SIM_SEED and fails with the seeds that
-// broke an invariant; SIM_TRACE=1 prints each seed's trace.
+// simGroupKeptSeeds are seeds kept as regression cases (docs/MODEL.md, "Group driver"). In
+// seed 392, g1's batch wins L0 at 25.027 s, its next command's reply is slow, Redis is
+// restored from a snapshot at 25.085 s, g3 wins L0 at 25.608 s, and g1's term starts at
+// 25.969 s beside it: the data-loss exception, which the driver used to label only after the
+// recorder had failed the start (seed 37's overlap while seeds did not replay; seed 81 before
+// the pause fault changed the draws).
+var simGroupKeptSeeds = []uint64{392}
+
+// TestSimGroup runs SIM_GROUP_SEEDS seeds of Groups from SIM_SEED, and the kept seeds, and
+// fails with the seeds that broke an invariant; SIM_TRACE=1 prints each seed's trace.
 func TestSimGroup(t *testing.T) {
-	// Opt-in until its seeds replay (the Group's jitter still draws on math/rand) and the one
-	// unlabelled overlap seen (seed 37, once in 200, not reproduced in 6 replays: a term with
-	// an older token started beside a newer one) is explained: a driver's labelling gap for
-	// data loss, or a Group bug (docs/MODEL.md, "Group driver"; docs/CI.md, Skips).
-	if os.Getenv("SIM_GROUP_SEEDS") == "" {
-		t.Skip("the Group simulator is opt-in: SIM_GROUP_SEEDS=N (make sim GROUP_SEEDS=N)")
+	first, count := simEnv("SIM_SEED", 1), simEnv("SIM_GROUP_SEEDS", 10)
+	seeds := make([]uint64, 0, count+1)
+	for seed := first; seed < first+count; seed++ {
+		seeds = append(seeds, seed)
 	}
-	first, count := simEnv("SIM_SEED", 1), simEnv("SIM_GROUP_SEEDS", 20)
+	if os.Getenv("SIM_SEED") == "" { // the kept seeds, unless one seed is replayed
+		for _, seed := range simGroupKeptSeeds {
+			if !slices.Contains(seeds, seed) {
+				seeds = append(seeds, seed)
+			}
+		}
+	}
 	began := time.Now()
 	var simulated time.Duration
 	var failed []uint64
 	terms := 0
 	exceptions := map[string]int{}
-	for seed := first; seed < first+count; seed++ {
+	for _, seed := range seeds {
 		res := runGroupSeed(t, seed, 0)
 		simulated += res.simulated
 		terms += res.terms
@@ -375,10 +449,53 @@ func TestSimGroup(t *testing.T) {
 		}
 		if len(res.violations) > 0 {
 			failed = append(failed, seed)
-			t.Errorf("seed %d: %d violations, first: %s\nreplay: SIM_SEED=%d SIM_GROUP_SEEDS=1 SIM_TRACE=1 go test -run TestSimGroup ./pkg/election", seed, len(res.violations), res.violations[0], seed)
+			t.Errorf("seed %d: %d violations, first: %s\nreplay: make sim GROUP_SEED=%d", seed, len(res.violations), res.violations[0], seed)
 		}
 	}
 	wall := time.Since(began)
 	t.Logf("%d group seeds in %v: %.2f seeds/s, %.1f simulated s per wall s, %d terms; documented exceptions %v; failed seeds %v",
-		count, wall.Round(time.Millisecond), float64(count)/wall.Seconds(), simulated.Seconds()/wall.Seconds(), terms, exceptions, failed)
+		len(seeds), wall.Round(time.Millisecond), float64(len(seeds))/wall.Seconds(), simulated.Seconds()/wall.Seconds(), terms, exceptions, failed)
+}
+
+// TestSimGroupReplaysIdentically runs Group seeds 1 to 30 twice and requires byte-identical
+// traces, as TestSimReplaysIdentically does for the Elector.
+func TestSimGroupReplaysIdentically(t *testing.T) {
+	for seed := uint64(1); seed <= 30; seed++ {
+		a, b := runGroupSeed(t, seed, 0), runGroupSeed(t, seed, 0)
+		if a.trace != b.trace {
+			t.Errorf("seed %d: traces differ (%d and %d bytes)\n%s", seed, len(a.trace), len(b.trace), firstDiff(a.trace, b.trace))
+		}
+		if a.terms == 0 {
+			t.Errorf("seed %d: nobody ever led", seed)
+		}
+	}
+}
+
+// TestRecorderTermWonBeforeDataLoss is seed 392's (and seed 37's) case for the recorder alone:
+// a term whose acquire Redis executed before it lost data, started only after another
+// replica's term on the new data, is the data-loss exception, not two leaders; without the
+// loss between them, the same starts are a violation.
+func TestRecorderTermWonBeforeDataLoss(t *testing.T) {
+	for _, loss := range []bool{true, false} {
+		synctest.Test(t, func(t *testing.T) {
+			rec := newRecorder(sim.NewWorld(1))
+			won := time.Now().UnixMicro() // r1's acquire runs; its batch's reply comes late
+			time.Sleep(10 * time.Millisecond)
+			if loss {
+				rec.dataLost()
+			}
+			time.Sleep(10 * time.Millisecond)
+			rec.add(simEvent{kind: evStarted, replica: 0, token: time.Now().UnixMicro(), instance: "i0"})
+			rec.flush()
+			time.Sleep(10 * time.Millisecond)
+			rec.add(simEvent{kind: evStarted, replica: 1, token: won, instance: "i1"})
+			rec.flush()
+			switch {
+			case loss && (len(rec.violations) != 0 || rec.exceptions["data loss"] != 2):
+				t.Errorf("after a loss: violations %q, exceptions %v; want none and 2 data loss", rec.violations, rec.exceptions)
+			case !loss && len(rec.violations) != 2:
+				t.Errorf("without a loss: violations %q; want two leaders and a token regression", rec.violations)
+			}
+		})
+	}
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/sim"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // Directed workloads ("scenarios", as FoundationDB's workloads): per seed, a scripted sequence
@@ -386,7 +385,7 @@ func runScenario(t *testing.T, sc simScenario, seed uint64) scenarioResult {
 	var res scenarioResult
 	synctest.Test(t, func(*testing.T) {
 		w := sim.NewWorld(seed)
-		d := &simDriver{w: w, rng: w.Rand, rec: newRecorder(w), scripts: scripts, keys: lease.KeysFor("", simLease), client: client}
+		d := newSimDriver(w, scripts, client)
 		start := time.Now()
 		a := scenarioWorld(d)
 		w.Tracef("scenario %q, seed %d", sc.name, seed)

@@ -51,27 +51,35 @@ type simAction struct {
 	fn   func()
 }
 
-// simDriver runs one seed.
-type simDriver struct {
+// simBase is what the Elector's and the Group's drivers share: the world and the seed's
+// source, the timing, the driver's own scheduled actions, Redis's snapshots and the faults of
+// the network and of Redis (sim_faults_test.go).
+type simBase struct {
 	w         *sim.World
 	rng       *rand.Rand
+	timing    simTiming
+	actions   []simAction
+	aseq      int
+	snaps     []*sim.Snapshot
+	chaos     bool
+	lossLevel float64
+	slowLevel float64
+	dataLost  func() // tells the recorders that Redis lost data
+}
+
+// simDriver runs one seed.
+type simDriver struct {
+	simBase
 	rec       *recorder
 	scripts   sim.Scripts
 	keys      lease.Keys
 	client    redis.UniversalClient
-	timing    simTiming
 	holdOff   time.Duration
 	ignoreCtx bool
 	replicas  []*simReplica
 	zombies   []chan error // Runs of crashed incarnations
-	actions   []simAction
-	aseq      int
 	ops       []simOp
-	snaps     []*sim.Snapshot
-	chaos     bool
 	blockMax  time.Duration
-	lossLevel float64
-	slowLevel float64
 }
 
 // simOp is a user call in flight (Resign, Release).
@@ -81,7 +89,8 @@ type simOp struct {
 	done chan error
 }
 
-func (d *simDriver) after(dt time.Duration, name string, fn func()) {
+// after schedules fn, an action of the driver, dt from now (after the actions already due then).
+func (d *simBase) after(dt time.Duration, name string, fn func()) {
 	d.aseq++
 	a := simAction{at: time.Now().Add(dt), seq: d.aseq, name: name, fn: fn}
 	i := len(d.actions)
@@ -93,11 +102,13 @@ func (d *simDriver) after(dt time.Duration, name string, fn func()) {
 	d.actions[i] = a
 }
 
-func (d *simDriver) dur(lo, hi time.Duration) time.Duration {
+// dur draws a duration in [lo, hi].
+func (d *simBase) dur(lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(d.rng.Int64N(int64(hi-lo)+1))
 }
 
-func (d *simDriver) callTimeout() time.Duration { return max(d.timing.retry, d.timing.renew/2) }
+// callTimeout is the replicas' bound of one call (Elector's, and a Group batch's).
+func (d *simBase) callTimeout() time.Duration { return max(d.timing.retry, d.timing.renew/2) }
 
 // quietLen is the liveness bound: once Redis and every replica are healthy for this long,
 // someone leads. A callback may block for blockMax, then a lease nobody renews expires
@@ -116,11 +127,21 @@ func (d *simDriver) quietLen() time.Duration {
 // loop runs until `until`, or until stop says so: each turn waits for every goroutine of the
 // bubble to block, then does one thing.
 func (d *simDriver) loop(until time.Time, stop func() bool) {
+	d.steps(until, stop, func() bool {
+		d.rec.flush()
+		return d.poll()
+	})
+}
+
+// steps is both drivers' loop: each turn waits for every goroutine of the bubble to block,
+// schedules the requests sent meanwhile, then does one thing: what own does (the driver's own
+// bookkeeping; true: it did something), else the next message or timer due, else the next
+// action due; until `until`, or until stop says so.
+func (d *simBase) steps(until time.Time, stop func() bool, own func() bool) {
 	for {
 		synctest.Wait()
 		d.w.Absorb()
-		d.rec.flush()
-		if d.poll() || d.w.DeliverDue() {
+		if own() || d.w.DeliverDue() {
 			continue
 		}
 		if len(d.actions) > 0 && !d.actions[0].at.After(time.Now()) {
@@ -204,11 +225,18 @@ func (d *simDriver) done() bool {
 	return true
 }
 
+// newSimDriver returns the Elector driver of world w.
+func newSimDriver(w *sim.World, scripts sim.Scripts, client redis.UniversalClient) *simDriver {
+	d := &simDriver{simBase: simBase{w: w, rng: w.Rand}, rec: newRecorder(w), scripts: scripts, keys: lease.KeysFor("", simLease), client: client}
+	d.dataLost = d.rec.dataLost
+	return d
+}
+
 // runSim runs seed for duration of simulated time (0: 40 lease durations) inside the
 // synctest bubble of the caller.
 func runSim(seed uint64, duration time.Duration, client redis.UniversalClient, scripts sim.Scripts) simResult {
 	w := sim.NewWorld(seed)
-	d := &simDriver{w: w, rng: w.Rand, rec: newRecorder(w), scripts: scripts, keys: lease.KeysFor("", simLease), client: client}
+	d := newSimDriver(w, scripts, client)
 	d.configure()
 	if duration == 0 {
 		duration = 40 * d.timing.lease
