@@ -297,6 +297,31 @@ func (r *groupRun) call(which, name string, token int64, f func()) {
 	f()
 }
 
+// forward passes the events of sub to the loop until sub fails or ctx ends, and closes it.
+// Closing the subscription is what interrupts a read in progress when Run ends.
+func (r *groupRun) forward(ctx context.Context, sub groupSubscription) {
+	ended := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			sub.close()
+		case <-ended:
+		}
+	}()
+	for {
+		name, ev, err := sub.next(ctx)
+		if err != nil {
+			break
+		}
+		select {
+		case r.events <- groupEvent{name, ev}:
+		case <-ctx.Done():
+		}
+	}
+	close(ended)
+	sub.close()
+}
+
 // listen keeps a pattern subscription to the events of every lease under the prefix and
 // passes them to the loop. It is best effort: without it, replicas below their share find
 // released leases at their next timed attempt. A subscription refused by an ACL is
@@ -335,27 +360,7 @@ func (r *groupRun) listen(ctx context.Context) {
 			refused = false
 			r.logger.Info("Subscribed to lease events", "pattern", g.pattern)
 		}
-		// Closing the subscription is what interrupts a read in progress when Run ends.
-		ended := make(chan struct{})
-		go func() {
-			select {
-			case <-ctx.Done():
-				sub.close()
-			case <-ended:
-			}
-		}()
-		for {
-			name, ev, err := sub.next(ctx)
-			if err != nil {
-				break
-			}
-			select {
-			case r.events <- groupEvent{name, ev}:
-			case <-ctx.Done():
-			}
-		}
-		close(ended)
-		sub.close()
+		r.forward(ctx, sub)
 		select {
 		case <-ctx.Done():
 			return
