@@ -100,8 +100,12 @@ func NewFailures(namespace, server string, count func(op, reason string)) *Failu
 	return &Failures{namespace: namespace, server: server, count: count, now: time.Now, logger: klog.Background(), current: map[string]*Failure{}}
 }
 
-// Failed records a failed call of op.
+// Failed records a failed call of op. A call cancelled by the shutdown is no failure of the
+// API server and is ignored.
 func (f *Failures) Failed(op string, err error) {
+	if errors.Is(err, context.Canceled) {
+		return
+	}
 	reason := Reason(err)
 	if f.count != nil {
 		f.count(op, reason)
