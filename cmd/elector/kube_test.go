@@ -205,6 +205,13 @@ func getBody(t *testing.T, url string) string {
 	return string(b)
 }
 
+// harmlessCase is one API server failure of TestKubeFailureIsHarmless: the reason it is
+// reported with and a part of its fix.
+type harmlessCase struct {
+	hang        bool
+	reason, fix string
+}
+
 // TestKubeFailureIsHarmless: with an API server that refuses every call (403) or never
 // answers, the leader keeps renewing its term, /leader shows kubernetesError and
 // elector_kubernetes_errors_total counts the failures; on cancel the step-down waits for the
@@ -217,11 +224,7 @@ func TestKubeFailureIsHarmless(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		hang   bool
-		reason string
-		fix    string
-	}{
+	for _, tc := range []harmlessCase{
 		{false, kube.ReasonForbidden, "grant the ServiceAccount "},
 		{true, kube.ReasonTimeout, "did not answer in time"},
 	} {
@@ -241,38 +244,11 @@ func TestKubeFailureIsHarmless(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		base := "http://" + ld.http.ln.Addr().String()
 		ld.serveHTTP(make(chan error, 1))
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- ld.elector.Run(ctx) }()
-		waitUntil(t, "leadership", ld.elector.IsLeader)
-		token := ld.elector.Status().Token
-
-		var body struct {
-			KubernetesError *kube.Failure `json:"kubernetesError"`
-		}
-		waitUntil(t, "kubernetesError in /leader", func() bool {
-			_ = json.Unmarshal([]byte(getBody(t, base+"/leader")), &body)
-			return body.KubernetesError != nil && body.KubernetesError.Reason == tc.reason
-		})
-		failedAt := time.Now()
-		if f := body.KubernetesError; !strings.Contains(f.Fix, tc.fix) || f.Count < 1 || f.Since.IsZero() {
-			t.Errorf("hang=%v: kubernetesError %+v: want a fix with %q, a count and a start", tc.hang, f, tc.fix)
-		}
-		metric := `elector_kubernetes_errors_total{op="label",reason="` + tc.reason + `"}`
-		if m := getBody(t, base+"/metrics"); !strings.Contains(m, metric) {
-			t.Errorf("hang=%v: /metrics has no %s", tc.hang, metric)
-		}
-		// Renewals go on while the API calls fail: the same term renews after the failure.
-		waitUntil(t, "a renewal after the failure", func() bool {
-			st := ld.elector.Status()
-			return st.LastRenew != nil && st.LastRenew.After(failedAt)
-		})
-		if st := ld.elector.Status(); !st.IsLeader || st.Token != token {
-			t.Errorf("hang=%v: status %+v: want the term of token %d still leading", tc.hang, st, token)
-		}
-
+		reported := checkFailingLeader(t, ld, tc)
 		start := time.Now()
 		cancel()
 		select {
@@ -293,9 +269,71 @@ func TestKubeFailureIsHarmless(t *testing.T) {
 			t.Errorf("hang=%v: held=%v after a step-down of %v: want a release within the lease duration %v (label wait bound %v)",
 				tc.hang, st.Held, took, lo.leaseDuration, labelRemoveTimeout(&lo))
 		}
-		t.Logf("hang=%v: step-down and release took %v (label wait bound %v); kubernetesError %+v", tc.hang, took, labelRemoveTimeout(&lo), body.KubernetesError)
+		t.Logf("hang=%v: step-down and release took %v (label wait bound %v); kubernetesError %+v", tc.hang, took, labelRemoveTimeout(&lo), reported)
 		close(a.release)
 		ld.close()
 		kh.close()
+	}
+}
+
+// checkFailingLeader waits until ld leads and /leader reports the failure of tc, checks
+// /metrics counts it and the term renews after it; it returns the kubernetesError.
+func checkFailingLeader(t *testing.T, ld *leadership, tc harmlessCase) *kube.Failure {
+	t.Helper()
+	base := "http://" + ld.http.ln.Addr().String()
+	waitUntil(t, "leadership", ld.elector.IsLeader)
+	token := ld.elector.Status().Token
+	var body struct {
+		KubernetesError *kube.Failure `json:"kubernetesError"`
+	}
+	waitUntil(t, "kubernetesError in /leader", func() bool {
+		_ = json.Unmarshal([]byte(getBody(t, base+"/leader")), &body)
+		return body.KubernetesError != nil && body.KubernetesError.Reason == tc.reason
+	})
+	failedAt := time.Now()
+	if f := body.KubernetesError; !strings.Contains(f.Fix, tc.fix) || f.Count < 1 || f.Since.IsZero() {
+		t.Errorf("hang=%v: kubernetesError %+v: want a fix with %q, a count and a start", tc.hang, f, tc.fix)
+	}
+	metric := `elector_kubernetes_errors_total{op="label",reason="` + tc.reason + `"}`
+	if m := getBody(t, base+"/metrics"); !strings.Contains(m, metric) {
+		t.Errorf("hang=%v: /metrics has no %s", tc.hang, metric)
+	}
+	// Renewals go on while the API calls fail: the same term renews after the failure.
+	waitUntil(t, "a renewal after the failure", func() bool {
+		st := ld.elector.Status()
+		return st.LastRenew != nil && st.LastRenew.After(failedAt)
+	})
+	if st := ld.elector.Status(); !st.IsLeader || st.Token != token {
+		t.Errorf("hang=%v: status %+v: want the term of token %d still leading", tc.hang, st, token)
+	}
+	return body.KubernetesError
+}
+
+// TestLeaderHandlerKubernetesError: /leader carries kubernetesError only while a failure is
+// reported, as one more field of the same JSON object.
+func TestLeaderHandlerKubernetesError(t *testing.T) {
+	inner := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"name":"a","isLeader":true}`+"\n")
+	})
+	var cur *kube.Failure
+	h := leaderHandler(inner, func() *kube.Failure { return cur })
+	get := func() map[string]any {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/leader", nil))
+		var m map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &m); err != nil || rec.Code != http.StatusOK {
+			t.Fatalf("HTTP %d %q: %v", rec.Code, rec.Body, err)
+		}
+		return m
+	}
+	if m := get(); m["kubernetesError"] != nil || m["name"] != "a" {
+		t.Errorf("no failure: %v, want no kubernetesError", m)
+	}
+	cur = &kube.Failure{Op: kube.OpLabel, Reason: kube.ReasonForbidden, Error: "e", Fix: "f", Since: time.Unix(1, 0), Count: 3}
+	m := get()
+	ke, _ := m["kubernetesError"].(map[string]any)
+	if m["name"] != "a" || m["isLeader"] != true || ke["op"] != "label" || ke["reason"] != "forbidden" || ke["count"] != 3.0 || ke["fix"] != "f" {
+		t.Errorf("failing: %v, want the elector's fields and kubernetesError", m)
 	}
 }
