@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
@@ -110,6 +111,8 @@ type kubeHooks struct {
 	identity      string
 	leaseName     string
 	removeTimeout time.Duration
+	failures      *kube.Failures
+	errors        *prometheus.CounterVec // elector_kubernetes_errors_total
 	cancel        context.CancelFunc
 	wg            sync.WaitGroup
 
@@ -128,9 +131,14 @@ func startKube(o *kubeOptions, lo *leaseOptions) (*kubeHooks, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	k := &kubeHooks{identity: lo.identity, leaseName: lo.name, removeTimeout: labelRemoveTimeout(lo), cancel: cancel}
+	k := &kubeHooks{identity: lo.identity, leaseName: lo.name, removeTimeout: labelRemoveTimeout(lo), cancel: cancel,
+		errors: newKubeErrors()}
+	k.failures = kube.NewFailures(o.namespace, o.cluster.Server, func(op, reason string) {
+		k.errors.WithLabelValues(op, reason).Inc()
+	})
 	if o.leaderLabel != "" {
 		k.labeler = kube.NewLabeler(client, o.namespace, o.pod, o.leaderLabel, kubeCallTimeout)
+		k.labeler.ReportTo(k.failures)
 		k.wg.Go(func() { k.labeler.Run(ctx) })
 		klog.InfoS("Leader label on", "pod", o.namespace+"/"+o.pod, "label", o.leaderLabel, "removalTimeout", k.removeTimeout)
 	}
@@ -138,13 +146,40 @@ func startKube(o *kubeOptions, lo *leaseOptions) (*kubeHooks, error) {
 		ref := kube.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: o.namespace, Name: o.pod, UID: o.uid}
 		k.recorder = kube.NewRecorder(client, ref, "elector", kubeCallTimeout)
 		k.recorder.SetHost(o.node)
+		k.recorder.ReportTo(k.failures)
 		k.wg.Go(func() { k.recorder.Run(ctx) })
 	}
 	if o.mirrorLease != "" {
 		k.mirror = kube.NewMirror(client, o.namespace, o.mirrorLease, lo.identity, lo.leaseDuration, kubeCallTimeout)
+		k.mirror.ReportTo(k.failures)
 		k.wg.Go(func() { k.mirror.Run(ctx) })
 	}
 	return k, nil
+}
+
+// newKubeErrors returns the counter of failed Kubernetes API calls.
+func newKubeErrors() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "elector_kubernetes_errors_total",
+		Help: "Failed Kubernetes API calls of the leader label, the Events and the mirror Lease, by op (label, event, lease) and reason (forbidden, unauthorized, not_found, conflict, timeout, unreachable, server, other). They never delay a renewal, a step-down or a release.",
+	}, []string{"op", "reason"})
+}
+
+// collectors returns the metrics of the Kubernetes integration; none when it is off.
+func (k *kubeHooks) collectors() []prometheus.Collector {
+	if k == nil {
+		return nil
+	}
+	return []prometheus.Collector{k.errors}
+}
+
+// failure returns the Kubernetes API failure being retried, nil while the calls succeed or
+// the integration is off: /leader's "kubernetesError".
+func (k *kubeHooks) failure() *kube.Failure {
+	if k == nil {
+		return nil
+	}
+	return k.failures.Current()
 }
 
 // close stops the goroutines; Events still queued get up to releaseTimeout.

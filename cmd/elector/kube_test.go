@@ -9,11 +9,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/elector/elector/internal/kube"
+	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/redistest"
 	"github.com/elector/elector/pkg/election"
 	"github.com/elector/elector/pkg/lease"
@@ -72,7 +74,14 @@ func (a *labelAPI) list() []labelPatch {
 // startLabelAPI starts a TLS labelAPI and returns the cluster config trusting it.
 func startLabelAPI(t *testing.T, a *labelAPI) kube.Config {
 	t.Helper()
-	srv := httptest.NewTLSServer(a)
+	return startAPI(t, a)
+}
+
+// startAPI starts a TLS API server answering with h and returns the cluster config
+// trusting it.
+func startAPI(t *testing.T, h http.Handler) kube.Config {
+	t.Helper()
+	srv := httptest.NewTLSServer(h)
 	t.Cleanup(srv.Close)
 	ca := filepath.Join(t.TempDir(), "ca.crt")
 	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
@@ -163,4 +172,168 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		}
 	}
 	t.Fatalf("waited a minute for %s", what)
+}
+
+// failingAPI is an httptest API server that refuses every call with 403 or, with hang,
+// never answers (until the request's context ends or release is closed).
+type failingAPI struct {
+	hang    bool
+	release chan struct{}
+}
+
+func (a *failingAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if a.hang {
+		select {
+		case <-a.release:
+		case <-r.Context().Done():
+		}
+		return
+	}
+	w.WriteHeader(http.StatusForbidden)
+	_, _ = io.WriteString(w, `{"kind":"Status","reason":"Forbidden","message":"forbidden by RBAC"}`)
+}
+
+// getBody returns the body of GET url.
+func getBody(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// harmlessCase is one API server failure of TestKubeFailureIsHarmless: the reason it is
+// reported with and a part of its fix.
+type harmlessCase struct {
+	hang        bool
+	reason, fix string
+}
+
+// TestKubeFailureIsHarmless: with an API server that refuses every call (403) or never
+// answers, the leader keeps renewing its term, /leader shows kubernetesError and
+// elector_kubernetes_errors_total counts the failures; on cancel the step-down waits for the
+// label's removal at most its bound and releases the lease (it does not let it expire).
+func TestKubeFailureIsHarmless(t *testing.T) {
+	srv := redistest.Start(t)
+	lo := leaseOptions{name: "harmless", prefix: lease.DefaultPrefix, identity: "a",
+		leaseDuration: 2 * time.Second, renewDeadline: 1500 * time.Millisecond, retryPeriod: 200 * time.Millisecond}
+	l, err := lease.New(srv.Client(t), lo.name, lease.Options{Prefix: lo.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []harmlessCase{
+		{false, kube.ReasonForbidden, "grant the ServiceAccount "},
+		{true, kube.ReasonTimeout, "did not answer in time"},
+	} {
+		a := &failingAPI{hang: tc.hang, release: make(chan struct{})}
+		ko := kubeOptions{leaderLabel: "elector.io/leader", events: true, mirrorLease: "m", namespace: "ns", pod: "a",
+			cluster: startAPI(t, a)}
+		kh, err := startKube(&ko, &lo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		co := commonOptions{lease: lo, redis: redisclient.Config{Addrs: []string{srv.Addr()}, Mode: redisclient.ModeStandalone}}
+		so := serveOptions{httpAddr: "127.0.0.1:0", resignEndpoint: resignOff}
+		ld, err := startLeadership(&co, &so, kh.wrap(election.Callbacks{
+			OnStartedLeading: func(ctx context.Context) { <-ctx.Done() },
+			OnStoppedLeading: func() {},
+		}), false, kh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ld.serveHTTP(make(chan error, 1))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- ld.elector.Run(ctx) }()
+		reported := checkFailingLeader(t, ld, tc)
+		start := time.Now()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("hang=%v: Run did not return", tc.hang)
+		}
+		took := time.Since(start)
+		st, err := l.Get(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Released, not expired: the step-down ended before the lease could expire.
+		if st.Held || took >= lo.leaseDuration {
+			t.Errorf("hang=%v: held=%v after a step-down of %v: want a release within the lease duration %v (label wait bound %v)",
+				tc.hang, st.Held, took, lo.leaseDuration, labelRemoveTimeout(&lo))
+		}
+		t.Logf("hang=%v: step-down and release took %v (label wait bound %v); kubernetesError %+v", tc.hang, took, labelRemoveTimeout(&lo), reported)
+		close(a.release)
+		ld.close()
+		kh.close()
+	}
+}
+
+// checkFailingLeader waits until ld leads and /leader reports the failure of tc, checks
+// /metrics counts it and the term renews after it; it returns the kubernetesError.
+func checkFailingLeader(t *testing.T, ld *leadership, tc harmlessCase) *kube.Failure {
+	t.Helper()
+	base := "http://" + ld.http.ln.Addr().String()
+	waitUntil(t, "leadership", ld.elector.IsLeader)
+	token := ld.elector.Status().Token
+	var body struct {
+		KubernetesError *kube.Failure `json:"kubernetesError"`
+	}
+	waitUntil(t, "kubernetesError in /leader", func() bool {
+		_ = json.Unmarshal([]byte(getBody(t, base+"/leader")), &body)
+		return body.KubernetesError != nil && body.KubernetesError.Reason == tc.reason
+	})
+	failedAt := time.Now()
+	if f := body.KubernetesError; !strings.Contains(f.Fix, tc.fix) || f.Count < 1 || f.Since.IsZero() {
+		t.Errorf("hang=%v: kubernetesError %+v: want a fix with %q, a count and a start", tc.hang, f, tc.fix)
+	}
+	metric := `elector_kubernetes_errors_total{op="label",reason="` + tc.reason + `"}`
+	if m := getBody(t, base+"/metrics"); !strings.Contains(m, metric) {
+		t.Errorf("hang=%v: /metrics has no %s", tc.hang, metric)
+	}
+	// Renewals go on while the API calls fail: the same term renews after the failure.
+	waitUntil(t, "a renewal after the failure", func() bool {
+		st := ld.elector.Status()
+		return st.LastRenew != nil && st.LastRenew.After(failedAt)
+	})
+	if st := ld.elector.Status(); !st.IsLeader || st.Token != token {
+		t.Errorf("hang=%v: status %+v: want the term of token %d still leading", tc.hang, st, token)
+	}
+	return body.KubernetesError
+}
+
+// TestLeaderHandlerKubernetesError: /leader carries kubernetesError only while a failure is
+// reported, as one more field of the same JSON object.
+func TestLeaderHandlerKubernetesError(t *testing.T) {
+	inner := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"name":"a","isLeader":true}`+"\n")
+	})
+	var cur *kube.Failure
+	h := leaderHandler(inner, func() *kube.Failure { return cur })
+	get := func() map[string]any {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/leader", nil))
+		var m map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &m); err != nil || rec.Code != http.StatusOK {
+			t.Fatalf("HTTP %d %q: %v", rec.Code, rec.Body, err)
+		}
+		return m
+	}
+	if m := get(); m["kubernetesError"] != nil || m["name"] != "a" {
+		t.Errorf("no failure: %v, want no kubernetesError", m)
+	}
+	cur = &kube.Failure{Op: kube.OpLabel, Reason: kube.ReasonForbidden, Error: "e", Fix: "f", Since: time.Unix(1, 0), Count: 3}
+	m := get()
+	ke, _ := m["kubernetesError"].(map[string]any)
+	if m["name"] != "a" || m["isLeader"] != true || ke["op"] != "label" || ke["reason"] != "forbidden" || ke["count"] != 3.0 || ke["fix"] != "f" {
+		t.Errorf("failing: %v, want the elector's fields and kubernetesError", m)
+	}
 }

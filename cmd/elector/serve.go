@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -18,6 +20,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
+	"github.com/elector/elector/internal/kube"
 	"github.com/elector/elector/internal/readonly"
 	"github.com/elector/elector/internal/version"
 	"github.com/elector/elector/pkg/election"
@@ -149,8 +152,8 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 }
 
 // newRegistry returns a private Prometheus registry with the Go and process collectors, the
-// build info and the elector metrics.
-func newRegistry() (*prometheus.Registry, *election.Metrics, error) {
+// build info, the elector metrics and extra (the Kubernetes integration's).
+func newRegistry(extra ...prometheus.Collector) (*prometheus.Registry, *election.Metrics, error) {
 	reg := prometheus.NewRegistry()
 	info := version.Get()
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -163,6 +166,11 @@ func newRegistry() (*prometheus.Registry, *election.Metrics, error) {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		build,
 	} {
+		if err := reg.Register(c); err != nil {
+			return nil, nil, fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	for _, c := range extra {
 		if err := reg.Register(c); err != nil {
 			return nil, nil, fmt.Errorf("register metrics: %w", err)
 		}
@@ -192,6 +200,46 @@ func healthzTolerance(lo leaseOptions) time.Duration {
 	return lo.leaseDuration - lo.renewDeadline
 }
 
+// leaderHandler is the elector's /leader with "kubernetesError" added to its JSON object
+// while kubeErr returns a failure.
+func leaderHandler(inner http.Handler, kubeErr func() *kube.Failure) http.Handler {
+	if kubeErr == nil {
+		return inner
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f := kubeErr()
+		if f == nil {
+			inner.ServeHTTP(w, r)
+			return
+		}
+		b := &bufferedResponse{header: w.Header(), code: http.StatusOK}
+		inner.ServeHTTP(b, r)
+		body := b.body.Bytes()
+		if obj := bytes.TrimRight(body, "\n"); b.code == http.StatusOK && bytes.HasSuffix(obj, []byte("}")) {
+			if raw, err := json.Marshal(f); err == nil {
+				obj = obj[:len(obj)-1]
+				if len(bytes.TrimSpace(obj)) > 1 {
+					obj = append(obj, ',')
+				}
+				body = append(append(append(obj, `"kubernetesError":`...), raw...), "}\n"...)
+			}
+		}
+		w.WriteHeader(b.code)
+		_, _ = w.Write(body)
+	})
+}
+
+// bufferedResponse keeps a response to change it before it is sent.
+type bufferedResponse struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (b *bufferedResponse) Header() http.Header         { return b.header }
+func (b *bufferedResponse) WriteHeader(code int)        { b.code = code }
+func (b *bufferedResponse) Write(p []byte) (int, error) { return b.body.Write(p) }
+
 // httpServer serves the endpoints of one elector.
 type httpServer struct {
 	srv *http.Server
@@ -199,10 +247,10 @@ type httpServer struct {
 }
 
 // listenHTTP binds addr and prepares the endpoints; serve starts answering.
-func listenHTTP(addr string, e *election.Elector, reg *prometheus.Registry, tolerance time.Duration, resignPolicy string, followers followerCount) (*httpServer, error) {
+func listenHTTP(addr string, e *election.Elector, reg *prometheus.Registry, tolerance time.Duration, resignPolicy string, followers followerCount, kubeErr func() *kube.Failure) (*httpServer, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/resign", resignHandler(e, resignPolicy, followers))
-	mux.Handle("/leader", e.LeaderHandler())
+	mux.Handle("/leader", leaderHandler(e.LeaderHandler(), kubeErr))
 	mux.Handle("/healthz", e.HealthzAdaptor(tolerance))
 	mux.Handle("/readyz", readyHandler(e))
 	mux.Handle("/metrics", readonly.Handler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
@@ -256,13 +304,13 @@ type leadership struct {
 // OnStoppedLeading, which the elector runs after IsLeader turned false and before it releases
 // the lease, so the file never says "leader" once a successor can lead (docs/DESIGN.md,
 // "Step-down order").
-func startLeadership(co *commonOptions, so *serveOptions, cb election.Callbacks, exitOnLost bool) (*leadership, error) {
+func startLeadership(co *commonOptions, so *serveOptions, cb election.Callbacks, exitOnLost bool, kh *kubeHooks) (*leadership, error) {
 	client, err := co.newClient()
 	if err != nil {
 		return nil, err
 	}
 	l := &leadership{client: client}
-	reg, metrics, err := newRegistry()
+	reg, metrics, err := newRegistry(kh.collectors()...)
 	if err != nil {
 		l.close()
 		return nil, err
@@ -304,7 +352,7 @@ func startLeadership(co *commonOptions, so *serveOptions, cb election.Callbacks,
 	}
 	if so.httpAddr != "" {
 		if l.http, err = listenHTTP(so.httpAddr, l.elector, reg, healthzTolerance(co.lease), so.resignEndpoint,
-			countFollowers(client, lease.KeysFor(co.lease.prefix, co.lease.name).Events)); err != nil {
+			countFollowers(client, lease.KeysFor(co.lease.prefix, co.lease.name).Events), kh.failure); err != nil {
 			l.close()
 			return nil, err
 		}

@@ -54,7 +54,7 @@ func (c *cli) sidecarCmd(ctx context.Context, args []string) int {
 		OnStartedLeading: func(ctx context.Context) { <-ctx.Done() },
 		OnStoppedLeading: func() {},
 		OnNewLeader:      logNewLeader,
-	}), false)
+	}), false, kh)
 	if err != nil {
 		return c.runtimeError(who, err)
 	}

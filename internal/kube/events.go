@@ -2,7 +2,9 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -35,6 +37,7 @@ type Recorder struct {
 	host        string
 	callTimeout time.Duration
 	now         func() time.Time
+	fails       *Failures
 
 	queue chan pendingEvent
 	done  chan struct{} // closed when Run returned
@@ -64,8 +67,12 @@ func NewRecorder(c *Client, ref ObjectReference, component string, callTimeout t
 		c: c, ref: ref, component: component, callTimeout: callTimeout, now: time.Now,
 		queue: make(chan pendingEvent, queueSize), done: make(chan struct{}),
 		seen: map[string]*seenEvent{}, tokens: spamBurst,
+		fails: NewFailures(ref.Namespace, c.server.String(), nil),
 	}
 }
+
+// ReportTo makes the Recorder report its failures to f; call it before Run.
+func (r *Recorder) ReportTo(f *Failures) { r.fails = f }
 
 // Eventf queues an Event; a full queue drops it (logged at -v=2).
 func (r *Recorder) Eventf(typ, reason, format string, args ...any) {
@@ -151,7 +158,14 @@ func (r *Recorder) try(ctx context.Context, call func(context.Context) error) er
 		callCtx, cancel := context.WithTimeout(ctx, r.callTimeout)
 		err = call(callCtx)
 		cancel()
-		if err == nil || !Retryable(err) || i == eventAttempts-1 {
+		if err == nil {
+			r.fails.Succeeded(OpEvent)
+			return nil
+		}
+		if !expiredEvent(err) {
+			r.fails.Failed(OpEvent, err)
+		}
+		if !Retryable(err) || i == eventAttempts-1 {
 			return err
 		}
 		select {
@@ -163,10 +177,18 @@ func (r *Recorder) try(ctx context.Context, call func(context.Context) error) er
 	return err
 }
 
-// logFailure logs an Event that could not be written; nil err logs nothing.
+// expiredEvent reports whether err is the 404 of a count patch: the Event expired, and a
+// new one is created instead. That is no failure.
+func expiredEvent(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Code == http.StatusNotFound && ae.Verb == "patch"
+}
+
+// logFailure logs, at -v=2, an Event that could not be written (the failure itself was
+// reported by try); nil err logs nothing.
 func (r *Recorder) logFailure(err error, e pendingEvent) {
 	if err != nil {
-		klog.ErrorS(err, "Cannot write the Event", "reason", e.reason, "message", e.message)
+		klog.V(2).InfoS("Event not written", "err", err, "reason", e.reason, "message", e.message)
 	}
 }
 

@@ -3,11 +3,10 @@ package kube
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
-
-	"k8s.io/klog/v2"
 )
 
 // The backoff between failed label patches.
@@ -28,6 +27,7 @@ type Labeler struct {
 	key                string
 	callTimeout        time.Duration
 	backoffMin, maxOff time.Duration
+	fails              *Failures
 
 	mu      sync.Mutex
 	want    bool
@@ -44,8 +44,12 @@ func NewLabeler(c *Client, namespace, pod, key string, callTimeout time.Duration
 		c: c, namespace: namespace, pod: pod, key: key, callTimeout: callTimeout,
 		backoffMin: labelBackoffMin, maxOff: labelBackoffMax,
 		wantGen: 1, applied: make(chan struct{}), kick: make(chan struct{}, 1),
+		fails: NewFailures(namespace, c.server.String(), nil),
 	}
 }
+
+// ReportTo makes the Labeler report its failures to f; call it before Run.
+func (l *Labeler) ReportTo(f *Failures) { l.fails = f }
 
 // Set wants the label present (leader) or absent, and returns the generation Wait takes.
 // A patch in flight is not cancelled: a cancelled request may still be applied by the API
@@ -81,9 +85,10 @@ func (l *Labeler) Wait(ctx context.Context, gen uint64) error {
 	}
 }
 
-// Run applies the wanted states until ctx ends.
+// Run applies the wanted states until ctx ends. Failures are reported (logged once per
+// kind, counted) and retried with backoff.
 func (l *Labeler) Run(ctx context.Context) {
-	backoff, failing, uncertain := l.backoffMin, false, false
+	backoff, uncertain := l.backoffMin, false
 	for ctx.Err() == nil {
 		l.mu.Lock()
 		want, gen, pending := l.want, l.wantGen, l.wantGen != l.doneGen
@@ -95,10 +100,8 @@ func (l *Labeler) Run(ctx context.Context) {
 		err := l.patch(ctx, want)
 		if err == nil {
 			l.markApplied(gen)
-			if failing {
-				klog.InfoS("Pod label patched again after failures", "label", l.key, "present", want)
-			}
-			backoff, failing = l.backoffMin, false
+			l.fails.Succeeded(OpLabel)
+			backoff = l.backoffMin
 			if !want && uncertain {
 				l.removeAgain(ctx, gen)
 			}
@@ -110,12 +113,7 @@ func (l *Labeler) Run(ctx context.Context) {
 		}
 		// An addition without an answer may still be applied later by the API server.
 		uncertain = uncertain || (want && !isAPIError(err))
-		if !failing {
-			klog.ErrorS(err, "Cannot patch the pod's leader label; retrying with backoff", "pod", l.namespace+"/"+l.pod, "label", l.key, "present", want)
-		} else {
-			klog.V(2).InfoS("Pod label patch failed again", "err", err, "label", l.key, "present", want, "backoff", backoff)
-		}
-		failing = true
+		l.fails.Failed(OpLabel, err)
 		l.sleep(ctx, jitter(backoff))
 		backoff = min(2*backoff, l.maxOff)
 	}
@@ -133,7 +131,7 @@ func (l *Labeler) removeAgain(ctx context.Context, gen uint64) {
 		return
 	}
 	if err := l.patch(ctx, false); err != nil && ctx.Err() == nil {
-		klog.ErrorS(err, "Cannot remove the pod's leader label again after an addition without an answer", "label", l.key)
+		l.fails.Failed(OpLabel, fmt.Errorf("remove the leader label %s again after an addition without an answer: %w", l.key, err))
 	}
 }
 

@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"time"
-
-	"k8s.io/klog/v2"
 )
 
 // microTime is the format of a metav1.MicroTime (a Lease's acquireTime and renewTime).
@@ -60,13 +58,14 @@ func (c *Client) PatchLease(ctx context.Context, namespace, name, resourceVersio
 // leader writes holderIdentity, acquireTime and leaseTransitions when its term starts and
 // renewTime every MirrorPeriod; a step-down clears holderIdentity. Nothing reads it back.
 type Mirror struct {
-	c                *Client
-	namespace, name  string
-	identity         string
-	durationSeconds  int32
-	callTimeout      time.Duration
-	leading, failing bool
-	state            chan bool // the latest wanted state: leading or not
+	c               *Client
+	namespace, name string
+	identity        string
+	durationSeconds int32
+	callTimeout     time.Duration
+	leading         bool
+	fails           *Failures
+	state           chan bool // the latest wanted state: leading or not
 }
 
 // NewMirror returns a Mirror of identity's leadership in the Lease namespace/name.
@@ -74,8 +73,12 @@ func NewMirror(c *Client, namespace, name, identity string, leaseDuration, callT
 	return &Mirror{
 		c: c, namespace: namespace, name: name, identity: identity, callTimeout: callTimeout,
 		durationSeconds: int32(math.Ceil(leaseDuration.Seconds())), state: make(chan bool, 1),
+		fails: NewFailures(namespace, c.server.String(), nil),
 	}
 }
+
+// ReportTo makes the Mirror report its failures to f; call it before Run.
+func (m *Mirror) ReportTo(f *Failures) { m.fails = f }
 
 // Set reports that this replica leads (or no longer does); it never blocks.
 func (m *Mirror) Set(leading bool) {
@@ -115,7 +118,7 @@ func (m *Mirror) Run(ctx context.Context) {
 }
 
 // write reads the Lease and writes this replica as its holder, or clears the holder if
-// this replica holds it; errors are logged (the first of a series at error level).
+// this replica holds it; a failure is reported and retried at the next tick or change.
 func (m *Mirror) write(ctx context.Context, leading bool) {
 	ctx, cancel := context.WithTimeout(ctx, m.callTimeout)
 	defer cancel()
@@ -138,13 +141,9 @@ func (m *Mirror) write(ctx context.Context, leading bool) {
 		spec.LeaseDurationSeconds = m.durationSeconds
 		err = m.c.PatchLease(ctx, m.namespace, m.name, rv, spec)
 	}
-	switch {
-	case err != nil && !m.failing:
-		klog.ErrorS(err, "Cannot write the mirror Lease (informational only); retrying", "lease", m.namespace+"/"+m.name)
-	case err != nil:
-		klog.V(2).InfoS("Mirror Lease write failed again", "err", err)
-	case m.failing:
-		klog.InfoS("Mirror Lease written again", "lease", m.namespace+"/"+m.name)
+	if err != nil {
+		m.fails.Failed(OpLease, fmt.Errorf("mirror Lease %s/%s (informational only): %w", m.namespace, m.name, err))
+		return
 	}
-	m.failing = err != nil
+	m.fails.Succeeded(OpLease)
 }
