@@ -220,6 +220,9 @@ func (r *groupReplica) newGroup() {
 	r.g = g
 }
 
+// startRun starts Run on its own goroutine. Its start-up (reading the Group's names) runs
+// before or after whatever the driver does next within this step: call Add and Remove
+// before it, or in a later step.
 func (r *groupReplica) startRun() {
 	if r.d.over {
 		return
@@ -362,9 +365,10 @@ func (d *groupDriver) calm() {
 	for _, r := range d.replicas {
 		d.w.Heal(r.node)
 		d.awake(r, func() {
-			if r.crashed {
-				d.restart(r)
-			}
+			// Every lease before Run starts, never after: Run reads the Group's names on its
+			// own goroutine, which may run before or after an Add of this same step (it
+			// did under -race), and the first acquire batch would differ (seeds 8, 15, 30).
+			r.reincarnate()
 			_ = r.g.Add(d.names...)
 			if !r.running {
 				r.startRun()
@@ -385,13 +389,18 @@ func (d *groupDriver) awake(r *groupReplica, fn func()) {
 }
 
 func (d *groupDriver) restart(r *groupReplica) {
+	r.reincarnate()
+	if !r.running {
+		r.startRun()
+	}
+}
+
+// reincarnate builds the next incarnation of a crashed replica, not running yet.
+func (r *groupReplica) reincarnate() {
 	if r.crashed {
 		r.gen++
 		r.crashed = false
 		r.newGroup()
-	}
-	if !r.running {
-		r.startRun()
 	}
 }
 
