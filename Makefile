@@ -91,7 +91,8 @@ k8s-e2e:
 ## sim: the deterministic simulator (docs/MODEL.md, "Deterministic simulator"): SEEDS seeds of
 ## the production Elector and GROUP_SEEDS seeds of the production Group against a simulated
 ## Redis running the project's scripts, their replay checks and the differential test against
-## redis-server. SEED=n (GROUP_SEED=n) replays one Elector (Group) seed and prints its trace;
+## redis-server, and the directed workloads (Elector and Group scenarios). SEED=n (GROUP_SEED=n)
+## replays one Elector (Group) seed and prints its trace;
 ## SIM_DURATION=1h runs Elector seeds for that long (soak); MUTANTS=1 shows that it catches the
 ## mutants (build tag elector_mutants).
 SEEDS ?= 1000
@@ -103,10 +104,10 @@ ifdef SEED
 else ifdef GROUP_SEED
 	SIM_SEED=$(GROUP_SEED) SIM_GROUP_SEEDS=1 SIM_TRACE=1 $(GO) test -count=1 -v -run '^TestSimGroup$$' ./pkg/election
 else ifdef MUTANTS
-	$(GO) test -tags elector_mutants -count=1 -v -timeout 1h -run '^(TestSimMutants|TestSimScenarioMutants|TestSimGroupMutants)$$' ./pkg/election
+	$(GO) test -tags elector_mutants -count=1 -v -timeout 1h -run '^(TestSimMutants|TestSimScenarioMutants|TestSimGroupMutants|TestSimGroupScenarioMutants)$$' ./pkg/election
 else
 	SIM_SEEDS=$(SEEDS) SIM_GROUP_SEEDS=$(GROUP_SEEDS) SIM_DURATION=$(SIM_DURATION) $(GO) test -count=1 -v -timeout 2h \
-		-run '^(TestSim|TestSimReplaysIdentically|TestSimScenarios|TestSimGroup|TestSimGroupReplaysIdentically|TestRecorderTermWonBeforeDataLoss)$$' ./pkg/election
+		-run '^(TestSim|TestSimReplaysIdentically|TestSimScenarios|TestSimGroup|TestSimGroupReplaysIdentically|TestSimGroupScenarios|TestRecorderTermWonBeforeDataLoss)$$' ./pkg/election
 	$(GO) test -count=1 -run '^(TestDifferentialAgainstRedis|TestTokenFromServerClock|TestScriptTypoFails)$$' ./internal/sim
 endif
 

@@ -48,6 +48,7 @@ func (g *Group) Run(ctx context.Context) error {
 		returned: make(chan termDone, 64),
 		notified: make(chan termDone, 64),
 		events:   make(chan groupEvent, 4096),
+		onLoop:   mutantOnLoop(),
 	}
 	if g.seam != nil {
 		r.rd = g.seam
@@ -82,6 +83,7 @@ type groupRun struct {
 	returned chan termDone   // OnStartedLeading returned
 	notified chan termDone   // OnStoppedLeading returned
 	events   chan groupEvent // from the subscription goroutine
+	onLoop   chan func()     // mutant 2 (elector_mutants builds only): subscribe calls; nil otherwise
 
 	heldMetric int // last value of the held-leases gauge
 }
@@ -212,6 +214,8 @@ func (r *groupRun) handle(block bool, ctxDone <-chan struct{}, timer <-chan time
 		m.onNotified(d.gl, d.term)
 	case e := <-r.events:
 		m.onEvent(e.name, e.ev)
+	case f := <-r.onLoop:
+		f()
 	case <-def:
 		return false, false
 	}
@@ -331,7 +335,7 @@ func (r *groupRun) listen(ctx context.Context) {
 	refused, reported := false, false
 	for ctx.Err() == nil {
 		sctx, cancel := context.WithTimeout(ctx, g.cfg.RetryPeriod)
-		sub, err := r.rd.subscribe(sctx)
+		sub, err := r.subscribe(ctx, sctx)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {

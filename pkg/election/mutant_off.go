@@ -2,6 +2,8 @@
 
 package election
 
+import "context"
+
 // The mutation switches of the deterministic simulator (issue 24; docs/MODEL.md). Each one
 // re-introduces a bug found by review, at a one-line site in the production code, only in a
 // build with the tag elector_mutants (mutant_on.go). In every other build they are these
@@ -15,3 +17,11 @@ func mutantDeadlineFromReply(*leadership) {}
 
 // setMutant switches mutant n on for the simulator; false: this build has none.
 func setMutant(int) bool { return false }
+
+// subscribe is mutant 2's site: the subscription goroutine subscribes.
+func (r *groupRun) subscribe(_, sctx context.Context) (groupSubscription, error) {
+	return r.rd.subscribe(sctx)
+}
+
+// mutantOnLoop is mutant 2's channel: none.
+func mutantOnLoop() chan func() { return nil }

@@ -2,7 +2,10 @@
 
 package election
 
-import "sync/atomic"
+import (
+	"context"
+	"sync/atomic"
+)
 
 // activeMutant is the mutant the simulator switched on (0: none). A test-only build's switch:
 // production builds compile mutant_off.go instead.
@@ -24,3 +27,25 @@ func mutantDeadlineFromReply(l *leadership) {
 		l.lastOK = l.e.clock.Now()
 	}
 }
+
+// subscribe is mutant 2: the Group's (pattern) subscription is made on the loop goroutine,
+// which waits for it (up to RetryPeriod, more on a client that ignores deadlines) and neither
+// renews nor checks deadlines meanwhile. ctx is the subscription goroutine's.
+func (r *groupRun) subscribe(ctx, sctx context.Context) (groupSubscription, error) {
+	if !mutant(2) {
+		return r.rd.subscribe(sctx)
+	}
+	var sub groupSubscription
+	var err error
+	done := make(chan struct{})
+	select {
+	case r.onLoop <- func() { sub, err = r.rd.subscribe(sctx); close(done) }:
+		<-done
+		return sub, err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// mutantOnLoop is the channel on which mutant 2 hands the subscribe call to the loop.
+func mutantOnLoop() chan func() { return make(chan func()) }
