@@ -143,7 +143,7 @@ func (f *follower) retryWait() time.Duration {
 // identity and another instance. A crashed predecessor of this process (a container restarted
 // in the same pod) leaves such a record too, but nobody renews it: the twin is warned about
 // when an event shows it acquire or renew (live), or when an acquire reply finds the same
-// record still held after the expiry it had when first seen.
+// record still held after the expiry it had when first seen, with a later expiry.
 type twinWatch struct {
 	mu     sync.Mutex
 	rec    lease.Record // the other instance's record last seen
@@ -165,7 +165,11 @@ func (w *twinWatch) saw(logger klog.Logger, identity, instance string, rec lease
 			return
 		}
 	}
-	if (live || now.After(w.expiry)) && w.warned != rec {
+	// Found by a reply after the expiry first seen, the record is a twin's only if that expiry
+	// moved (it was renewed): a dead record may still be found a moment after it, as Redis
+	// counts its TTL in whole milliseconds and the follower comes back at that expiry.
+	renewed := now.After(w.expiry) && now.Add(ttl).After(w.expiry.Add(timing.DriftMargin(ttl)))
+	if (live || renewed) && w.warned != rec {
 		w.warned = rec
 		logger.Info("Warning: another process campaigns under this replica's identity: it holds the lease and renews it; give every replica its own identity (--identity, $POD_NAME; two electors on one host both default to the host name), or a resign of either shuts both out",
 			"identity", identity, "otherInstance", rec.Instance, "token", rec.Token)
