@@ -189,7 +189,7 @@ func leaderGauges(t *testing.T, reg *prometheus.Registry, lease string) []string
 }
 
 // handover waits for one leader and a follower that knows it, delays the leader's path by d,
-// ends its term (how: resign or cancel of Run's ctx, then Run again) and waits for the
+// ends its term (how: resign or cancel of Run's ctx, then Run again once the follower started) and waits for the
 // follower's OnStartedLeading.
 func (p *indPair) handover(t *testing.T, how string, d time.Duration) {
 	t.Helper()
@@ -205,8 +205,11 @@ func (p *indPair) handover(t *testing.T, how string, d time.Duration) {
 			t.Fatalf("%s: Resign: %v", old.name, err)
 		}
 	case "cancel":
+		// Run again only once the successor started: a Run begun at once races the
+		// successor's wake-up for the free lease and may win it, and then no handover
+		// happened (CI on a loaded machine: "no b starts within 10s").
 		old.stop()
-		old.start()
+		defer old.start()
 	}
 	waitUntil(t, 10*time.Second, next.name+" starts", func() bool { return next.starts.Load() > starts })
 }
