@@ -26,7 +26,6 @@ type follower struct {
 	retry       backoff
 	timer       clock.Timer
 	resubscribe <-chan time.Time // set while the subscription is down between attempts
-	known       knownExpiry      // the expiry of the holder last heard of
 	polling     bool             // the timer is a poll, sooner than known: set while not listening
 }
 
@@ -66,9 +65,9 @@ func (e *Elector) campaign(ctx context.Context, w *watch) (term lease.Record, se
 	}
 }
 
-// attempt sends one acquire and decides what its reply means. It is false when ctx was
-// cancelled. The call is not cut short by the cancel: a term won meanwhile is released, so
-// that followers need not wait for it to expire.
+// attempt sends one acquire and acts on what the core decides its reply means. It is false
+// when ctx was cancelled. The call is not cut short by the cancel: a term won meanwhile is
+// released, so that followers need not wait for it to expire.
 func (f *follower) attempt(ctx context.Context) (attempt, bool) {
 	e := f.e
 	f.w.ensure(ctx)
@@ -77,65 +76,41 @@ func (f *follower) attempt(ctx context.Context) (attempt, bool) {
 	actx, cancel := context.WithTimeout(base, e.callTimeout())
 	won, st, err := e.store.acquire(actx, e.cfg.LeaseDuration, e.cfg.ReplicaAck)
 	cancel()
-	late := !e.clock.Now().Before(a.sent.Add(e.cfg.RenewDeadline))
-	late = late && !mutant(4) // mutant 4 (elector_mutants builds only): a late reply starts a term
-	trusted := err == nil && e.trustsReply(won, st.Record)
+	r := acquireReply{sent: a.sent, won: won, rec: st.Record, ttl: st.TTL, reservation: st.Reservation, err: err}
+	e.mu.Lock()
+	d := e.core.reply(e.timing(), e.clock.Now(), r, ctx.Err() != nil, f.retry.next, f.w.subscribed())
+	e.mu.Unlock()
+	a.wait, a.poll = d.wait, d.poll
 	switch {
-	case err == nil && won && !trusted:
-		// Our record, but one no term may start on (termGuard): a record we sent a release
-		// for (that release may still run and delete the key during the term), or one older
-		// than a token already seen (brought back by a rollback). Not ours: neither a term
-		// nor a release; try again once it (renewed by this very acquire) expired. Not
-		// observed either: it would name this replica leader.
-		f.logger.Info("Acquire resumed a record this replica released or saw replaced; not trusted, waiting for it to expire", "token", st.Record.Token)
-		a.wait = e.untrustedWait(st.TTL)
-	case mutant(5) && err == nil && won && ctx.Err() != nil: // mutant 5 (elector_mutants builds only): left held
-	case err == nil && won && (ctx.Err() != nil || late):
-		// A term that never started: release it whatever ReleaseOnCancel says (no work
-		// can overlap), rather than make followers wait for its expiry.
-		if ctx.Err() == nil {
+	case d.verdict == verdictUntrusted:
+		// Not ours to start or release; not observed either: it would name this replica leader.
+		logUntrusted(f.logger, st.Record)
+	case d.verdict == verdictDecline:
+		if mutant(5) && !d.late { // mutant 5 (elector_mutants builds only): left held
+			break
+		}
+		if d.late {
 			e.errs.failed(f.logger, e.cfg.Metrics, e.cfg.Name, "acquire", fmt.Errorf("token %d: %w", st.Record.Token, errLateReply))
-			a.wait = f.retryWait()
 		}
 		e.release(base, f.logger, st.Record)
 	case ctx.Err() != nil:
-	case err != nil:
+	case d.verdict == verdictFailed:
 		e.errs.failed(f.logger, e.cfg.Metrics, e.cfg.Name, "acquire", err)
-		a.wait = f.retryWait()
-	case won:
+	case d.verdict == verdictStart:
 		e.errs.succeeded(f.logger)
 		a.term, a.won = st.Record, true
-	case st.Reservation != nil:
-		// Free, but reserved after a resignation for another replica (or for anyone but
-		// this one): wait until the hold-off ends or, sooner, the "acquired" of the successor.
+	case d.verdict == verdictReserved:
 		e.errs.succeeded(f.logger)
 		f.retry.reset()
 		f.logger.V(4).Info("Lease is reserved after a resignation", "resigned", st.Reservation.Resigned.Identity, "target", st.Reservation.Target, "ttl", st.Reservation.TTL)
-		f.known.released(st.Reservation.Resigned.Token) // its holder released it, after its work stopped
-		a.wait = e.followerWait(st.Reservation.TTL, f.w.subscribed())
-	default:
+	case d.verdict == verdictHeld:
 		e.errs.succeeded(f.logger)
 		f.retry.reset()
 		e.observe(st.Record, false)
 		f.logger.V(4).Info("Lease is held", "holder", st.Record.Identity, "token", st.Record.Token, "ttl", st.TTL)
-		now := e.clock.Now()
-		e.twin.saw(f.logger, e.cfg.Identity, e.lease.Instance(), st.Record, st.TTL, false, now)
-		f.known.heard(st.Record.Token, now, st.TTL, e.cfg.LeaseDuration)
-		a.wait = e.followerWait(st.TTL, f.w.subscribed())
-		a.poll = a.wait != e.followerWait(st.TTL, true) // not listening: sooner than the expiry
+		e.twin.saw(f.logger, e.cfg.Identity, e.lease.Instance(), st.Record, st.TTL, false, e.clock.Now())
 	}
 	return a, ctx.Err() == nil
-}
-
-// retryWait is the wait after a failed attempt: the backoff, but never before the expiry of
-// the holder last heard of (knownExpiry) — the failure may be a Redis restart that lost the
-// lease, whose holder works on until its next renew tells it so.
-func (f *follower) retryWait() time.Duration {
-	d := f.retry.next()
-	if mutant(10) { // mutant 10 (elector_mutants builds only): the known expiry is ignored
-		return d
-	}
-	return f.known.retryAfter(f.e.clock.Now(), d)
 }
 
 // twinWatch notices another process campaigning under this replica's identity (two `elector
@@ -207,11 +182,9 @@ func (f *follower) sleep(ctx context.Context) bool {
 			}
 			wake, rearm := f.e.onEvent(ev)
 			if wake {
-				f.known.released(ev.Record.Token)
 				return true
 			}
 			if rearm >= 0 {
-				f.known.heard(ev.Record.Token, f.e.clock.Now(), rearm, f.e.cfg.LeaseDuration)
 				f.polling = false
 				resetTimer(f.timer, rearm+f.e.jitter())
 			}
@@ -227,93 +200,30 @@ func (f *follower) listening() {
 		return
 	}
 	f.polling = false
-	if d, ok := f.known.until(f.e.clock.Now()); ok {
+	f.e.mu.Lock()
+	d, ok := f.e.core.known.until(f.e.clock.Now())
+	f.e.mu.Unlock()
+	if ok {
 		resetTimer(f.timer, d+f.e.jitter())
 	}
 }
 
-// knownExpiry is when the term of the holder a follower last heard of expires, by the
-// follower's clock: the latest of now + min(TTL, LeaseDuration) over the acquire replies that
-// found the lease held and the acquired/renewed events that were news (the cap: a forged TTL
-// must not silence a follower for long). The time of the reply or event, not the send time:
-// Redis read the TTL before the reply came, so this is no earlier than the real expiry (by a
-// clock no faster than Redis's). Unless it heard that term, or a later one, released, a
-// follower does not attempt before it after a failed attempt, nor after it subscribed again
-// while polling: docs/DESIGN.md, "Follower waits". Elector and Group share this rule.
-type knownExpiry struct {
-	at    time.Time // zero: none
-	token int64     // the newest token heard held
-}
-
-// heard records that the term with token is held for ttl from now (lease.NoExpiry counts as
-// longer than the lease).
-func (k *knownExpiry) heard(token int64, now time.Time, ttl, leaseDuration time.Duration) {
-	if ttl == lease.NoExpiry || ttl > leaseDuration {
-		ttl = leaseDuration
-	}
-	if at := now.Add(ttl); at.After(k.at) {
-		k.at = at
-	}
-	k.token = max(k.token, token)
-}
-
-// released forgets the expiry when the term with token, or a later one, was heard released.
-func (k *knownExpiry) released(token int64) {
-	if token >= k.token {
-		*k = knownExpiry{}
-	}
-}
-
-// until returns the time left until the known expiry, false when none is ahead.
-func (k *knownExpiry) until(now time.Time) (time.Duration, bool) {
-	return k.at.Sub(now), k.at.After(now)
-}
-
-// retryAfter is the wait before the attempt after a failed one: d, or until the known expiry
-// if that is later.
-func (k *knownExpiry) retryAfter(now time.Time, d time.Duration) time.Duration {
-	if left, ok := k.until(now); ok {
-		return max(d, left)
-	}
-	return d
-}
-
-// onEvent records what an event says and decides what a sleeping follower does: wake at
-// once (the current term was released), sleep again for rearm (the current term was taken
-// or renewed; rearm >= 0), or nothing (stale news, of an older term than one already heard
-// of: it must neither wake the follower nor move its wake-up).
+// onEvent records what an event says (leaseCore.event) and decides what a sleeping follower
+// does: wake at once (the current term was released), sleep again for rearm (the current
+// term was taken or renewed; rearm >= 0), or nothing (stale news).
 func (e *Elector) onEvent(ev lease.Event) (wake bool, rearm time.Duration) {
-	switch ev.Kind {
-	case lease.Released:
-		return e.observe(ev.Record, true), -1
-	case lease.Acquired, lease.Renewed:
-		if e.observe(ev.Record, false) {
-			// Capped: a forged message must not put followers to sleep for long.
-			return false, min(ev.TTL, e.cfg.LeaseDuration)
-		}
+	e.mu.Lock()
+	current, wake, rearm := e.core.event(e.timing(), e.clock.Now(), ev)
+	if !current {
+		e.mu.Unlock()
+		return false, -1
 	}
-	return false, -1
-}
-
-// untrustedWait is how long to wait for an untrusted record of ours, just renewed to ttl by
-// our acquire, to expire: its ttl plus the drift margin, so that a clock faster than Redis's
-// does not resume (and renew) it again and again. Only liveness depends on it.
-func (e *Elector) untrustedWait(ttl time.Duration) time.Duration {
-	if ttl == lease.NoExpiry || ttl < 0 {
-		return e.cfg.RetryPeriod
+	identity := ev.Record.Identity
+	if wake {
+		identity = ""
 	}
-	d := min(ttl, e.cfg.LeaseDuration)
-	return d + timing.DriftMargin(d)
-}
-
-// followerWait is how long a follower sleeps after finding the lease held for ttl: until it
-// expires when renewals are announced to it, else at most RetryPeriod (a release would go
-// unnoticed until the next attempt).
-func (e *Elector) followerWait(ttl time.Duration, subscribed bool) time.Duration {
-	if ttl == lease.NoExpiry || (!subscribed && ttl > e.cfg.RetryPeriod) {
-		return e.cfg.RetryPeriod
-	}
-	return min(ttl, e.cfg.LeaseDuration) // a holder with a longer lease is checked on again
+	e.noteLeaderLocked(identity) // unlocks
+	return wake, rearm
 }
 
 // resubscribeDelay is how long a follower whose subscription ended waits before subscribing

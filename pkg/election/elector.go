@@ -70,7 +70,7 @@ type Elector struct {
 
 	mu       sync.Mutex
 	leader   string       // last observed leader identity, "" when none is known
-	guard    termGuard    // tokens seen, released and retired; which won acquire may start a term
+	core     leaseCore    // what this replica knows of the lease's terms and holder (core.go)
 	term     lease.Record // this replica's term while it leads
 	ctl      *termControl // how Resign reaches the current term's lead loop
 	leading  bool
@@ -201,7 +201,7 @@ func (e *Elector) release(ctx context.Context, logger klog.Logger, term lease.Re
 func (e *Elector) noteRelease(term lease.Record) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.guard.retire(term.Token)
+	e.core.guard.retire(term.Token)
 }
 
 // trustsReply records an acquire reply (won, rec) and reports whether a won one may start a
@@ -209,7 +209,12 @@ func (e *Elector) noteRelease(term lease.Record) {
 func (e *Elector) trustsReply(won bool, rec lease.Record) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.guard.reply(rec, won)
+	return e.core.guard.reply(rec, won)
+}
+
+// timing is the lease's timing, as the core reads it.
+func (e *Elector) timing() leaseTiming {
+	return leaseTiming{leaseDuration: e.cfg.LeaseDuration, renewDeadline: e.cfg.RenewDeadline, retryPeriod: e.cfg.RetryPeriod}
 }
 
 // callTimeout bounds one Redis call: max(RetryPeriod, RenewDeadline/2), so that a round trip
@@ -255,11 +260,10 @@ func (e *Elector) setFollowing() {
 
 // observe records news of a term: that rec holds the lease, or that it was released. News
 // is ordered by token, so that an event that waited in a buffer cannot undo what a newer
-// reply said; it reports whether the news was current. A new leader is passed to
-// OnNewLeader.
+// reply said; it reports whether the news was current.
 func (e *Elector) observe(rec lease.Record, released bool) bool {
 	e.mu.Lock()
-	if !e.guard.news(rec.Token, released) {
+	if !e.core.guard.news(rec.Token, released) {
 		e.mu.Unlock()
 		return false
 	}
@@ -267,13 +271,19 @@ func (e *Elector) observe(rec lease.Record, released bool) bool {
 	if released {
 		identity = ""
 	}
+	e.noteLeaderLocked(identity)
+	return true
+}
+
+// noteLeaderLocked records the leader identity of current news ("" after a release), with
+// e.mu held, which it unlocks; a new leader is passed to OnNewLeader.
+func (e *Elector) noteLeaderLocked(identity string) {
 	changed := identity != e.leader
 	e.leader = identity
 	e.mu.Unlock()
 	if changed && identity != "" {
 		e.notify.push(identity)
 	}
-	return true
 }
 
 // IsLeader reports whether this replica leads now: between the start of a term and the

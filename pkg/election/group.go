@@ -96,9 +96,9 @@ type Group struct {
 	wake    chan struct{}
 
 	view *groupView
-	// guards is the machine's (groupMachine.guards), kept across Runs: a release that failed
+	// cores is the machine's (groupMachine.cores), kept across Runs: a release that failed
 	// at the end of one Run may still run during the next. Used by one Run at a time.
-	guards map[string]*termGuard
+	cores  map[string]*leaseCore
 	maxLag atomic.Int64 // the latest the loop woke up after it planned to, in ns (tests)
 	seam   groupRedis   // the simulator's Redis (tests); nil: redisGroup over cfg.Client
 
@@ -176,7 +176,7 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 		pattern:  lease.EventsPattern(cfg.KeyPrefix),
 		names:    map[string]struct{}{},
 		wake:     make(chan struct{}, 1),
-		guards:   map[string]*termGuard{},
+		cores:    map[string]*leaseCore{},
 	}
 	if g.clock == nil {
 		g.clock = clock.RealClock{}

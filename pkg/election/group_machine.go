@@ -8,7 +8,6 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
-	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/lease"
 )
 
@@ -59,19 +58,9 @@ type groupLease struct {
 	relErr   bool         // notifying: the release failed, so the record may still be in Redis
 	cancel   func()       // cancels OnStartedLeading's ctx
 
-	guard *termGuard  // the lease's tokens, kept by the Group across Runs and Remove/Add
-	known knownExpiry // idle/acquiring: the expiry of the holder last heard of (campaign.go)
+	core *leaseCore // what this replica knows of the lease (core.go), kept by the Group across Runs and Remove/Add
 
 	wakeStop chan struct{} // closed to let the term's goroutine run OnStoppedLeading (groupRun's)
-}
-
-// acquireReply is the outcome of one acquire of a batch.
-type acquireReply struct {
-	sent time.Time // when its pipeline was sent; zero: the batch's send time
-	won  bool
-	rec  lease.Record  // the holder's record (ours when won)
-	ttl  time.Duration // the holder's remaining time (lease.NoExpiry: no expiry)
-	err  error
 }
 
 // acquireBatch is one pipeline of acquires; replies is filled in by the batch goroutine.
@@ -141,12 +130,13 @@ type groupMachine struct {
 	acquiring int                      // leases in stateAcquiring
 	busy      int                      // leases not idle
 	releases  []termItem               // releases not yet sent
-	// guards holds, per lease name, what this replica knows of the lease's tokens and which
-	// won acquire may start a term (termGuard): a record we sent a release for is never
-	// resumed (a release whose reply was an error may still run and delete the key under the
-	// term), nor one older than a token seen (a rollback). It is the Group's (Run sets it), so
-	// that it outlives Remove/Add and a new Run.
-	guards map[string]*termGuard
+	// cores holds, per lease name, what this replica knows of the lease (leaseCore): its
+	// tokens, which decide which won acquire may start a term (a record we sent a release for
+	// is never resumed: a release whose reply was an error may still run and delete the key
+	// under the term; nor one older than a token seen: a rollback), and the expiry of the
+	// holder last heard of. It is the Group's (Run sets it), so that it outlives Remove/Add
+	// and a new Run.
+	cores map[string]*leaseCore
 
 	stopping                        bool // Run's ctx was cancelled
 	membersKnown                    bool // the first heartbeat came back (or failed)
@@ -169,7 +159,7 @@ func newGroupMachine(cfg *GroupConfig, clk clock.PassiveClock, fx groupEffects, 
 	instance string, newLease func(string) (*lease.Lease, error)) *groupMachine {
 	return &groupMachine{
 		cfg: cfg, clock: clk, jitter: jitter, fx: fx, view: view, logger: logger, newLease: newLease, instance: instance,
-		leases: map[string]*groupLease{}, held: map[*groupLease]struct{}{}, guards: map[string]*termGuard{},
+		leases: map[string]*groupLease{}, held: map[*groupLease]struct{}{}, cores: map[string]*leaseCore{},
 		retry: backoff{min: 50 * time.Millisecond, max: cfg.RetryPeriod},
 		live:  1,
 	}
@@ -218,12 +208,12 @@ func (m *groupMachine) add(name string) {
 			m.logger.Error(err, "Cannot campaign for lease", "lease", name)
 			return
 		}
-		g := m.guards[name]
-		if g == nil || mutant(3) { // mutant 3 (elector_mutants builds only): Add forgets the retired tokens
-			g = &termGuard{}
-			m.guards[name] = g
+		c := m.cores[name]
+		if c == nil || mutant(3) { // mutant 3 (elector_mutants builds only): Add forgets the retired tokens
+			c = &leaseCore{}
+			m.cores[name] = c
 		}
-		gl = &groupLease{name: name, l: l, heapIdx: -1, guard: g}
+		gl = &groupLease{name: name, l: l, heapIdx: -1, core: c}
 		m.leases[name] = gl
 		m.active++
 		m.toIdle(gl, now)
@@ -326,7 +316,7 @@ func (m *groupMachine) schedule(gl *groupLease, t time.Time) {
 func (m *groupMachine) toReleasing(gl *groupLease, term lease.Record, notify bool) {
 	m.setState(gl, stateReleasing)
 	gl.term, gl.notify = term, notify
-	gl.guard.retire(term.Token) // whatever the outcome, no term starts on this record again
+	gl.core.guard.retire(term.Token) // whatever the outcome, no term starts on this record again
 	m.releases = append(m.releases, termItem{gl, term})
 }
 
@@ -356,7 +346,7 @@ func (m *groupMachine) lose(gl *groupLease, reason string) {
 
 // begin starts a term: "acquiring + won".
 func (m *groupMachine) begin(gl *groupLease, term lease.Record, sent time.Time) {
-	gl.term, gl.lastOK, gl.workDone, gl.known = term, sent, false, knownExpiry{}
+	gl.term, gl.lastOK, gl.workDone = term, sent, false
 	m.setState(gl, stateLeading)
 	m.started++
 	m.logger.V(2).Info("Became leader", "lease", gl.name, "token", term.Token)
@@ -464,12 +454,14 @@ func (m *groupMachine) startAcquire(now time.Time) {
 	m.fx.acquire(b)
 }
 
-// onAcquire handles an acquire batch's replies.
+// onAcquire handles an acquire batch's replies, as the core decides (leaseCore.reply).
 func (m *groupMachine) onAcquire(b *acquireBatch) {
 	m.acqBusy = false
 	cfg := m.cfg
 	cfg.Metrics.groupBatch(cfg.Group, "acquire", b.took)
 	now := m.clock.Now()
+	t := m.timing()
+	retry := func() time.Duration { return cfg.RetryPeriod }
 	lateWins := 0
 	failed := false
 	for i, gl := range b.items {
@@ -479,43 +471,28 @@ func (m *groupMachine) onAcquire(b *acquireBatch) {
 		case stateIdle, stateLeading, stateStopping, stateReleasing, stateDraining, stateNotifying:
 			continue // no acquire of gl in flight: cannot happen
 		}
-		sent := r.sent
-		if sent.IsZero() {
-			sent = b.sent
+		if r.sent.IsZero() {
+			r.sent = b.sent
 		}
-		late := !now.Before(sent.Add(cfg.RenewDeadline))
-		trusted := r.err == nil && gl.guard.reply(r.rec, r.won)
-		stale := r.err == nil && r.won && !trusted // ours, but no term may start on it
-		if late && r.won && !stale {
-			lateWins++
-		}
-		switch {
-		case r.err != nil:
-			// Not before the expiry of the holder last heard of: the error may be a restart
-			// that lost the lease, whose holder works on until its next renew.
+		d := gl.core.reply(t, now, r, gl.removed || m.stopping, retry, true)
+		switch d.verdict {
+		case verdictFailed:
 			failed = true
 			m.errs.failed(m.logger, cfg.Metrics, cfg.Group, "acquire", r.err)
-			wait := gl.known.retryAfter(now, cfg.RetryPeriod)
-			if mutant(11) { // mutant 11 (elector_mutants builds only): the known expiry is ignored
-				wait = cfg.RetryPeriod
-			}
-			m.toIdle(gl, now.Add(wait+m.jitter()))
-		case stale:
-			// Our record, but one no term may start on (termGuard): one we sent a release for
-			// (it may still run and delete the key during the term), or one older than a token
-			// seen (a rollback). Neither a term nor a release; try again once the record
-			// (renewed by this very acquire) expired, drift margin included.
-			m.logger.Info("Acquire resumed a record this replica released or saw replaced; not trusted, waiting for it to expire", "lease", gl.name, "token", r.rec.Token)
-			d := m.untilExpiry(r.ttl)
-			m.toIdle(gl, now.Add(d+timing.DriftMargin(d)+m.jitter()))
-		case r.won && (gl.removed || m.stopping || late):
+			m.toIdle(gl, now.Add(d.wait+m.jitter()))
+		case verdictUntrusted:
+			logUntrusted(m.logger.WithValues("lease", gl.name), r.rec)
+			m.toIdle(gl, now.Add(d.wait+m.jitter()))
+		case verdictDecline:
 			// No term was started, so no callbacks: release it as a failed attempt.
+			if d.late {
+				lateWins++
+			}
 			m.toReleasing(gl, r.rec, false)
-		case r.won:
-			m.begin(gl, r.rec, sent)
-		default:
-			gl.known.heard(r.rec.Token, now, r.ttl, cfg.LeaseDuration)
-			m.toIdle(gl, now.Add(m.untilExpiry(r.ttl)+m.jitter()))
+		case verdictStart:
+			m.begin(gl, r.rec, r.sent)
+		case verdictReserved, verdictHeld:
+			m.toIdle(gl, now.Add(d.wait+m.jitter()))
 		}
 	}
 	if lateWins > 0 {
@@ -526,13 +503,9 @@ func (m *groupMachine) onAcquire(b *acquireBatch) {
 	}
 }
 
-// untilExpiry is how long to wait for a record held for ttl: at most LeaseDuration, and
-// RetryPeriod for one without expiry.
-func (m *groupMachine) untilExpiry(ttl time.Duration) time.Duration {
-	if ttl == lease.NoExpiry || ttl < 0 {
-		return m.cfg.RetryPeriod
-	}
-	return min(ttl, m.cfg.LeaseDuration)
+// timing is the Group's lease timing, as the core reads it.
+func (m *groupMachine) timing() leaseTiming {
+	return leaseTiming{leaseDuration: m.cfg.LeaseDuration, renewDeadline: m.cfg.RenewDeadline, retryPeriod: m.cfg.RetryPeriod}
 }
 
 // onRenew handles a renew batch's replies and the heartbeat.
@@ -659,7 +632,7 @@ func (m *groupMachine) onNotified(gl *groupLease, term lease.Record) {
 	}
 }
 
-// onEvent handles an announcement on a lease's channel, ordered by token.
+// onEvent handles an announcement on a lease's channel, as the core decides (leaseCore.event).
 func (m *groupMachine) onEvent(name string, ev lease.Event) {
 	gl := m.leases[name]
 	if gl == nil || m.stopping || ev.Record.Instance == m.instance {
@@ -670,21 +643,16 @@ func (m *groupMachine) onEvent(name string, ev lease.Event) {
 	case stateLeading, stateStopping, stateReleasing, stateDraining, stateNotifying:
 		return // the replies of this replica's own calls tell it more
 	}
-	if !gl.guard.news(ev.Record.Token, ev.Kind == lease.Released) {
-		return // older news than what this replica knows
-	}
 	now := m.clock.Now()
-	switch ev.Kind {
-	case lease.Released:
-		gl.known.released(ev.Record.Token)
-		if gl.state == stateIdle && len(m.held) < m.share() {
+	current, wake, rearm := gl.core.event(m.timing(), now, ev)
+	switch {
+	case !current || gl.state != stateIdle:
+	case wake:
+		if len(m.held) < m.share() {
 			m.schedule(gl, now)
 		}
-	case lease.Acquired, lease.Renewed:
-		gl.known.heard(ev.Record.Token, now, ev.TTL, m.cfg.LeaseDuration)
-		if gl.state == stateIdle {
-			m.schedule(gl, now.Add(min(ev.TTL, m.cfg.LeaseDuration)+m.jitter()))
-		}
+	case rearm >= 0:
+		m.schedule(gl, now.Add(rearm+m.jitter()))
 	}
 }
 

@@ -211,7 +211,7 @@ var machineEvents = []struct {
 		// The record is set as poisoned directly; TestGroupMachineStaleReleaseResumeStartsNoTerm
 		// reaches it through a failed release.
 		rec := mt.rec(mtOurs)
-		gl.guard.retired = rec.Token
+		gl.core.guard.retired = rec.Token
 		b := &acquireBatch{sent: mt.clk.Now(), items: []*groupLease{gl}}
 		if n := len(mt.fx.acquires); gl.state == stateAcquiring && n > 0 {
 			b = mt.fx.acquires[n-1]
@@ -279,7 +279,7 @@ var machineEvents = []struct {
 		mt.m.onEvent("x", lease.Event{Kind: lease.Acquired, TTL: time.Hour, Record: mt.rec(mtTheirs)})
 	}},
 	{"event with an older token", func(mt *machineTest, gl *groupLease) {
-		mt.m.onEvent("x", lease.Event{Kind: lease.Released, Record: lease.Record{Token: gl.guard.seen - 1, Instance: mtTheirs}})
+		mt.m.onEvent("x", lease.Event{Kind: lease.Released, Record: lease.Record{Token: gl.core.guard.seen - 1, Instance: mtTheirs}})
 	}},
 }
 
@@ -625,7 +625,7 @@ func TestGroupMachineCapsAndOrder(t *testing.T) {
 	}
 	mt := newMachineTest(t)
 	gl := mt.setup(rowIdle)
-	seen := gl.guard.seen
+	seen := gl.core.guard.seen
 	next := gl.next
 	mt.m.onEvent("x", lease.Event{Kind: lease.Acquired, TTL: time.Hour, Record: lease.Record{Token: seen - 1, Instance: mtTheirs}})
 	mt.m.onEvent("x", lease.Event{Kind: lease.Released, Record: lease.Record{Token: seen - 1, Instance: mtTheirs}})
@@ -822,7 +822,7 @@ func TestGroupMachineStaleReleaseResumeStartsNoTerm(t *testing.T) {
 			if gl.state != stateLeading || gl.term != fresh {
 				t.Fatalf("new record: state %v, term %v, want leading %v", gl.state, gl.term, fresh)
 			}
-			if gl.guard.retired < rec.Token {
+			if gl.core.guard.retired < rec.Token {
 				t.Fatal("the record whose release failed is trusted again")
 			}
 		})

@@ -57,7 +57,7 @@ func (g *Group) Run(ctx context.Context) error {
 	r.m = newGroupMachine(&g.cfg, g.clock, r, g.view, logger, g.instance, func(name string) (*lease.Lease, error) {
 		return lease.New(g.cfg.Client, name, lease.Options{Prefix: g.cfg.KeyPrefix, Identity: g.cfg.Identity, Instance: g.instance})
 	})
-	r.m.guards = g.guards
+	r.m.cores = g.cores
 	if g.rand != nil { // the simulator's seeded source (Elector.rand's counterpart)
 		r.m.jitter = func() time.Duration { return g.rand(maxJitter) }
 	}

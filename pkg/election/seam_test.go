@@ -612,7 +612,7 @@ func TestSeamOnEvent(t *testing.T) {
 		{"renewal longer than the lease", theirs(10), false, ev(lease.Renewed, theirs(10), time.Hour), false, seamLease},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := &Elector{cfg: Config{LeaseDuration: seamLease, Identity: "me"}}
+			e := &Elector{cfg: Config{LeaseDuration: seamLease, Identity: "me"}, clock: clocktesting.NewFakeClock(time.Unix(0, 0))}
 			e.observe(tc.seen, tc.released)
 			wake, rearm := e.onEvent(tc.ev)
 			if wake != tc.wake || rearm != tc.rearm {

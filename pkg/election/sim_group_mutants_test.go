@@ -6,7 +6,7 @@ import "testing"
 // (docs/MODEL.md, "Group driver"). The guard's one-slot retired token (7), which the
 // Group shares with Elector, is left to the directed workloads (TestSimScenarioMutants), as in
 // TestSimMutants: random Group seeds reached it from at most one start of five. Mutant 3 is
-// also, and mutant 11 only, caught by the directed Group workloads
+// also, and mutant 10 (the known expiry, one rule in core.go) here only, caught by the directed Group workloads
 // (TestSimGroupScenarioMutants), in every seed.
 var simGroupMutants = []simMutant{
 	{1, "OnStoppedLeading runs on the Group's loop goroutine"},

@@ -17,7 +17,7 @@ import (
 // Directed Group workloads: as sim_scenarios_test.go's for the Elector, a scripted sequence of
 // user actions and faults per seed that leads production Groups, through the Group driver, to
 // the state one known Group bug needs, with the timing and some draws from the seed. Random
-// Group seeds reach these states rarely (mutant 3) or never (mutant 11).
+// Group seeds reach these states rarely (mutant 3) or never (mutant 10).
 
 // groupScenario is one scripted Group workload; run reports whether the seed reached the
 // script's last fault.
@@ -137,7 +137,7 @@ func gLeadFirst(d *groupDriver, h *groupReplica) bool {
 	return h.leads()
 }
 
-// gScenarioErrorKeepsExpiry (mutant 11): H leads, F and K follow. F's next acquire is held
+// gScenarioErrorKeepsExpiry (mutant 10, the rule Elector and Group share): H leads, F and K follow. F's next acquire is held
 // before it is sent; H removes the lease and K takes it at once (F is still acquiring, so K
 // alone competes): F hears K's term announced with its TTL. F's acquire goes on and, in
 // flight, Redis restarts without its data and stays down; K's messages stall. F's acquire
@@ -336,7 +336,7 @@ func TestSimGroupScenarioMutants(t *testing.T) {
 	for _, m := range []struct {
 		n  int
 		sc groupScenario
-	}{{11, groupScenarios[0]}, {3, groupScenarios[1]}} {
+	}{{10, groupScenarios[0]}, {3, groupScenarios[1]}} {
 		setMutant(m.n)
 		caught, first := 0, uint64(0)
 		var msg string
