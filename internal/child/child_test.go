@@ -82,12 +82,51 @@ func waitStatus(t *testing.T, p *Process) ExitStatus {
 	case <-p.Done():
 		return p.Wait()
 	case <-time.After(30 * time.Second):
-		t.Fatalf("child %d did not exit within 30s", p.Pid())
+		t.Fatalf("child %d did not exit within 30s; its processes:\n%s", p.Pid(), procStates(p.Pid()))
 		return ExitStatus{}
 	}
 }
 
 // waitFile waits until path exists and is not empty and returns its content.
+// procStates describes pid and its descendants from /proc (state and signal masks), for a
+// test that timed out waiting for a signal's effect.
+func procStates(pid int) string {
+	var b strings.Builder
+	for _, p := range append([]int{pid}, childPids(pid)...) {
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p))
+		if err != nil {
+			fmt.Fprintf(&b, "  %d: %v\n", p, err)
+			continue
+		}
+		fmt.Fprintf(&b, "  %d:", p)
+		for _, line := range strings.Split(string(status), "\n") {
+			for _, k := range []string{"Name:", "State:", "PPid:", "SigPnd:", "ShdPnd:", "SigBlk:", "SigIgn:", "SigCgt:"} {
+				if strings.HasPrefix(line, k) {
+					fmt.Fprintf(&b, " %s", strings.Join(strings.Fields(line), " "))
+				}
+			}
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// childPids returns the children of pid, as /proc/PID/task/*/children lists them.
+func childPids(pid int) []int {
+	var out []int
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		for _, s := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(s); err == nil {
+				out = append(out, c)
+				out = append(out, childPids(c)...)
+			}
+		}
+	}
+	return out
+}
+
 func waitFile(t *testing.T, path string) string {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)

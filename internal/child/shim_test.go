@@ -208,8 +208,14 @@ func TestShimForwardsOutsideGroup(t *testing.T) {
 	mark := filepath.Join(dir, "mark")
 	ready := filepath.Join(dir, "ready")
 	p := startSh(t, shimSpec("MARK="+mark, "READY="+ready),
-		`setsid sh -c 'trap "echo got-usr1 > \"$MARK\"; exit 0" USR1; echo ready > "$READY"; while :; do sleep 0.05; done' &
+		// The outer shell says ready only once it ignores USR1 itself: killed by the signal,
+		// it would end the command, and the shim would kill the inner shell before its trap
+		// wrote the mark (CI, at a load of 17). It ignores USR1 only after starting the inner
+		// shell, which could not trap a signal ignored on entry.
+		`setsid sh -c 'trap "echo got-usr1 > \"$MARK\"; exit 0" USR1; echo ready > "$READY.in"; while :; do sleep 0.05; done' &
 trap '' USR1
+while [ ! -s "$READY.in" ]; do sleep 0.01; done
+echo ready > "$READY"
 wait`)
 	waitFile(t, ready)
 	if err := p.Signal(syscall.SIGUSR1); err != nil {
