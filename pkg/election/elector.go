@@ -31,6 +31,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -399,3 +400,143 @@ func (b *backoff) next() time.Duration {
 }
 
 func (b *backoff) reset() { b.cur = 0 }
+
+// store is what an Elector needs of its lease: the seam between the election algorithm
+// (campaign, lead, watch) and Redis. redisStore is the real one; tests drive the algorithm
+// through a fake, with a fake clock, to replay exact interleavings (late and lost replies,
+// stale events, a deadline at the exact tick).
+type store interface {
+	// acquire is lease.Lease.Acquire with a ReplicaAck.
+	acquire(ctx context.Context, ttl time.Duration, ack lease.ReplicaAck) (bool, lease.Status, error)
+	// renew is lease.Lease.Renew with a ReplicaAck.
+	renew(ctx context.Context, term lease.Record, ttl time.Duration, ack lease.ReplicaAck) (bool, error)
+	// release is lease.Lease.Release.
+	release(ctx context.Context, term lease.Record) (bool, error)
+	// subscribe is lease.Lease.Subscribe.
+	subscribe(ctx context.Context) (subscription, error)
+	// resign is lease.Lease.RequestResign for this replica's own term.
+	resign(ctx context.Context, term lease.Record, target string, holdOff, timeout time.Duration) error
+}
+
+// subscription is what a follower uses of a *lease.Subscription.
+type subscription interface {
+	Events() <-chan lease.Event
+	Close() error
+}
+
+// redisStore is the store of a lease in Redis.
+type redisStore struct{ l *lease.Lease }
+
+func (s redisStore) acquire(ctx context.Context, ttl time.Duration, ack lease.ReplicaAck) (bool, lease.Status, error) {
+	return s.l.Acquire(ctx, ttl, ack)
+}
+
+func (s redisStore) renew(ctx context.Context, term lease.Record, ttl time.Duration, ack lease.ReplicaAck) (bool, error) {
+	return s.l.Renew(ctx, term, ttl, ack)
+}
+
+func (s redisStore) release(ctx context.Context, term lease.Record) (bool, error) {
+	return s.l.Release(ctx, term)
+}
+
+func (s redisStore) subscribe(ctx context.Context) (subscription, error) {
+	sub, err := s.l.Subscribe(ctx)
+	if err != nil {
+		return nil, err // not a typed nil in an interface
+	}
+	return sub, nil
+}
+
+// contextTimeoutOff reports whether client is a go-redis client whose socket reads ignore
+// context deadlines (ContextTimeoutEnabled off, go-redis's default): a reply can then arrive
+// long after the elector stopped waiting for it. The elector stays safe (a reply that comes
+// at or after send time + RenewDeadline never starts a term), but calls hang for the client's
+// ReadTimeout instead of the elector's bound.
+func contextTimeoutOff(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client: // also redis.NewFailoverClient's
+		return !c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient: // also redis.NewFailoverClusterClient's
+		return !c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return !c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// warnContextTimeout logs, once per New, that the client does not bound calls by their context.
+func warnContextTimeout(cfg *Config) {
+	if contextTimeoutOff(cfg.Client) {
+		klog.InfoS("Warning: the Redis client has ContextTimeoutEnabled off, so a call to Redis is bounded by the client's read and write timeouts, not by the elector's deadline; set ContextTimeoutEnabled in its options",
+			"lease", cfg.Name)
+	}
+}
+
+// notifier calls OnNewLeader with each new leader identity, in order, from one goroutine, so
+// that a slow callback delays neither the election nor itself runs concurrently.
+type notifier struct {
+	fn      func(string)
+	mu      sync.Mutex
+	queue   []string
+	wake    chan struct{}
+	stopped chan struct{}
+	done    chan struct{}
+}
+
+func startNotifier(fn func(string)) *notifier {
+	n := &notifier{fn: fn, wake: make(chan struct{}, 1), stopped: make(chan struct{}), done: make(chan struct{})}
+	if fn == nil {
+		close(n.done)
+		return n
+	}
+	go n.loop()
+	return n
+}
+
+// push queues identity for OnNewLeader.
+func (n *notifier) push(identity string) {
+	if n == nil || n.fn == nil {
+		return
+	}
+	n.mu.Lock()
+	n.queue = append(n.queue, identity)
+	n.mu.Unlock()
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+// stop delivers what is queued and waits for the goroutine to end.
+func (n *notifier) stop() {
+	if n.fn != nil {
+		close(n.stopped)
+	}
+	<-n.done
+}
+
+func (n *notifier) loop() {
+	defer close(n.done)
+	for {
+		n.mu.Lock()
+		queue := n.queue
+		n.queue = nil
+		n.mu.Unlock()
+		for _, id := range queue {
+			n.fn(id)
+		}
+		if len(queue) > 0 {
+			continue
+		}
+		select {
+		case <-n.wake:
+		case <-n.stopped:
+			n.mu.Lock()
+			rest := n.queue
+			n.mu.Unlock()
+			if len(rest) == 0 {
+				return
+			}
+		}
+	}
+}
