@@ -50,9 +50,11 @@ func (t leaseTiming) untrustedWait(ttl time.Duration) time.Duration {
 	return d + timing.DriftMargin(d)
 }
 
-// late reports whether a reply to a call sent at sent came too late to start or extend a
-// term: at or after sent + RenewDeadline, when the term may have expired in Redis already.
-func (t leaseTiming) late(sent, now time.Time) bool {
+// overdue reports whether RenewDeadline has passed since sent, the send time of a call: a
+// reply then comes too late to start a term (the term may have expired in Redis already), and
+// a term whose last successful acquire or renew was sent then is over. The one deadline rule:
+// trust lasts RenewDeadline from the send time, never from a reply.
+func (t leaseTiming) overdue(sent, now time.Time) bool {
 	return !now.Before(sent.Add(t.renewDeadline))
 }
 
@@ -117,7 +119,7 @@ func (c *leaseCore) reply(t leaseTiming, now time.Time, r acquireReply, giveUp b
 		return decision{verdict: verdictFailed, wait: d}
 	}
 	trusted := c.guard.reply(r.rec, r.won)
-	late := t.late(r.sent, now) && !mutant(4) // mutant 4 (elector_mutants builds only): a late reply starts a term
+	late := t.overdue(r.sent, now) && !mutant(4) // mutant 4 (elector_mutants builds only): a late reply starts a term
 	switch {
 	case r.won && !trusted:
 		return decision{verdict: verdictUntrusted, wait: t.untrustedWait(r.ttl)}

@@ -364,10 +364,10 @@ func (m *groupMachine) tick(now time.Time) time.Time {
 	if !m.minOKValid {
 		m.recomputeMinOK()
 	}
-	if len(m.held) > 0 && !now.Before(m.minOK.Add(cfg.RenewDeadline)) {
+	if len(m.held) > 0 && m.timing().overdue(m.minOK, now) {
 		var late []*groupLease
 		for gl := range m.held {
-			if !now.Before(gl.lastOK.Add(cfg.RenewDeadline)) {
+			if m.timing().overdue(gl.lastOK, now) {
 				late = append(late, gl)
 			}
 		}

@@ -148,7 +148,7 @@ func (l *leadership) renewed(r renewal) (reason string, over bool) {
 	e := l.e
 	l.inflight = false
 	l.cancelCall()
-	if !e.clock.Now().Before(l.lastOK.Add(e.cfg.RenewDeadline)) {
+	if e.timing().overdue(l.lastOK, e.clock.Now()) {
 		return reasonDeadline, true
 	}
 	asked := r.ok && errors.Is(r.err, lease.ErrResignRequested)
