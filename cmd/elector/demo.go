@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
-	"github.com/elector/elector/internal/demo"
+	"github.com/elector/elector/cmd/elector/internal/demo"
 	"github.com/elector/elector/internal/demoredis"
 	"github.com/elector/elector/internal/redisclient"
 )
@@ -23,7 +23,7 @@ const (
 	flagDuration = "duration"
 )
 
-// demoCmd is `elector demo`: the simulation of package internal/demo on an embedded server,
+// demoCmd is `elector demo`: the simulation of package cmd/elector/internal/demo on an embedded server,
 // or on the Redis of --redis-addr.
 func (c *cli) demoCmd(ctx context.Context, args []string) int {
 	const who = "elector demo"

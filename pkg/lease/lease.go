@@ -29,6 +29,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/leaseerr"
 	"github.com/elector/elector/internal/luaerr"
 	"github.com/elector/elector/internal/rediserr"
 )
@@ -40,7 +41,7 @@ const DefaultPrefix = "elector"
 // token would exceed 2^53-1, the largest integer a Redis script counts exactly (its numbers are
 // doubles). Handing out a larger one could repeat a token. Microseconds since 1970 reach the
 // limit in the year 2255; before that only a token key set by hand gets there.
-var ErrTokenRange = errors.New("fencing token counter beyond 2^53-1")
+var ErrTokenRange = leaseerr.TokenRange
 
 // NoExpiry is the TTL reported for a lease key that exists without an expiry (set by hand).
 const NoExpiry = time.Duration(-1)
