@@ -107,7 +107,6 @@ func isPermMessage(msg string) bool {
 var (
 	nopermCmdRe  = regexp.MustCompile(`no permissions to run the '([^']+)' command`)
 	scriptCmdRe  = regexp.MustCompile(`grant (\+[a-z|]+)`)
-	nopermKeyRe  = regexp.MustCompile(`access key (\S+):`)
 	nopermChanRe = regexp.MustCompile(`no permissions to access one of the channels`)
 )
 
@@ -141,8 +140,8 @@ func Hint(err error) string {
 		if m := scriptCmdRe.FindStringSubmatch(msg); m != nil {
 			return "grant the Redis user " + m[1] + "; README.md lists the whole rule"
 		}
-		if m := nopermKeyRe.FindStringSubmatch(msg); m != nil {
-			return "allow the Redis user the lease keys: " + luaerr.KeyPattern(m[1]) + " (README.md lists the whole rule)"
+		if pattern, ok := luaerr.KeyPattern(err); ok {
+			return "allow the Redis user the lease keys: " + pattern + " (README.md lists the whole rule)"
 		}
 		if nopermChanRe.MatchString(msg) || strings.Contains(msg, "channel") {
 			return "allow the Redis user the lease channels: &<key-prefix>:* (README.md lists the whole rule)"

@@ -91,6 +91,7 @@ type Lease struct {
 	instance string
 	owner    string // "<instance>:<identity>": the record after its version and token
 	keys     Keys
+	aclKeys  string // the ACL key pattern of the keys under the prefix (aclKeyPattern)
 	announce bool
 	resign   bool // Options.ResignRequests
 
@@ -139,6 +140,7 @@ func New(client redis.UniversalClient, name string, opts Options) (*Lease, error
 		instance: instance,
 		owner:    instance + ":" + opts.Identity,
 		keys:     keys,
+		aclKeys:  aclKeyPattern(prefix),
 		announce: opts.AnnounceRenewals,
 		resign:   opts.ResignRequests,
 	}
@@ -345,7 +347,7 @@ func (l *Lease) getWithTTL(ctx context.Context, key string) (v string, ttl time.
 		return "", 0, false, nil
 	}
 	if err != nil {
-		return "", 0, false, luaerr.ExplainTx(err, get, pttl)
+		return "", 0, false, luaerr.ExplainTx(err, l.aclKeys, get, pttl)
 	}
 	return get.Val(), durationTTL(pttl.Val()), true, nil
 }
