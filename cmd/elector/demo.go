@@ -42,7 +42,7 @@ func (c *cli) demoCmd(ctx context.Context, args []string) int {
 			return c.runtimeError(who, err)
 		}
 		defer srv.Close()
-		t := callTimeout(demo.RenewDeadline)
+		t := demo.CallTimeout()
 		cfg.Redis = redisclient.Config{
 			Addrs: []string{srv.Addr()}, Mode: redisclient.ModeStandalone,
 			DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
@@ -79,7 +79,7 @@ func (c *cli) parseDemo(args []string) (cfg demo.Config, realRedis bool, code in
 	if err := c.checkDemo(fs, &cfg, realRedis); err != nil {
 		return cfg, false, c.usageError("elector demo", err), false
 	}
-	t := callTimeout(demo.RenewDeadline)
+	t := demo.CallTimeout()
 	cfg.Redis.DialTimeout, cfg.Redis.ReadTimeout, cfg.Redis.WriteTimeout = t, t, t
 	cfg.Logger = logr.Discard()
 	if klog.V(1).Enabled() {
