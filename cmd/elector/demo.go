@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
-	"github.com/elector/elector/internal/demo"
+	"github.com/elector/elector/cmd/elector/internal/demo"
 	"github.com/elector/elector/internal/demoredis"
 	"github.com/elector/elector/internal/redisclient"
 )
@@ -23,7 +23,7 @@ const (
 	flagDuration = "duration"
 )
 
-// demoCmd is `elector demo`: the simulation of package internal/demo on an embedded server,
+// demoCmd is `elector demo`: the simulation of package cmd/elector/internal/demo on an embedded server,
 // or on the Redis of --redis-addr.
 func (c *cli) demoCmd(ctx context.Context, args []string) int {
 	const who = "elector demo"
@@ -42,7 +42,7 @@ func (c *cli) demoCmd(ctx context.Context, args []string) int {
 			return c.runtimeError(who, err)
 		}
 		defer srv.Close()
-		t := callTimeout(demo.RenewDeadline)
+		t := demo.CallTimeout()
 		cfg.Redis = redisclient.Config{
 			Addrs: []string{srv.Addr()}, Mode: redisclient.ModeStandalone,
 			DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
@@ -79,7 +79,7 @@ func (c *cli) parseDemo(args []string) (cfg demo.Config, realRedis bool, code in
 	if err := c.checkDemo(fs, &cfg, realRedis); err != nil {
 		return cfg, false, c.usageError("elector demo", err), false
 	}
-	t := callTimeout(demo.RenewDeadline)
+	t := demo.CallTimeout()
 	cfg.Redis.DialTimeout, cfg.Redis.ReadTimeout, cfg.Redis.WriteTimeout = t, t, t
 	cfg.Logger = logr.Discard()
 	if klog.V(1).Enabled() {

@@ -61,7 +61,7 @@ func newOncePeriod(rc *runConfig, client redis.UniversalClient) (*oncePeriod, er
 		return nil, err
 	}
 	return &oncePeriod{l: l, period: rc.run.oncePer, exitIfDone: rc.run.exitIfDone, force: rc.run.force,
-		recheck: lo.leaseDuration, retry: lo.retryPeriod, call: callTimeout(lo.renewDeadline), markFor: lo.leaseDuration}, nil
+		recheck: lo.leaseDuration, retry: lo.retryPeriod, call: lo.callTimeout(), markFor: lo.leaseDuration}, nil
 }
 
 // leadOnce is the term with token under --once-per: it runs the command only when no done

@@ -26,9 +26,6 @@ const (
 	flagRetryPeriod   = "retry-period"
 )
 
-// maxCallTimeout caps the per-call Redis timeouts, which are otherwise RenewDeadline/2.
-const maxCallTimeout = 5 * time.Second
-
 // leaseOptions are the --lease-name, --key-prefix, --identity and timing flags.
 type leaseOptions struct {
 	name, prefix, identity                    string
@@ -95,40 +92,16 @@ func (o *leaseOptions) validate() error {
 	return validateTiming(o.leaseDuration, o.renewDeadline, o.retryPeriod)
 }
 
-// validateTiming checks the three timing flags as timing.Validate does, with errors
-// that name the flags.
+// validateTiming checks the three timing flags with the library's check, its errors naming
+// the flags.
 func validateTiming(leaseDuration, renewDeadline, retryPeriod time.Duration) error {
-	for _, d := range []struct {
-		flag string
-		v    time.Duration
-	}{{flagLeaseDuration, leaseDuration}, {flagRenewDeadline, renewDeadline}, {flagRetryPeriod, retryPeriod}} {
-		if d.v <= 0 {
-			return fmt.Errorf("--%s: must be a positive duration such as 15s or 500ms, got %v", d.flag, d.v)
-		}
-	}
-	if leaseDuration%time.Millisecond != 0 {
-		return fmt.Errorf("--%s: must be a whole number of milliseconds, got %v", flagLeaseDuration, leaseDuration)
-	}
-	if limit := leaseDuration - timing.DriftMargin(leaseDuration); renewDeadline >= limit {
-		return fmt.Errorf("--%s: must be shorter than --%s (%v) minus its clock-drift margin (%v), i.e. below %v; got %v",
-			flagRenewDeadline, flagLeaseDuration, leaseDuration, timing.DriftMargin(leaseDuration), limit, renewDeadline)
-	}
-	if float64(renewDeadline) <= timing.JitterFactor*float64(retryPeriod) {
-		return fmt.Errorf("--%s: must be less than --%s (%v) / %.1f, i.e. below %v; got %v",
-			flagRetryPeriod, flagRenewDeadline, renewDeadline, timing.JitterFactor,
-			time.Duration(float64(renewDeadline)/timing.JitterFactor).Round(time.Millisecond), retryPeriod)
-	}
-	// The library's check is the authority; the checks above only name the flags.
-	if err := timing.Validate(leaseDuration, renewDeadline, retryPeriod); err != nil {
-		return fmt.Errorf("--%s, --%s, --%s: %w", flagLeaseDuration, flagRenewDeadline, flagRetryPeriod, err)
-	}
-	return nil
+	return timing.Check(leaseDuration, renewDeadline, retryPeriod,
+		timing.Names{LeaseDuration: "--" + flagLeaseDuration, RenewDeadline: "--" + flagRenewDeadline, RetryPeriod: "--" + flagRetryPeriod})
 }
 
-// callTimeout is the per-call Redis timeout for a renew deadline: half of it, at most 5s, so
-// that a leader gets at least two attempts before it must step down.
-func callTimeout(renewDeadline time.Duration) time.Duration {
-	return min(renewDeadline/2, maxCallTimeout)
+// callTimeout is the library's per-call Redis timeout for the lease flags' timing.
+func (o *leaseOptions) callTimeout() time.Duration {
+	return timing.CallTimeout(o.renewDeadline, o.retryPeriod)
 }
 
 // commonOptions are the flags of run, sidecar and status: the lease and Redis.
@@ -191,7 +164,7 @@ func (o *commonOptions) complete(c *cli) error {
 	if err := o.validateAck(); err != nil {
 		return err
 	}
-	t := callTimeout(o.lease.renewDeadline)
+	t := o.lease.callTimeout()
 	o.redis.DialTimeout, o.redis.ReadTimeout, o.redis.WriteTimeout = t, t, t
 	return o.redis.Validate()
 }

@@ -8,32 +8,24 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/election"
 )
 
-// TestValidateTimingAgreesWithLibrary checks that the flag-naming checks accept exactly what
-// timing.Validate accepts, on a grid around every boundary.
-func TestValidateTimingAgreesWithLibrary(t *testing.T) {
-	values := []time.Duration{
-		-time.Second, 0, time.Microsecond, 500 * time.Microsecond, 1500 * time.Microsecond,
-		100 * time.Millisecond, 499 * time.Millisecond, 500 * time.Millisecond, 501 * time.Millisecond,
-		600 * time.Millisecond, 601 * time.Millisecond, 988 * time.Millisecond, 989 * time.Millisecond,
-		time.Second, 1200 * time.Millisecond, 2 * time.Second, 10 * time.Second, 14848 * time.Millisecond,
-		14849 * time.Millisecond, 15 * time.Second,
-	}
-	for _, ld := range values {
-		for _, rd := range values {
-			for _, rp := range values {
-				lib := timing.Validate(ld, rd, rp)
-				ours := validateTiming(ld, rd, rp)
-				if (lib == nil) != (ours == nil) {
-					t.Errorf("lease %v, renew %v, retry %v: library says %v, flags say %v", ld, rd, rp, lib, ours)
-				}
-				if ours != nil && !strings.HasPrefix(ours.Error(), "--") {
-					t.Errorf("error does not start with the flag: %v", ours)
-				}
-			}
+// TestValidateTimingNamesFlags checks that the library's timing check, applied to the flags,
+// names the flag at fault and the flag its bound comes from.
+func TestValidateTimingNamesFlags(t *testing.T) {
+	for _, tc := range []struct {
+		ld, rd, rp time.Duration
+		want       string
+	}{
+		{0, 10 * time.Second, 2 * time.Second, "--lease-duration: must be a positive duration"},
+		{15 * time.Second, -time.Second, 2 * time.Second, "--renew-deadline: must be a positive duration"},
+		{15*time.Second + time.Microsecond, 10 * time.Second, 2 * time.Second, "--lease-duration: must be a whole number of milliseconds"},
+		{15 * time.Second, 15 * time.Second, 2 * time.Second, "--renew-deadline: must be shorter than --lease-duration (15s) minus its clock-drift margin (152ms), i.e. below 14.848s; got 15s"},
+		{15 * time.Second, 10 * time.Second, 9 * time.Second, "--retry-period: must be less than --renew-deadline (10s) / 1.2, i.e. below 8.333s; got 9s"},
+	} {
+		if err := validateTiming(tc.ld, tc.rd, tc.rp); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("validateTiming(%v, %v, %v) = %v, want %q", tc.ld, tc.rd, tc.rp, err, tc.want)
 		}
 	}
 	if err := validateTiming(election.DefaultLeaseDuration, election.DefaultRenewDeadline, election.DefaultRetryPeriod); err != nil {
@@ -41,14 +33,17 @@ func TestValidateTimingAgreesWithLibrary(t *testing.T) {
 	}
 }
 
+// TestCallTimeout: the client's timeouts are the library's per-call bound.
 func TestCallTimeout(t *testing.T) {
-	for _, tc := range []struct{ renew, want time.Duration }{
-		{600 * time.Millisecond, 300 * time.Millisecond},
-		{10 * time.Second, 5 * time.Second},
-		{time.Minute, 5 * time.Second},
+	for _, tc := range []struct{ renew, retry, want time.Duration }{
+		{600 * time.Millisecond, 150 * time.Millisecond, 300 * time.Millisecond},
+		{10 * time.Second, 2 * time.Second, 5 * time.Second},
+		{time.Minute, 2 * time.Second, 30 * time.Second},
+		{2 * time.Second, 1500 * time.Millisecond, 1500 * time.Millisecond},
 	} {
-		if got := callTimeout(tc.renew); got != tc.want {
-			t.Errorf("callTimeout(%v) = %v, want %v", tc.renew, got, tc.want)
+		o := leaseOptions{renewDeadline: tc.renew, retryPeriod: tc.retry}
+		if got := o.callTimeout(); got != tc.want {
+			t.Errorf("callTimeout(renew %v, retry %v) = %v, want %v", tc.renew, tc.retry, got, tc.want)
 		}
 	}
 }

@@ -143,7 +143,7 @@ func statusFlagsError(fs *flagSet, output string, all, watch bool, leaseName str
 
 // readStatus reads the lease, its count of terms, reservation and done mark.
 func readStatus(ctx context.Context, co *commonOptions, l *lease.Lease) (leaseStatus, error) {
-	ctx, cancel := context.WithTimeout(ctx, callTimeout(co.lease.renewDeadline))
+	ctx, cancel := context.WithTimeout(ctx, co.lease.callTimeout())
 	defer cancel()
 	st, err := l.Get(ctx)
 	if err != nil {
@@ -188,7 +188,7 @@ func readError(what string, co *commonOptions, err error) error {
 		err = fmt.Errorf("%w; fix: %s", err, fix)
 	case redisfail.Reason(err) == "timeout":
 		err = fmt.Errorf("%w: no reply within %v; fix: check that Redis answers at that address (a service that accepts connections but never replies, or a firewall that drops packets, looks like this)",
-			err, callTimeout(co.lease.renewDeadline))
+			err, co.lease.callTimeout())
 	}
 	return err
 }
@@ -242,7 +242,7 @@ func encode(w io.Writer, format string, v any) error {
 // statusAll is `elector status --all`: one line (or JSON object) per held lease. It exits 3
 // when no lease is held.
 func (c *cli) statusAll(ctx context.Context, who string, co *commonOptions, client redis.UniversalClient, output string) int {
-	ctx, cancel := context.WithTimeout(ctx, 10*callTimeout(co.lease.renewDeadline))
+	ctx, cancel := context.WithTimeout(ctx, 10*co.lease.callTimeout())
 	defer cancel()
 	found, err := lease.List(ctx, client, co.lease.prefix)
 	if err != nil {

@@ -1,6 +1,7 @@
 package luaerr
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -10,9 +11,11 @@ import (
 // ExplainTx returns err wrapped with the command and key that Redis refused, when err is the
 // EXECABORT of a MULTI/EXEC transaction (Redis discards the whole transaction when it refused
 // a queued command, and EXECABORT does not say which or why). cmds are the transaction's
-// commands, whose errors go-redis sets from the replies to MULTI's queueing. Otherwise err
-// is returned unchanged.
-func ExplainTx(err error, cmds ...redis.Cmder) error {
+// commands, whose errors go-redis sets from the replies to MULTI's queueing. keyPattern is the
+// ACL key pattern that would allow the keys (~PREFIX:*, built by package lease, which owns the
+// key layout): the advice names it when Redis refused a key, and KeyPattern finds it in the
+// error. Otherwise err is returned unchanged.
+func ExplainTx(err error, keyPattern string, cmds ...redis.Cmder) error {
 	if err == nil || !redis.IsExecAbortError(err) {
 		return err
 	}
@@ -21,32 +24,47 @@ func ExplainTx(err error, cmds ...redis.Cmder) error {
 		if cerr == nil || !redis.IsPermissionError(cerr) {
 			continue
 		}
-		name := strings.ToUpper(cmd.Name())
-		key := ""
+		e := &txRefusal{abort: err, refused: cerr, name: strings.ToUpper(cmd.Name())}
 		if args := cmd.Args(); len(args) > 1 {
-			key = fmt.Sprint(args[1])
+			e.key = fmt.Sprint(args[1])
 		}
-		return fmt.Errorf("%w: Redis refused %s %s: %w (%s)", err, name, key, cerr, grant(cerr.Error(), name, key))
+		// Redis 7.0: "…no permissions to access one of the keys…"; 7.2 and Valkey: "No
+		// permissions to access a key". A refused command's message names no key.
+		if strings.Contains(strings.ToLower(cerr.Error()), "key") && e.key != "" {
+			e.pattern = keyPattern
+		}
+		return e
 	}
 	return err
 }
 
-// grant says which ACL rule lets the user do what msg, a NOPERM error of command name on key,
-// refused.
-func grant(msg, name, key string) string {
-	// Redis 7.0: "…no permissions to access one of the keys…"; 7.2 and Valkey: "No
-	// permissions to access a key". A refused command's message names no key.
-	if strings.Contains(strings.ToLower(msg), "key") && key != "" {
-		return "the Redis user may not access key " + key + ": allow its key pattern, " + KeyPattern(key) + " (or %R~ for read-only)"
-	}
-	return "the Redis user may not run " + name + ": grant +" + strings.ToLower(name)
+// txRefusal is ExplainTx's error: the EXECABORT, and the queued command Redis refused.
+type txRefusal struct {
+	abort, refused error
+	name, key      string
+	pattern        string // the ACL key pattern to allow when a key was refused, else ""
 }
 
-// KeyPattern returns the ACL key pattern that covers key and every other key of its prefix:
-// "elector:{job}:lease" gives "~elector:*".
-func KeyPattern(key string) string {
-	if i := strings.Index(key, ":{"); i >= 0 {
-		return "~" + key[:i+1] + "*"
+func (e *txRefusal) Error() string {
+	return fmt.Sprintf("%v: Redis refused %s %s: %v (%s)", e.abort, e.name, e.key, e.refused, e.grant())
+}
+
+func (e *txRefusal) Unwrap() []error { return []error{e.abort, e.refused} }
+
+// grant says which ACL rule lets the user do what Redis refused.
+func (e *txRefusal) grant() string {
+	if e.pattern != "" {
+		return "the Redis user may not access key " + e.key + ": allow its key pattern, " + e.pattern + " (or %R" + e.pattern + " for read-only)"
 	}
-	return "~" + key
+	return "the Redis user may not run " + e.name + ": grant +" + strings.ToLower(e.name)
+}
+
+// KeyPattern returns the ACL key pattern that err, or an error it wraps, advises to allow
+// because Redis refused a transaction a key (ExplainTx), and false when it advises none.
+func KeyPattern(err error) (string, bool) {
+	var e *txRefusal
+	if errors.As(err, &e) && e.pattern != "" {
+		return e.pattern, true
+	}
+	return "", false
 }

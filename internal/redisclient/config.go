@@ -8,7 +8,7 @@
 //	rc.AddFlags(fs)
 //	// fs.Parse, envflag.Apply ...
 //	if err := rc.LoadPassword(os.Getenv); err != nil { ... }  // exit 2
-//	rc.DialTimeout, rc.ReadTimeout, rc.WriteTimeout = ...     // at most RenewDeadline/2
+//	rc.DialTimeout, rc.ReadTimeout, rc.WriteTimeout = ...     // timing.CallTimeout
 //	client, err := redisclient.New(rc)                         // validates; exit 2 on *UsageError
 //
 // The password never comes from a flag value, where it would show in ps(1)
@@ -118,7 +118,7 @@ type Config struct {
 	TLSServerName string
 	// DialTimeout, ReadTimeout and WriteTimeout bound each connection
 	// attempt, reply and request; zero means go-redis' defaults (5s, 3s, 3s).
-	// The elector sets them to at most RenewDeadline/2. Context deadlines
+	// The elector sets them to its per-call bound (timing.CallTimeout). Context deadlines
 	// are always honoured as well.
 	DialTimeout, ReadTimeout, WriteTimeout time.Duration
 	// MaxRetries is how often go-redis retries a failed command; zero means

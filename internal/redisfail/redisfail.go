@@ -17,9 +17,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/leaseerr"
 	"github.com/elector/elector/internal/luaerr"
 	"github.com/elector/elector/internal/rediserr"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // Reason classifies an error of a Redis call for metrics and logs:
@@ -52,11 +52,11 @@ func Reason(err error) string {
 		return "timeout"
 	case errors.Is(err, redis.ErrClosed):
 		return "closed"
-	case errors.Is(err, lease.ErrBadRecord):
+	case errors.Is(err, leaseerr.BadRecord):
 		return "bad_record"
-	case errors.Is(err, lease.ErrNotReplicated):
+	case errors.Is(err, leaseerr.NotReplicated):
 		return "not_replicated"
-	case errors.Is(err, lease.ErrTokenRange):
+	case errors.Is(err, leaseerr.TokenRange):
 		return "token_range"
 	case redis.IsAuthError(err), errors.As(err, &redisErr) && isAuthMessage(redisErr.Error()):
 		return "auth"
@@ -107,7 +107,6 @@ func isPermMessage(msg string) bool {
 var (
 	nopermCmdRe  = regexp.MustCompile(`no permissions to run the '([^']+)' command`)
 	scriptCmdRe  = regexp.MustCompile(`grant (\+[a-z|]+)`)
-	nopermKeyRe  = regexp.MustCompile(`access key (\S+):`)
 	nopermChanRe = regexp.MustCompile(`no permissions to access one of the channels`)
 )
 
@@ -141,8 +140,8 @@ func Hint(err error) string {
 		if m := scriptCmdRe.FindStringSubmatch(msg); m != nil {
 			return "grant the Redis user " + m[1] + "; README.md lists the whole rule"
 		}
-		if m := nopermKeyRe.FindStringSubmatch(msg); m != nil {
-			return "allow the Redis user the lease keys: " + luaerr.KeyPattern(m[1]) + " (README.md lists the whole rule)"
+		if pattern, ok := luaerr.KeyPattern(err); ok {
+			return "allow the Redis user the lease keys: " + pattern + " (README.md lists the whole rule)"
 		}
 		if nopermChanRe.MatchString(msg) || strings.Contains(msg, "channel") {
 			return "allow the Redis user the lease channels: &<key-prefix>:* (README.md lists the whole rule)"

@@ -1,7 +1,9 @@
 // Package timing holds the timing rules of an election: the clock-drift margin, client-go's
 // jitter factor, the check that ties LeaseDuration, RenewDeadline and RetryPeriod together,
-// and how long a subscription stays silent before it pings. package election enforces them,
-// the CLI words its flag errors with them, pkg/lease's subscriptions use HealthInterval.
+// the timeout of one Redis call, and how long a subscription stays silent before it pings.
+// package election enforces them; the CLI checks its flags with the same Check (naming the
+// flags through Names) and times its Redis client with CallTimeout; pkg/lease's subscriptions
+// use HealthInterval.
 //
 // It owns numbers and checks only: it must not talk to Redis, start timers, or know of flags.
 package timing
@@ -28,23 +30,53 @@ func DriftMargin(leaseDuration time.Duration) time.Duration {
 	return leaseDuration/100 + 2*time.Millisecond
 }
 
-// Validate checks LeaseDuration > RenewDeadline > JitterFactor × RetryPeriod > 0, with
-// LeaseDuration a whole number of milliseconds and RenewDeadline shorter than LeaseDuration
-// minus its DriftMargin. The CLI uses it for its flags, so errors name the fields in words
-// that match both.
+// CallTimeout bounds one Redis call of an election: max(retryPeriod, renewDeadline/2), so that
+// a round trip slower than retryPeriod still succeeds while a leader keeps at least two renew
+// attempts before its deadline (a renew is also never allowed past the deadline). package
+// election bounds each call and each batch with it; the CLI gives its Redis client the same
+// dial, read and write timeouts.
+func CallTimeout(renewDeadline, retryPeriod time.Duration) time.Duration {
+	return max(retryPeriod, renewDeadline/2)
+}
+
+// Names are what the errors of Check call the three durations: election's Config fields
+// (Validate), or the CLI's flags.
+type Names struct {
+	LeaseDuration, RenewDeadline, RetryPeriod string
+}
+
+// Validate is Check with the names of election's Config fields.
 func Validate(leaseDuration, renewDeadline, retryPeriod time.Duration) error {
-	switch {
-	case leaseDuration <= 0 || renewDeadline <= 0 || retryPeriod <= 0:
-		return fmt.Errorf("lease duration (%v), renew deadline (%v) and retry period (%v) must all be positive",
-			leaseDuration, renewDeadline, retryPeriod)
-	case leaseDuration%time.Millisecond != 0:
-		return fmt.Errorf("lease duration %v must be a whole number of milliseconds", leaseDuration)
-	case renewDeadline >= leaseDuration-DriftMargin(leaseDuration):
-		return fmt.Errorf("renew deadline (%v) must be shorter than lease duration (%v) minus the clock-drift margin (%v)",
-			renewDeadline, leaseDuration, DriftMargin(leaseDuration))
-	case float64(renewDeadline) <= JitterFactor*float64(retryPeriod):
-		return fmt.Errorf("renew deadline (%v) must be greater than %.1f × retry period (%v)",
-			renewDeadline, JitterFactor, retryPeriod)
+	return Check(leaseDuration, renewDeadline, retryPeriod, Names{"LeaseDuration", "RenewDeadline", "RetryPeriod"})
+}
+
+// Check checks LeaseDuration > RenewDeadline > JitterFactor × RetryPeriod > 0, with
+// LeaseDuration a whole number of milliseconds and RenewDeadline shorter than LeaseDuration
+// minus its DriftMargin. It is the one check of these rules: package election applies it to
+// its Config, the CLI to its flags. Its error starts with the name of the duration at fault,
+// then says what that duration must be and why, in one line:
+//
+//	RenewDeadline: must be shorter than LeaseDuration (15s) minus its clock-drift margin (152ms), i.e. below 14.848s; got 15s
+func Check(leaseDuration, renewDeadline, retryPeriod time.Duration, n Names) error {
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{n.LeaseDuration, leaseDuration}, {n.RenewDeadline, renewDeadline}, {n.RetryPeriod, retryPeriod}} {
+		if d.v <= 0 {
+			return fmt.Errorf("%s: must be a positive duration such as 15s or 500ms, got %v", d.name, d.v)
+		}
+	}
+	if leaseDuration%time.Millisecond != 0 {
+		return fmt.Errorf("%s: must be a whole number of milliseconds, got %v", n.LeaseDuration, leaseDuration)
+	}
+	if limit := leaseDuration - DriftMargin(leaseDuration); renewDeadline >= limit {
+		return fmt.Errorf("%s: must be shorter than %s (%v) minus its clock-drift margin (%v), i.e. below %v; got %v",
+			n.RenewDeadline, n.LeaseDuration, leaseDuration, DriftMargin(leaseDuration), limit, renewDeadline)
+	}
+	if float64(renewDeadline) <= JitterFactor*float64(retryPeriod) {
+		return fmt.Errorf("%s: must be less than %s (%v) / %.1f, i.e. below %v; got %v",
+			n.RetryPeriod, n.RenewDeadline, renewDeadline, JitterFactor,
+			time.Duration(float64(renewDeadline)/JitterFactor).Round(time.Millisecond), retryPeriod)
 	}
 	return nil
 }

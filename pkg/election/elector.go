@@ -35,6 +35,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/lease"
 )
 
@@ -222,7 +223,7 @@ func (e *Elector) timing() leaseTiming {
 // slower than RetryPeriod still succeeds while a leader keeps at least two renew attempts
 // before its deadline (a renew is also never allowed past the deadline).
 func (e *Elector) callTimeout() time.Duration {
-	return max(e.cfg.RetryPeriod, e.cfg.RenewDeadline/2)
+	return timing.CallTimeout(e.cfg.RenewDeadline, e.cfg.RetryPeriod)
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/elector/elector/internal/redisfail"
+	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/lease"
 )
 
@@ -226,7 +227,7 @@ func (r *groupRun) handle(block bool, ctxDone <-chan struct{}, timer <-chan time
 // so that a round trip slower than RetryPeriod still succeeds while a leader keeps at least
 // two renew batches before its deadline.
 func (r *groupRun) callTimeout() time.Duration {
-	return max(r.g.cfg.RetryPeriod, r.g.cfg.RenewDeadline/2)
+	return timing.CallTimeout(r.g.cfg.RenewDeadline, r.g.cfg.RetryPeriod)
 }
 
 // inBackground runs call, bounded by timeout, on a goroutine of its own, then report.

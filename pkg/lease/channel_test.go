@@ -2,11 +2,13 @@ package lease_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/redisfail"
 	"github.com/elector/elector/internal/redistest"
 	"github.com/elector/elector/pkg/lease"
 )
@@ -77,5 +79,49 @@ func TestEventsPatternMatchesOnlyItsPrefix(t *testing.T) {
 	}
 	if msg.Channel != own {
 		t.Errorf("PSUBSCRIBE %s received %q first; want only %q", pattern, msg.Channel, own)
+	}
+}
+
+// TestRefusedKeyAdvisesEscapedPattern, against a real Redis: when an ACL refuses Get the keys
+// of a prefix with glob characters, the error and redisfail.Hint advise the key pattern with
+// the prefix escaped, and that very pattern, granted, allows the keys of that prefix and not
+// those of a prefix its unescaped form would match too.
+func TestRefusedKeyAdvisesEscapedPattern(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const prefix, lookalike = "jobs?", "jobs1"
+	if err := admin.Do(ctx, "ACL", "SETUSER", "reader", "on", ">pw", "resetkeys", "~other:*", "-@all", "+multi", "+exec", "+get", "+pttl").Err(); err != nil {
+		t.Fatal(err)
+	}
+	opts := srv.Options()
+	opts.Username, opts.Password = "reader", "pw"
+	user := redis.NewClient(opts)
+	defer user.Close()
+	l, err := lease.New(user, "job", lease.Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Get(ctx)
+	const want = `~jobs\?:*`
+	if err == nil || !strings.Contains(err.Error(), "allow its key pattern, "+want) {
+		t.Fatalf("Get of keys outside the ACL: err = %v, want the advice to allow %s", err, want)
+	}
+	if hint := redisfail.Hint(err); !strings.Contains(hint, want) {
+		t.Errorf("redisfail.Hint = %q, want it to name %s", hint, want)
+	}
+	if err := admin.Do(ctx, "ACL", "SETUSER", "reader", "resetkeys", want).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Get(ctx); err != nil {
+		t.Errorf("Get with %s granted: %v", want, err)
+	}
+	other, err := lease.New(user, "job", lease.Options{Prefix: lookalike})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Get(ctx); err == nil {
+		t.Errorf("%s grants the keys of prefix %s too", want, lookalike)
 	}
 }

@@ -81,9 +81,27 @@ func nameOfLeaseKey(prefix, key string) string {
 	return strings.TrimSuffix(strings.TrimPrefix(key, keyBase(prefix)+":{"), "}:lease")
 }
 
+// aclKeyPattern returns the ACL key pattern that covers every key of every lease under prefix:
+// ~PREFIX:*, with the prefix's glob characters escaped (Redis matches ACL key patterns as SCAN
+// matches, so "~jobs?:*" would also allow the keys of the prefix "jobs1"). The errors of a
+// refused key advise it (luaerr.ExplainTx).
+func aclKeyPattern(prefix string) string { return "~" + globEscape(keyBase(prefix)) + ":*" }
+
 func keyBase(prefix string) string {
 	if prefix == "" {
 		return DefaultPrefix
 	}
 	return prefix
+}
+
+// globEscape quotes the characters SCAN's MATCH treats specially.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, c := range s {
+		if strings.ContainsRune(`*?[]\`, c) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }

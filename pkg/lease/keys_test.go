@@ -48,9 +48,6 @@ func TestKeysHaveOneOwner(t *testing.T) {
 	handmade := regexp.MustCompile(`":\{"|"\}:"|"\{\*\}:|":(lease|token|terms|events|members)"`)
 	allowed := map[string]string{
 		"pkg/lease/keys.go": "the owner",
-		// luaerr reads the prefix back out of a key an ACL refused, to suggest the ACL rule;
-		// it cannot import pkg/lease (which imports it).
-		"internal/luaerr/tx.go": "parses keys",
 	}
 	root, err := filepath.Abs("../..")
 	if err != nil {

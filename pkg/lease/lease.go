@@ -29,6 +29,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/leaseerr"
 	"github.com/elector/elector/internal/luaerr"
 	"github.com/elector/elector/internal/rediserr"
 )
@@ -40,7 +41,7 @@ const DefaultPrefix = "elector"
 // token would exceed 2^53-1, the largest integer a Redis script counts exactly (its numbers are
 // doubles). Handing out a larger one could repeat a token. Microseconds since 1970 reach the
 // limit in the year 2255; before that only a token key set by hand gets there.
-var ErrTokenRange = errors.New("fencing token counter beyond 2^53-1")
+var ErrTokenRange = leaseerr.TokenRange
 
 // NoExpiry is the TTL reported for a lease key that exists without an expiry (set by hand).
 const NoExpiry = time.Duration(-1)
@@ -90,6 +91,7 @@ type Lease struct {
 	instance string
 	owner    string // "<instance>:<identity>": the record after its version and token
 	keys     Keys
+	aclKeys  string // the ACL key pattern of the keys under the prefix (aclKeyPattern)
 	announce bool
 	resign   bool // Options.ResignRequests
 
@@ -138,6 +140,7 @@ func New(client redis.UniversalClient, name string, opts Options) (*Lease, error
 		instance: instance,
 		owner:    instance + ":" + opts.Identity,
 		keys:     keys,
+		aclKeys:  aclKeyPattern(prefix),
 		announce: opts.AnnounceRenewals,
 		resign:   opts.ResignRequests,
 	}
@@ -344,7 +347,7 @@ func (l *Lease) getWithTTL(ctx context.Context, key string) (v string, ttl time.
 		return "", 0, false, nil
 	}
 	if err != nil {
-		return "", 0, false, luaerr.ExplainTx(err, get, pttl)
+		return "", 0, false, luaerr.ExplainTx(err, l.aclKeys, get, pttl)
 	}
 	return get.Val(), durationTTL(pttl.Val()), true, nil
 }

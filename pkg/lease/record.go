@@ -7,6 +7,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/elector/elector/internal/leaseerr"
 )
 
 // recordVersion is the first field of every record this package writes.
@@ -20,7 +22,7 @@ const MaxIdentityLen = 256
 const MaxNameLen = 200
 
 // ErrBadRecord is wrapped by errors about a lease value that is not a record of this protocol.
-var ErrBadRecord = errors.New("not an elector lease record")
+var ErrBadRecord = leaseerr.BadRecord
 
 // Record is the value of the lease key. It identifies one term: the fencing token handed out
 // when the term began, the random instance id of the process that holds it, and the identity

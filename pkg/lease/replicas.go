@@ -2,12 +2,12 @@ package lease
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/leaseerr"
 	"github.com/elector/elector/internal/luaerr"
 )
 
@@ -51,7 +51,7 @@ func (a ReplicaAck) validate() error {
 }
 
 // ErrNotReplicated is matched (errors.Is) by every *NotReplicatedError.
-var ErrNotReplicated = errors.New("write not acknowledged by enough replicas")
+var ErrNotReplicated = leaseerr.NotReplicated
 
 // NotReplicatedError reports a write that the master applied but that fewer replicas than asked
 // acknowledged within the timeout. The write stands on the master; it may be lost if the master

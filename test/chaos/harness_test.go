@@ -28,9 +28,9 @@ import (
 )
 
 // Election timing of the replicas. Every acquire and renew call of the elector is bounded by
-// the retry period and by half the renew deadline (its dial, read and write timeouts), so both
-// must exceed the 200ms round trip of the latency fault with room for the scheduling delays of
-// a loaded machine: with a 1s lease, 600ms renew deadline and 150ms retry period, every call
+// max(retry period, half the renew deadline) (its context and its client's dial, read and
+// write timeouts, timing.CallTimeout), so that bound must exceed the 200ms round trip of the
+// latency fault with room for the scheduling delays of a loaded machine: with a 1s lease, 600ms renew deadline and 150ms retry period, every call
 // times out for as long as the latency lasts and nobody leads.
 const (
 	leaseDuration = 2 * time.Second

@@ -119,11 +119,11 @@ func TestBadInput(t *testing.T) {
 		_, err = l.Renew(ctx, term, ttl)
 		checkErr(t, "Renew ttl "+ttl.String(), err, `"job"`, "ttl", ttl.String())
 	}
-	// timing.Validate, which the CLI uses for its flags, refuses zero and negative values; Config
+	// timing.Validate (the check the CLI applies to its flags, as timing.Check) refuses zero and negative values; Config
 	// fills zero values with the defaults (documented) and refuses negative ones by field.
 	for _, d := range [][3]time.Duration{{0, 10 * time.Second, 2 * time.Second}, {15 * time.Second, 0, 2 * time.Second},
 		{15 * time.Second, 10 * time.Second, 0}, {-time.Second, 10 * time.Second, 2 * time.Second}} {
-		checkErr(t, "timing.Validate", timingrules.Validate(d[0], d[1], d[2]), "must all be positive")
+		checkErr(t, "timing.Validate", timingrules.Validate(d[0], d[1], d[2]), "must be a positive duration")
 	}
 	for field, set := range map[string]func(*election.Config){
 		"LeaseDuration": func(c *election.Config) { c.LeaseDuration = -time.Second },

@@ -17,12 +17,9 @@ import (
 	"github.com/elector/elector/internal/wakeprobe"
 )
 
-// testCallTimeout is the Redis call timeout the CLI gives the demo: half the renew deadline.
-const testCallTimeout = RenewDeadline / 2
-
 // testConfig is a demo of replicas for d on the server at addr, as the CLI configures it.
 func testConfig(addr string, replicas int, d time.Duration) Config {
-	t := testCallTimeout
+	t := CallTimeout()
 	return Config{
 		Replicas: replicas,
 		Duration: d,

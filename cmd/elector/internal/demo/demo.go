@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/elector/elector/internal/redisclient"
+	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/election"
 	"github.com/elector/elector/pkg/fence"
 	"github.com/elector/elector/pkg/lease"
@@ -31,10 +32,8 @@ import (
 // The demo's election timing (short, so that a crash takeover at lease expiry is over in two
 // seconds) and schedule.
 const (
-	demoLeaseDuration = 2 * time.Second
-	// RenewDeadline is the demo electors' renew deadline; the CLI derives the Redis call
-	// timeouts of Config.Redis from it.
-	RenewDeadline       = 1200 * time.Millisecond
+	demoLeaseDuration   = 2 * time.Second
+	demoRenewDeadline   = 1200 * time.Millisecond
 	demoRetryPeriod     = 300 * time.Millisecond
 	demoFirstDisruption = 2 * time.Second        // the first crash, after the start
 	demoInterval        = 4 * time.Second        // between disruptions
@@ -45,6 +44,10 @@ const (
 	// keyPrefix is the key prefix of the demo's lease and keys.
 	keyPrefix = "elector-demo"
 )
+
+// CallTimeout is the Redis call timeout of the demo's timing (timing.CallTimeout): the CLI
+// gives Config.Redis these dial, read and write timeouts.
+func CallTimeout() time.Duration { return timing.CallTimeout(demoRenewDeadline, demoRetryPeriod) }
 
 // Kinds of handover in the demo's timeline and summary.
 const (
@@ -171,7 +174,7 @@ func (d *demo) header() {
 	fmt.Fprintf(d.out, "elector demo: %d replicas elect a leader for lease %q on %s, for %v.\n",
 		d.cfg.Replicas, d.leaseName, d.cfg.Where, d.cfg.Duration)
 	fmt.Fprintf(d.out, "Lease duration %v, renew deadline %v, retry period %v. Each leader runs a toy job that\n",
-		demoLeaseDuration, RenewDeadline, demoRetryPeriod)
+		demoLeaseDuration, demoRenewDeadline, demoRetryPeriod)
 	fmt.Fprintf(d.out, "makes fenced writes with its token. Every %v the leader crashes (stops renewing, never\n", demoInterval)
 	fmt.Fprintf(d.out, "releases: the next leader waits for the lease to expire) or stops gracefully (releases:\n")
 	fmt.Fprintf(d.out, "the next leader takes over at once), alternately, and comes back %v after the handover.\n\n", demoRestartDelay)
@@ -265,7 +268,7 @@ func (d *demo) startReplica(ctx context.Context, id string) *replica {
 			KeyPrefix:     keyPrefix,
 			Identity:      id,
 			LeaseDuration: demoLeaseDuration,
-			RenewDeadline: RenewDeadline,
+			RenewDeadline: demoRenewDeadline,
 			RetryPeriod:   demoRetryPeriod,
 			Callbacks: election.Callbacks{
 				OnStartedLeading: func(ctx context.Context) { d.job(ctx, r) },

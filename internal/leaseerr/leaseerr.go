@@ -1,0 +1,19 @@
+// Package leaseerr holds the sentinel errors of package lease that internal/redisfail
+// classifies, so that internal packages recognise them without importing pkg/lease (internal/
+// imports nothing from pkg/). pkg/lease exports these same values as ErrBadRecord,
+// ErrNotReplicated and ErrTokenRange; errors.Is matches either name.
+//
+// It owns the three values and their messages only: their meaning is documented, and their
+// errors are made, in pkg/lease.
+package leaseerr
+
+import "errors"
+
+var (
+	// BadRecord is lease.ErrBadRecord: a lease value that is not a record of this protocol.
+	BadRecord = errors.New("not an elector lease record")
+	// NotReplicated is lease.ErrNotReplicated: a write fewer replicas acknowledged than asked.
+	NotReplicated = errors.New("write not acknowledged by enough replicas")
+	// TokenRange is lease.ErrTokenRange: the next fencing token would exceed 2^53-1.
+	TokenRange = errors.New("fencing token counter beyond 2^53-1")
+)
