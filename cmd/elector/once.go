@@ -81,7 +81,7 @@ func (s *supervisor) leadOnce(ctx context.Context, token int64) {
 			return
 		case wait > 0 && o.exitIfDone:
 			klog.InfoS("Exiting without running the command: it succeeded in this period already (--exit-if-done)", "token", token)
-			s.sess.sendEnding(ending{exited: true, code: 0})
+			s.sendEnding(ending{exited: true, code: 0})
 			return
 		case wait > 0:
 			sleepCtx(ctx, min(wait, o.recheck))
@@ -94,13 +94,13 @@ func (s *supervisor) leadOnce(ctx context.Context, token int64) {
 		}
 		if es := p.Wait(); es.Signal != 0 || es.Code != 0 {
 			klog.InfoS("The command exited; releasing the lease", "pid", p.CommandPid(), "status", es.String(), "token", token)
-			s.sess.sendEnding(ending{exited: true, code: es.ExitCode()})
+			s.sendEnding(ending{exited: true, code: es.ExitCode()})
 			return
 		}
 		o.markDone(term, started)
 		if o.exitIfDone {
 			klog.InfoS("The command succeeded; releasing the lease and exiting (--exit-if-done)", "pid", p.CommandPid(), "token", token)
-			s.sess.sendEnding(ending{exited: true, code: 0})
+			s.sendEnding(ending{exited: true, code: 0})
 			return
 		}
 		klog.InfoS("The command succeeded; holding the lease until the period ends (--once-per)", "token", token, "until", started.Add(o.period).UTC().Format(time.RFC3339))

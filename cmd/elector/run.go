@@ -256,9 +256,9 @@ func (c *cli) parseRun(args []string) (rc *runConfig, code int, ok bool) {
 func (c *cli) supervise(ctx context.Context, rc *runConfig) int {
 	const who = "elector run"
 	warnKillGrace(&rc.run, &rc.common.lease)
-	sess, stopSignals := newSession(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
+	sigs, stopSignals := catchSignals(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer stopSignals()
-	sup := c.newSupervisor(rc, sess)
+	sup := c.newSupervisor(rc)
 	reaperCtx, stopReaper := context.WithCancel(ctx)
 	defer stopReaper()
 	if child.NeedsReaper() {
@@ -276,12 +276,14 @@ func (c *cli) supervise(ctx context.Context, rc *runConfig) int {
 	if err != nil {
 		return c.runtimeError(who, err)
 	}
-	sup.elector, sess.l = l.elector, l
+	// The callbacks exist before the Elector (New takes them), and --try-once's OnNewLeader
+	// asks it whether this replica leads: the one reference set after construction.
+	sup.elector = l.elector
 	if sup.once, err = newOncePeriod(rc, l.client); err != nil {
 		l.close()
 		return c.runtimeError(who, err)
 	}
-	sup.hookSignals()
+	sess := newSession(l, sigs, sup.hooks())
 	klog.InfoS("Campaigning", "lease", rc.common.lease.name, "identity", rc.common.lease.identity,
 		"redis", redisDescription(rc.common.redis), "command", rc.argv[0])
 	if d := rc.run.timeout; d > 0 {
@@ -299,8 +301,8 @@ func warnKillGrace(ro *runOptions, lo *leaseOptions) {
 	}
 }
 
-// newSupervisor returns the supervisor of rc's command, reporting to sess.
-func (c *cli) newSupervisor(rc *runConfig, sess *session) *supervisor {
+// newSupervisor returns the supervisor of rc's command.
+func (c *cli) newSupervisor(rc *runConfig) *supervisor {
 	return &supervisor{
 		spec: child.Spec{
 			Path:       rc.argv[0],
@@ -316,7 +318,7 @@ func (c *cli) newSupervisor(rc *runConfig, sess *session) *supervisor {
 		identity:  rc.common.lease.identity,
 		leaseName: rc.common.lease.name,
 		hold:      rc.run.onSuccess == onSuccessHold,
-		sess:      sess,
+		ends:      make(chan ending, 4),
 	}
 }
 
@@ -335,21 +337,33 @@ func (s *supervisor) callbacks(tryOnce bool) election.Callbacks {
 	}
 }
 
-// hookSignals makes the session's signals act on the command: the first SIGTERM or SIGINT
-// becomes its stop signal, a second one kills it, others are forwarded; and releases the
-// last term after a lost leadership.
-func (s *supervisor) hookSignals() {
-	s.sess.stopMsg = "Received signal: stopping the command and releasing the lease"
-	s.sess.onStop = func(sig syscall.Signal) { s.stopping.Store(int32(sig)) }
-	s.sess.onAgain = s.killNow
-	s.sess.onOther = s.forward
-	s.sess.beforeClose = func(o *outcome) {
-		if o.lost {
-			s.releaseLast()
-		}
-		if st := s.stoppedStatus(); st != nil {
-			o.stopped = st.ExitCode()
-		}
+// hooks are the session's hooks for the command: the first SIGTERM or SIGINT becomes its
+// stop signal, a second one kills it, others are forwarded; the last term is released after a
+// lost leadership; the command's exit, a failed start and giving up end the run.
+func (s *supervisor) hooks() sessionHooks {
+	return sessionHooks{
+		stopMsg: "Received signal: stopping the command and releasing the lease",
+		onStop:  func(sig syscall.Signal) { s.stopping.Store(int32(sig)) },
+		onAgain: s.killNow,
+		onOther: s.forward,
+		beforeClose: func(o *outcome) {
+			if o.lost {
+				s.releaseLast()
+			}
+			if st := s.stoppedStatus(); st != nil {
+				o.stopped = st.ExitCode()
+			}
+		},
+		ends: s.ends,
+	}
+}
+
+// sendEnding reports e to the session without blocking: an ending already queued ends the
+// run as well.
+func (s *supervisor) sendEnding(e ending) {
+	select {
+	case s.ends <- e:
+	default:
 	}
 }
 
@@ -367,7 +381,7 @@ type supervisor struct {
 	hold      bool        // --on-success=hold
 	once      *oncePeriod // --once-per, nil without
 	elector   *election.Elector
-	sess      *session // receives the command's exit, a failed start and giving up
+	ends      chan ending // the command's exit, a failed start and giving up, for the session
 
 	stopping atomic.Int32 // the signal the elector received (SIGTERM, SIGINT), 0 before
 
@@ -391,7 +405,7 @@ func (s *supervisor) tryGiveUp(reason string) {
 		return
 	}
 	s.gaveUp = true
-	s.sess.sendEnding(ending{gaveUp: reason})
+	s.sendEnding(ending{gaveUp: reason})
 }
 
 // observed is OnNewLeader with --try-once: a holder other than this replica's current term
@@ -490,7 +504,7 @@ func (s *supervisor) start(token int64) (*child.Process, child.Spec) {
 	}
 	if err != nil {
 		klog.ErrorS(err, "Cannot start the command", "command", spec.Path)
-		s.sess.sendEnding(ending{err: fmt.Errorf("start the command: %w", err)})
+		s.sendEnding(ending{err: fmt.Errorf("start the command: %w", err)})
 		return nil, spec
 	}
 	s.setCurrent(p)
@@ -607,7 +621,7 @@ func (s *supervisor) exited(ctx context.Context, p *child.Process, token int64) 
 		return
 	}
 	klog.InfoS("The command exited; releasing the lease", "pid", p.CommandPid(), "status", es.String(), "token", token)
-	s.sess.sendEnding(ending{exited: true, code: es.ExitCode()})
+	s.sendEnding(ending{exited: true, code: es.ExitCode()})
 }
 
 // running returns the running command, nil when none runs.

@@ -14,22 +14,25 @@ import (
 
 // session is the loop run and sidecar share: it runs the elector of a leadership until Run
 // returns, serves the endpoints meanwhile, ends the run on the first SIGTERM or SIGINT, on a
-// failure of the HTTP server or on an ending the command reports, and closes the leadership.
-// Its outcome decides the exit code (exitCode).
+// failure of the HTTP server or on an ending its owner reports, and closes the leadership.
+// Its outcome decides the exit code (exitCode). It is built whole, with its owner's hooks,
+// once the leadership exists (newSession).
 type session struct {
-	l    *leadership
-	sigs chan os.Signal
-	// ends carries the reasons the caller gives to end the run (run's supervisor); a send
-	// must not block: sendEnding.
-	ends chan ending
+	l        *leadership
+	sigs     <-chan os.Signal
+	hooks    sessionHooks
+	received syscall.Signal // the first SIGTERM or SIGINT, 0 before
+}
 
+// sessionHooks is what the owner of a session does with its signals and at its end: run's
+// supervisor acts on its command; the sidecar sets stopMsg only.
+type sessionHooks struct {
 	stopMsg     string                   // logged at the first SIGTERM or SIGINT while leading
 	onStop      func(sig syscall.Signal) // the first SIGTERM or SIGINT, before the run is cancelled; may be nil
 	onAgain     func(sig syscall.Signal) // a later SIGTERM or SIGINT; nil: like the first
 	onOther     func(sig syscall.Signal) // any other caught signal; may be nil
 	beforeClose func(o *outcome)         // after Run returned, before the leadership closes; may be nil
-
-	received syscall.Signal // the first SIGTERM or SIGINT, 0 before
+	ends        <-chan ending            // reasons the owner gives to end the run; nil: none
 }
 
 // ending is a reason to end the run: the command exited by itself, could not be started, or
@@ -51,22 +54,18 @@ type outcome struct {
 	stopped    int    // the exit code of a command stopped for the elector's exit, -1 if none
 }
 
-// newSession starts catching caught (SIGTERM and SIGINT end the run) and returns a session
-// for a leadership still to be started; stop ends the catching. Catching starts before the
-// campaign, so that a SIGTERM while campaigning ends the campaign cleanly.
-func newSession(caught ...os.Signal) (s *session, stop func()) {
-	s = &session{sigs: make(chan os.Signal, 8), ends: make(chan ending, 4)}
-	signal.Notify(s.sigs, caught...)
-	return s, func() { signal.Stop(s.sigs) }
+// catchSignals starts catching caught (SIGTERM and SIGINT end the run) and returns their
+// channel for newSession; stop ends the catching. Catching starts before the campaign, so
+// that a SIGTERM while the leadership starts ends the run cleanly once it runs.
+func catchSignals(caught ...os.Signal) (sigs <-chan os.Signal, stop func()) {
+	c := make(chan os.Signal, 8)
+	signal.Notify(c, caught...)
+	return c, func() { signal.Stop(c) }
 }
 
-// sendEnding reports e to the session without blocking: an ending already queued ends the
-// run as well.
-func (s *session) sendEnding(e ending) {
-	select {
-	case s.ends <- e:
-	default:
-	}
+// newSession returns the session of l, reading sigs (catchSignals), with its owner's hooks.
+func newSession(l *leadership, sigs <-chan os.Signal, hooks sessionHooks) *session {
+	return &session{l: l, sigs: sigs, hooks: hooks}
 }
 
 // run runs the elector until Run returns and returns what ended the run, after the
@@ -84,7 +83,7 @@ func (s *session) run(ctx context.Context) outcome {
 		select {
 		case sig := <-s.sigs:
 			s.signal(sig, cancel)
-		case e := <-s.ends:
+		case e := <-s.hooks.ends:
 			o.apply(e)
 			cancel()
 		case err := <-httpErr:
@@ -96,8 +95,8 @@ func (s *session) run(ctx context.Context) outcome {
 	}
 	s.lateExit(&o)
 	o.lost = errors.Is(o.runErr, election.ErrLeadershipLost) || errors.Is(o.runErr, election.ErrResigned)
-	if s.beforeClose != nil {
-		s.beforeClose(&o)
+	if s.hooks.beforeClose != nil {
+		s.hooks.beforeClose(&o)
 	}
 	s.l.close()
 	return o
@@ -108,16 +107,16 @@ func (s *session) signal(got os.Signal, cancel context.CancelFunc) {
 	sig, _ := got.(syscall.Signal)
 	switch {
 	case sig != syscall.SIGTERM && sig != syscall.SIGINT:
-		if s.onOther != nil {
-			s.onOther(sig)
+		if s.hooks.onOther != nil {
+			s.hooks.onOther(sig)
 		}
-	case s.received != 0 && s.onAgain != nil:
-		s.onAgain(sig)
+	case s.received != 0 && s.hooks.onAgain != nil:
+		s.hooks.onAgain(sig)
 	default:
 		if s.received == 0 {
 			s.received = sig
-			if s.onStop != nil {
-				s.onStop(sig)
+			if s.hooks.onStop != nil {
+				s.hooks.onStop(sig)
 			}
 		}
 		klog.InfoS(s.stopMessage(), "signal", sig)
@@ -129,20 +128,20 @@ func (s *session) signal(got os.Signal, cancel context.CancelFunc) {
 // command to stop and no lease to release.
 const followerStopMsg = "Received signal: not leading; stopping the campaign and exiting"
 
-// stopMessage is what the first SIGTERM or SIGINT logs: stopMsg while leading (or before the
-// elector exists), followerStopMsg otherwise.
+// stopMessage is what the first SIGTERM or SIGINT logs: stopMsg while leading,
+// followerStopMsg otherwise.
 func (s *session) stopMessage() string {
 	if s.l != nil && s.l.elector != nil && !s.l.elector.IsLeader() {
 		return followerStopMsg
 	}
-	return s.stopMsg
+	return s.hooks.stopMsg
 }
 
 // lateExit takes the exit of a command that exited by itself just as the elector stopped.
 func (s *session) lateExit(o *outcome) {
 	for {
 		select {
-		case e := <-s.ends:
+		case e := <-s.hooks.ends:
 			if e.exited {
 				o.childCode = e.code
 			}

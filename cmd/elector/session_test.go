@@ -57,7 +57,7 @@ func TestSessionSignals(t *testing.T) {
 		return func(sig syscall.Signal) { calls = append(calls, fmt.Sprintf("%s %d", what, sig)) }
 	}
 	cancel := func() { calls = append(calls, "cancel") }
-	s := &session{stopMsg: "stopping", onStop: record("stop"), onAgain: record("again"), onOther: record("other")}
+	s := newSession(nil, nil, sessionHooks{stopMsg: "stopping", onStop: record("stop"), onAgain: record("again"), onOther: record("other")})
 	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1, syscall.SIGTERM} {
 		s.signal(sig, cancel)
 	}
@@ -71,7 +71,7 @@ func TestSessionSignals(t *testing.T) {
 	}
 
 	calls = nil
-	plain := &session{stopMsg: "stopping"} // sidecar: no hooks
+	plain := newSession(nil, nil, sessionHooks{stopMsg: "stopping"}) // sidecar: no hooks
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 		plain.signal(sig, cancel)
 	}
@@ -95,17 +95,18 @@ func TestSessionEndings(t *testing.T) {
 		t.Errorf("childCode %d after an exit 0, want 0", o.childCode)
 	}
 
-	s := &session{ends: make(chan ending, 4)}
-	s.sendEnding(ending{gaveUp: "late"})
-	s.sendEnding(ending{exited: true, code: 9})
-	s.sendEnding(ending{err: errors.New("late start failure")})
+	sup := &supervisor{ends: make(chan ending, 4)}
+	s := newSession(nil, nil, sup.hooks())
+	sup.sendEnding(ending{gaveUp: "late"})
+	sup.sendEnding(ending{exited: true, code: 9})
+	sup.sendEnding(ending{err: errors.New("late start failure")})
 	late := outcome{childCode: -1, stopped: -1}
 	s.lateExit(&late)
 	if late.childCode != 9 || late.gaveUp != "" || late.runtimeErr != nil {
 		t.Errorf("late outcome %+v, want only the exit code 9", late)
 	}
 	for range 10 { // more endings than the buffer holds: sendEnding must not block
-		s.sendEnding(ending{gaveUp: "again"})
+		sup.sendEnding(ending{gaveUp: "again"})
 	}
 }
 
@@ -122,11 +123,7 @@ func TestStopMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	const leaderMsg = "Received signal: stopping the command and releasing the lease"
-	s := &session{stopMsg: leaderMsg}
-	if got := s.stopMessage(); got != leaderMsg {
-		t.Errorf("before the elector exists: %q, want %q", got, leaderMsg)
-	}
-	s.l = &leadership{elector: e}
+	s := newSession(&leadership{elector: e}, nil, sessionHooks{stopMsg: leaderMsg})
 	if got := s.stopMessage(); got != followerStopMsg {
 		t.Errorf("not leading: %q, want %q", got, followerStopMsg)
 	}

@@ -42,9 +42,8 @@ func (c *cli) sidecarCmd(ctx context.Context, args []string) int {
 		return c.usageError(who, err)
 	}
 
-	sess, stopSignals := newSession(syscall.SIGTERM, syscall.SIGINT)
+	sigs, stopSignals := catchSignals(syscall.SIGTERM, syscall.SIGINT)
 	defer stopSignals()
-	sess.stopMsg = "Received signal: releasing the lease and exiting"
 	kh, err := startKube(&ko, &co.lease)
 	if err != nil {
 		return c.runtimeError(who, err)
@@ -58,7 +57,7 @@ func (c *cli) sidecarCmd(ctx context.Context, args []string) int {
 	if err != nil {
 		return c.runtimeError(who, err)
 	}
-	sess.l = l
 	klog.InfoS("Campaigning", "lease", co.lease.name, "identity", co.lease.identity, "redis", redisDescription(co.redis))
+	sess := newSession(l, sigs, sessionHooks{stopMsg: "Received signal: releasing the lease and exiting"})
 	return c.exitCode(who, sess.run(ctx))
 }
