@@ -238,7 +238,7 @@ func TestKubeFailureIsHarmless(t *testing.T) {
 		}
 		co := commonOptions{lease: lo, redis: redisclient.Config{Addrs: []string{srv.Addr()}, Mode: redisclient.ModeStandalone}}
 		so := serveOptions{httpAddr: "127.0.0.1:0", resignEndpoint: resignOff}
-		ld, err := startLeadership(&co, &so, kh.wrap(election.Callbacks{
+		ld, err := startReplica(&co, &so, kh.wrap(election.Callbacks{
 			OnStartedLeading: func(ctx context.Context) { <-ctx.Done() },
 			OnStoppedLeading: func() {},
 		}), false, kh)
@@ -279,7 +279,7 @@ func TestKubeFailureIsHarmless(t *testing.T) {
 
 // checkFailingLeader waits until ld leads and /leader reports the failure of tc, checks
 // /metrics counts it and the term renews after it; it returns the kubernetesError.
-func checkFailingLeader(t *testing.T, ld *leadership, tc harmlessCase) *kube.Failure {
+func checkFailingLeader(t *testing.T, ld *replica, tc harmlessCase) *kube.Failure {
 	t.Helper()
 	base := "http://" + ld.http.ln.Addr().String()
 	waitUntil(t, "leadership", ld.elector.IsLeader)

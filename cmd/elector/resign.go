@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -299,113 +296,4 @@ func countFollowers(client redis.UniversalClient, channel string) followerCount 
 		}
 		return n, nil
 	}
-}
-
-// Values of --resign-endpoint.
-const (
-	resignLoopback = "loopback"
-	resignAny      = "any"
-	resignOff      = "off"
-)
-
-// validateResignEndpoint checks --resign-endpoint ("" is the default, loopback).
-func validateResignEndpoint(v string) error {
-	switch v {
-	case "", resignLoopback, resignAny, resignOff:
-		return nil
-	}
-	return fmt.Errorf("--%s: want %s, %s or %s, got %q", flagResignEndpoint, resignLoopback, resignAny, resignOff, v)
-}
-
-// resignTimeoutHTTP bounds how long POST /resign waits for the step-down: below the server's
-// write timeout. A step-down that takes longer completes all the same (202).
-const resignTimeoutHTTP = writeTimeout - time.Second
-
-// resignHandler is POST /resign[?to=IDENTITY]: Elector.ResignTo, from the peers policy allows.
-// followers counts the replicas that could take over (checkTarget).
-func resignHandler(e *election.Elector, policy string, followers followerCount) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Cache-Control", "no-store")
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", "POST")
-			http.Error(w, "method not allowed: POST /resign[?to=IDENTITY]", http.StatusMethodNotAllowed)
-			return
-		}
-		switch {
-		case policy == resignOff:
-			http.Error(w, "resign is disabled on this replica (--"+flagResignEndpoint+"=off)", http.StatusForbidden)
-			return
-		case policy != resignAny && !loopbackPeer(r.RemoteAddr):
-			http.Error(w, "resign is allowed from loopback only (kubectl exec or port-forward; --"+flagResignEndpoint+"=any allows every peer)", http.StatusForbidden)
-			return
-		}
-		to := r.URL.Query().Get("to")
-		warning, refuse := checkTarget(r.Context(), e, to, followers)
-		if refuse {
-			http.Error(w, warning, http.StatusConflict)
-			return
-		}
-		token := e.Token()
-		ctx, cancel := context.WithTimeout(r.Context(), resignTimeoutHTTP)
-		defer cancel()
-		err := e.ResignTo(ctx, to)
-		status := http.StatusOK
-		switch {
-		case errors.Is(err, election.ErrNotLeader):
-			http.Error(w, "not the leader: "+err.Error(), http.StatusConflict)
-			return
-		case errors.Is(err, lease.ErrTargetIsHolder), to != "" && lease.ValidateIdentity(to) != nil:
-			http.Error(w, "bad ?to: "+err.Error(), http.StatusBadRequest)
-			return
-		case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
-			status = http.StatusAccepted // still stepping down
-		case err != nil:
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		klog.InfoS("Resigned on request", "remote", r.RemoteAddr, "to", to, "token", token, "done", status == http.StatusOK, "warning", warning)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		_ = json.NewEncoder(w).Encode(struct {
-			Resigned bool   `json:"resigned"`
-			Token    int64  `json:"token"`
-			To       string `json:"to"`
-			Warning  string `json:"warning,omitempty"`
-		}{status == http.StatusOK, token, to, warning})
-	})
-}
-
-// checkTarget says, before a leader resigns, whether anyone could take over: every
-// campaigning elector follows the lease on its events channel while it does not lead (the
-// leader does not), so the channel's subscribers are the replicas that could (and any
-// status --watch); their identities are not recorded. With none, a request ?to=IDENTITY is
-// refused (the known candidates: none), and one without ?to is warned about. A follower, a bad
-// ?to and a failed count are left to ResignTo.
-func checkTarget(ctx context.Context, e *election.Elector, to string, followers followerCount) (warning string, refuse bool) {
-	if followers == nil || !e.IsLeader() || to == e.Identity() || (to != "" && lease.ValidateIdentity(to) != nil) {
-		return "", false
-	}
-	n, err := followers(ctx)
-	switch {
-	case err != nil:
-		klog.V(2).InfoS("Cannot count the replicas that follow the lease; resigning anyway", "lease", e.Name(), "err", err)
-		return "", false
-	case n == 0 && to != "":
-		return fmt.Sprintf("no replica but this one (%q) follows lease %q: known candidates: none (nobody is subscribed to its events channel), so %q cannot take over; nothing was done", e.Identity(), e.Name(), to), true
-	case n == 0:
-		return "no replica but this one follows the lease: nobody leads until this replica takes it again after the hold-off", false
-	case to != "":
-		return fmt.Sprintf("%d other process(es) follow the lease, but their identities are not recorded: if %q is not one of them, nobody leads until the hold-off ends", n, to), false
-	}
-	return "", false
-}
-
-// loopbackPeer reports whether a request's RemoteAddr is 127.0.0.0/8 or ::1.
-func loopbackPeer(remoteAddr string) bool {
-	host, _, err := net.SplitHostPort(remoteAddr)
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

@@ -272,7 +272,7 @@ func (c *cli) supervise(ctx context.Context, rc *runConfig) int {
 	defer kh.close()
 	sup.prepare() // the first term's shim starts while the replica campaigns
 	defer sup.closeStandby()
-	l, err := startLeadership(&rc.common, &rc.serve, kh.wrap(sup.callbacks(rc.run.tryOnce)), rc.run.exitOnLost, kh)
+	l, err := startReplica(&rc.common, &rc.serve, kh.wrap(sup.callbacks(rc.run.tryOnce)), rc.run.exitOnLost, kh)
 	if err != nil {
 		return c.runtimeError(who, err)
 	}

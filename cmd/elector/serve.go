@@ -289,27 +289,27 @@ func (h *httpServer) shutdown() {
 	_ = h.ln.Close() // in case serve never ran
 }
 
-// leadership is what run and sidecar share: the Redis client, the elector, its endpoints and
+// replica is what run and sidecar share: the Redis client, the elector, its endpoints and
 // its status file.
-type leadership struct {
+type replica struct {
 	client  redis.UniversalClient
 	elector *election.Elector
 	http    *httpServer // nil without --http-addr
 	status  *statusFile // nil without --status-file
 }
 
-// startLeadership builds the client and the elector with cb, writes the status file as
+// startReplica builds the client and the elector with cb, writes the status file as
 // "follower" and binds the HTTP address. Nothing contacts Redis yet. On error everything
 // built is closed again. The status file follows the callbacks of cb: it turns "follower" in
 // OnStoppedLeading, which the elector runs after IsLeader turned false and before it releases
 // the lease, so the file never says "leader" once a successor can lead (docs/DESIGN.md,
 // "Step-down order").
-func startLeadership(co *commonOptions, so *serveOptions, cb election.Callbacks, exitOnLost bool, kh *kubeHooks) (*leadership, error) {
+func startReplica(co *commonOptions, so *serveOptions, cb election.Callbacks, exitOnLost bool, kh *kubeHooks) (*replica, error) {
 	client, err := co.newClient()
 	if err != nil {
 		return nil, err
 	}
-	l := &leadership{client: client}
+	l := &replica{client: client}
 	reg, metrics, err := newRegistry(kh.collectors()...)
 	if err != nil {
 		l.close()
@@ -361,7 +361,7 @@ func startLeadership(co *commonOptions, so *serveOptions, cb election.Callbacks,
 }
 
 // serveHTTP serves the endpoints in a goroutine; a failure is sent on errc.
-func (l *leadership) serveHTTP(errc chan<- error) {
+func (l *replica) serveHTTP(errc chan<- error) {
 	if l.http == nil {
 		return
 	}
@@ -374,7 +374,7 @@ func (l *leadership) serveHTTP(errc chan<- error) {
 }
 
 // close stops the endpoints, marks the status file "follower" and closes the client.
-func (l *leadership) close() {
+func (l *replica) close() {
 	if l.http != nil {
 		l.http.shutdown()
 	}
@@ -382,4 +382,113 @@ func (l *leadership) close() {
 	if l.client != nil {
 		_ = l.client.Close()
 	}
+}
+
+// Values of --resign-endpoint.
+const (
+	resignLoopback = "loopback"
+	resignAny      = "any"
+	resignOff      = "off"
+)
+
+// validateResignEndpoint checks --resign-endpoint ("" is the default, loopback).
+func validateResignEndpoint(v string) error {
+	switch v {
+	case "", resignLoopback, resignAny, resignOff:
+		return nil
+	}
+	return fmt.Errorf("--%s: want %s, %s or %s, got %q", flagResignEndpoint, resignLoopback, resignAny, resignOff, v)
+}
+
+// resignTimeoutHTTP bounds how long POST /resign waits for the step-down: below the server's
+// write timeout. A step-down that takes longer completes all the same (202).
+const resignTimeoutHTTP = writeTimeout - time.Second
+
+// resignHandler is POST /resign[?to=IDENTITY]: Elector.ResignTo, from the peers policy allows.
+// followers counts the replicas that could take over (checkTarget).
+func resignHandler(e *election.Elector, policy string, followers followerCount) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", "POST")
+			http.Error(w, "method not allowed: POST /resign[?to=IDENTITY]", http.StatusMethodNotAllowed)
+			return
+		}
+		switch {
+		case policy == resignOff:
+			http.Error(w, "resign is disabled on this replica (--"+flagResignEndpoint+"=off)", http.StatusForbidden)
+			return
+		case policy != resignAny && !loopbackPeer(r.RemoteAddr):
+			http.Error(w, "resign is allowed from loopback only (kubectl exec or port-forward; --"+flagResignEndpoint+"=any allows every peer)", http.StatusForbidden)
+			return
+		}
+		to := r.URL.Query().Get("to")
+		warning, refuse := checkTarget(r.Context(), e, to, followers)
+		if refuse {
+			http.Error(w, warning, http.StatusConflict)
+			return
+		}
+		token := e.Token()
+		ctx, cancel := context.WithTimeout(r.Context(), resignTimeoutHTTP)
+		defer cancel()
+		err := e.ResignTo(ctx, to)
+		status := http.StatusOK
+		switch {
+		case errors.Is(err, election.ErrNotLeader):
+			http.Error(w, "not the leader: "+err.Error(), http.StatusConflict)
+			return
+		case errors.Is(err, lease.ErrTargetIsHolder), to != "" && lease.ValidateIdentity(to) != nil:
+			http.Error(w, "bad ?to: "+err.Error(), http.StatusBadRequest)
+			return
+		case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
+			status = http.StatusAccepted // still stepping down
+		case err != nil:
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		klog.InfoS("Resigned on request", "remote", r.RemoteAddr, "to", to, "token", token, "done", status == http.StatusOK, "warning", warning)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(struct {
+			Resigned bool   `json:"resigned"`
+			Token    int64  `json:"token"`
+			To       string `json:"to"`
+			Warning  string `json:"warning,omitempty"`
+		}{status == http.StatusOK, token, to, warning})
+	})
+}
+
+// checkTarget says, before a leader resigns, whether anyone could take over: every
+// campaigning elector follows the lease on its events channel while it does not lead (the
+// leader does not), so the channel's subscribers are the replicas that could (and any
+// status --watch); their identities are not recorded. With none, a request ?to=IDENTITY is
+// refused (the known candidates: none), and one without ?to is warned about. A follower, a bad
+// ?to and a failed count are left to ResignTo.
+func checkTarget(ctx context.Context, e *election.Elector, to string, followers followerCount) (warning string, refuse bool) {
+	if followers == nil || !e.IsLeader() || to == e.Identity() || (to != "" && lease.ValidateIdentity(to) != nil) {
+		return "", false
+	}
+	n, err := followers(ctx)
+	switch {
+	case err != nil:
+		klog.V(2).InfoS("Cannot count the replicas that follow the lease; resigning anyway", "lease", e.Name(), "err", err)
+		return "", false
+	case n == 0 && to != "":
+		return fmt.Sprintf("no replica but this one (%q) follows lease %q: known candidates: none (nobody is subscribed to its events channel), so %q cannot take over; nothing was done", e.Identity(), e.Name(), to), true
+	case n == 0:
+		return "no replica but this one follows the lease: nobody leads until this replica takes it again after the hold-off", false
+	case to != "":
+		return fmt.Sprintf("%d other process(es) follow the lease, but their identities are not recorded: if %q is not one of them, nobody leads until the hold-off ends", n, to), false
+	}
+	return "", false
+}
+
+// loopbackPeer reports whether a request's RemoteAddr is 127.0.0.0/8 or ::1.
+func loopbackPeer(remoteAddr string) bool {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

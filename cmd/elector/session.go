@@ -12,13 +12,13 @@ import (
 	"github.com/elector/elector/pkg/election"
 )
 
-// session is the loop run and sidecar share: it runs the elector of a leadership until Run
+// session is the loop run and sidecar share: it runs the elector of a replica until Run
 // returns, serves the endpoints meanwhile, ends the run on the first SIGTERM or SIGINT, on a
-// failure of the HTTP server or on an ending its owner reports, and closes the leadership.
+// failure of the HTTP server or on an ending its owner reports, and closes the replica.
 // Its outcome decides the exit code (exitCode). It is built whole, with its owner's hooks,
-// once the leadership exists (newSession).
+// once the replica exists (newSession).
 type session struct {
-	l        *leadership
+	l        *replica
 	sigs     <-chan os.Signal
 	hooks    sessionHooks
 	received syscall.Signal // the first SIGTERM or SIGINT, 0 before
@@ -31,7 +31,7 @@ type sessionHooks struct {
 	onStop      func(sig syscall.Signal) // the first SIGTERM or SIGINT, before the run is cancelled; may be nil
 	onAgain     func(sig syscall.Signal) // a later SIGTERM or SIGINT; nil: like the first
 	onOther     func(sig syscall.Signal) // any other caught signal; may be nil
-	beforeClose func(o *outcome)         // after Run returned, before the leadership closes; may be nil
+	beforeClose func(o *outcome)         // after Run returned, before the replica closes; may be nil
 	ends        <-chan ending            // reasons the owner gives to end the run; nil: none
 }
 
@@ -56,7 +56,7 @@ type outcome struct {
 
 // catchSignals starts catching caught (SIGTERM and SIGINT end the run) and returns their
 // channel for newSession; stop ends the catching. Catching starts before the campaign, so
-// that a SIGTERM while the leadership starts ends the run cleanly once it runs.
+// that a SIGTERM while the replica starts ends the run cleanly once it runs.
 func catchSignals(caught ...os.Signal) (sigs <-chan os.Signal, stop func()) {
 	c := make(chan os.Signal, 8)
 	signal.Notify(c, caught...)
@@ -64,12 +64,12 @@ func catchSignals(caught ...os.Signal) (sigs <-chan os.Signal, stop func()) {
 }
 
 // newSession returns the session of l, reading sigs (catchSignals), with its owner's hooks.
-func newSession(l *leadership, sigs <-chan os.Signal, hooks sessionHooks) *session {
+func newSession(l *replica, sigs <-chan os.Signal, hooks sessionHooks) *session {
 	return &session{l: l, sigs: sigs, hooks: hooks}
 }
 
 // run runs the elector until Run returns and returns what ended the run, after the
-// leadership (endpoints, status file, client) was closed.
+// replica (endpoints, status file, client) was closed.
 func (s *session) run(ctx context.Context) outcome {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -123,7 +123,7 @@ func TestStopMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	const leaderMsg = "Received signal: stopping the command and releasing the lease"
-	s := newSession(&leadership{elector: e}, nil, sessionHooks{stopMsg: leaderMsg})
+	s := newSession(&replica{elector: e}, nil, sessionHooks{stopMsg: leaderMsg})
 	if got := s.stopMessage(); got != followerStopMsg {
 		t.Errorf("not leading: %q, want %q", got, followerStopMsg)
 	}

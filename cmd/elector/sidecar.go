@@ -49,7 +49,7 @@ func (c *cli) sidecarCmd(ctx context.Context, args []string) int {
 		return c.runtimeError(who, err)
 	}
 	defer kh.close()
-	l, err := startLeadership(&co, &so, kh.wrap(election.Callbacks{
+	l, err := startReplica(&co, &so, kh.wrap(election.Callbacks{
 		OnStartedLeading: func(ctx context.Context) { <-ctx.Done() },
 		OnStoppedLeading: func() {},
 		OnNewLeader:      logNewLeader,
