@@ -15,7 +15,7 @@ const errorRepeat = 30 * time.Second
 
 // errorLog logs Redis failures once per change of state — the first failure of a kind, and
 // the recovery — then again every errorRepeat while the same failure persists, and every
-// attempt at V(4). It keeps the current failure for RedisError (read concurrently) and the
+// attempt at V(4). It keeps the current failure for redisError (read concurrently) and the
 // elector_redis_up gauge. Its methods are used from Run's goroutine only.
 type errorLog struct {
 	state   string    // "op/reason" of the failure being retried, "" when calls succeed
@@ -24,11 +24,11 @@ type errorLog struct {
 	name    string
 	now     func() time.Time // nil: time.Now (tests replace it)
 
-	current atomic.Pointer[RedisFailure]
+	current atomic.Pointer[redisFailure]
 }
 
-// RedisFailure describes the Redis failure an elector is retrying.
-type RedisFailure struct {
+// redisFailure describes the Redis failure an elector is retrying.
+type redisFailure struct {
 	// Op is the operation that failed: acquire, renew, release, subscribe, heartbeat.
 	Op string `json:"op"`
 	// Reason classifies the error: timeout, closed, refused, connection, unknown_master,
@@ -61,7 +61,7 @@ func (l *errorLog) failed(logger logr.Logger, m *Metrics, name, op string, err e
 	l.metrics.redisUp(l.name, false)
 	now := l.clock()
 	fix := redisfail.Hint(err)
-	f := &RedisFailure{Op: op, Reason: reason, Error: err.Error(), Fix: fix, Since: now, Count: 1}
+	f := &redisFailure{Op: op, Reason: reason, Error: err.Error(), Fix: fix, Since: now, Count: 1}
 	state := op + "/" + reason
 	if prev := l.current.Load(); prev != nil && state == l.state {
 		f.Since, f.Count = prev.Since, prev.Count+1
@@ -93,11 +93,11 @@ func (l *errorLog) succeeded(logger logr.Logger) {
 }
 
 // failure returns the failure being retried, nil while calls succeed.
-func (l *errorLog) failure() *RedisFailure { return l.current.Load() }
+func (l *errorLog) failure() *redisFailure { return l.current.Load() }
 
-// RedisError returns the Redis failure the elector is retrying (a copy), or nil while its
+// redisError returns the Redis failure the elector is retrying (a copy), or nil while its
 // calls succeed. LeaderHandler serves it as "redisError".
-func (e *Elector) RedisError() *RedisFailure {
+func (e *Elector) redisError() *redisFailure {
 	f := e.errs.failure()
 	if f == nil {
 		return nil

@@ -14,7 +14,7 @@ import (
 //	{"name":"pod-b","identity":"pod-a","isLeader":false,"lease":"my-job","token":0}
 //
 // name is the current leader, as the classic Kubernetes leader-elector sidecar reports it.
-// While the elector's Redis calls fail, "redisError" carries the failure (RedisError): a
+// While the elector's Redis calls fail, "redisError" carries the failure (redisError): a
 // replica that cannot reach Redis, or that Redis refuses, says so instead of only "name":"".
 // Once Run read Redis's eviction policy, "evictionPolicy" is its maxmemory-policy and
 // "evictionRisk" whether Redis may evict the lease keys (docs/RELIABILITY.md); both are
@@ -39,14 +39,14 @@ func (e *Elector) LeaderHandler() http.Handler {
 // Redis's eviction policy.
 type leaderBody struct {
 	Status
-	RedisError     *RedisFailure `json:"redisError,omitempty"`
+	RedisError     *redisFailure `json:"redisError,omitempty"`
 	EvictionPolicy string        `json:"evictionPolicy,omitempty"`
 	EvictionRisk   *bool         `json:"evictionRisk,omitempty"`
 }
 
 // newLeaderBody returns e's leaderBody now.
 func newLeaderBody(e *Elector) leaderBody {
-	b := leaderBody{Status: e.Status(), RedisError: e.RedisError()}
+	b := leaderBody{Status: e.Status(), RedisError: e.redisError()}
 	if v := e.evict.get(); v.policy != "" {
 		risky := v.risky()
 		b.EvictionPolicy, b.EvictionRisk = v.policy, &risky

@@ -40,7 +40,7 @@ type Metrics struct {
 //	elector_leadership_transitions_total{name}   terms this replica began
 //	elector_renew_duration_seconds{name}         latency of successful renewals
 //	elector_redis_errors_total{name,op,reason}   failed Redis calls (op: acquire, renew, release, subscribe,
-//	                                             heartbeat; reason: see RedisFailure.Reason)
+//	                                             heartbeat; reason: see redisFailure.Reason)
 //	elector_redis_up{name}                       1 while Redis answers this replica's calls, 0 while they fail
 //	                                             (a Group's series appears at its first failed call)
 //	elector_redis_eviction_risk{name}            1 when Redis may evict the lease keys (a maxmemory limit with a
