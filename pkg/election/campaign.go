@@ -92,12 +92,12 @@ func (f *follower) attempt(ctx context.Context) (attempt, bool) {
 			break
 		}
 		if d.late {
-			e.errs.failed(f.logger, e.cfg.Metrics, e.cfg.Name, "acquire", fmt.Errorf("token %d: %w", st.Record.Token, errLateReply))
+			e.errs.failed(f.logger, e.cfg.Metrics, e.cfg.Name, "acquire", fmt.Errorf("token %d: %w", st.Record.Token, errLateReply), e.clock.Now())
 		}
 		e.release(base, f.logger, st.Record)
 	case ctx.Err() != nil:
 	case d.verdict == verdictFailed:
-		e.errs.failed(f.logger, e.cfg.Metrics, e.cfg.Name, "acquire", err)
+		e.errs.failed(f.logger, e.cfg.Metrics, e.cfg.Name, "acquire", err, e.clock.Now())
 	case d.verdict == verdictStart:
 		e.errs.succeeded(f.logger)
 		a.term, a.won = st.Record, true

@@ -22,7 +22,6 @@ type errorLog struct {
 	logged  time.Time // when the failure was last logged at error level
 	metrics *Metrics  // for elector_redis_up; set by Metrics.add or the first failure
 	name    string
-	now     func() time.Time // nil: time.Now (tests replace it)
 
 	current atomic.Pointer[redisFailure]
 }
@@ -45,21 +44,14 @@ type redisFailure struct {
 	Count int `json:"count"`
 }
 
-func (l *errorLog) clock() time.Time {
-	if l.now != nil {
-		return l.now()
-	}
-	return time.Now()
-}
-
-func (l *errorLog) failed(logger logr.Logger, m *Metrics, name, op string, err error) {
+// failed records a failure of op at now, by the caller's clock (the Elector's or the Group's).
+func (l *errorLog) failed(logger logr.Logger, m *Metrics, name, op string, err error, now time.Time) {
 	reason := redisfail.Reason(err)
 	m.redisError(name, op, err)
 	if l.metrics == nil {
 		l.metrics, l.name = m, name
 	}
 	l.metrics.redisUp(l.name, false)
-	now := l.clock()
 	fix := redisfail.Hint(err)
 	f := &redisFailure{Op: op, Reason: reason, Error: err.Error(), Fix: fix, Since: now, Count: 1}
 	state := op + "/" + reason

@@ -31,7 +31,7 @@ func TestErrorLogRepeatsWithFix(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Unix(1000, 0)
-	l := &errorLog{now: func() time.Time { return now }}
+	l := &errorLog{}
 	refused := refusedBy(t)["script"]
 	errorLines := func() (n int) {
 		for _, s := range lines {
@@ -44,16 +44,16 @@ func TestErrorLogRepeatsWithFix(t *testing.T) {
 		}
 		return n
 	}
-	l.failed(logger, m, "job", "acquire", refused)
+	l.failed(logger, m, "job", "acquire", refused, now)
 	for i := 0; i < 10; i++ { // 9.9 s of retries: not repeated
 		now = now.Add(990 * time.Millisecond)
-		l.failed(logger, m, "job", "acquire", refused)
+		l.failed(logger, m, "job", "acquire", refused, now)
 	}
 	if n := errorLines(); n != 1 {
 		t.Fatalf("%d error lines within %v, want 1:\n%s", n, errorRepeat, strings.Join(lines, "\n"))
 	}
 	now = now.Add(errorRepeat)
-	l.failed(logger, m, "job", "acquire", refused)
+	l.failed(logger, m, "job", "acquire", refused, now)
 	if n := errorLines(); n != 2 {
 		t.Fatalf("%d error lines after %v, want 2 (repeated):\n%s", n, errorRepeat, strings.Join(lines, "\n"))
 	}

@@ -478,7 +478,7 @@ func (m *groupMachine) onAcquire(b *acquireBatch) {
 		switch d.verdict {
 		case verdictFailed:
 			failed = true
-			m.errs.failed(m.logger, cfg.Metrics, cfg.Group, "acquire", r.err)
+			m.errs.failed(m.logger, cfg.Metrics, cfg.Group, "acquire", r.err, now)
 			m.toIdle(gl, now.Add(d.wait+m.jitter()))
 		case verdictUntrusted:
 			logUntrusted(m.logger.WithValues("lease", gl.name), r.rec)
@@ -528,7 +528,7 @@ func (m *groupMachine) onRenew(b *renewBatch) {
 		switch {
 		case r.err != nil:
 			failed++
-			m.errs.failed(m.logger, cfg.Metrics, cfg.Group, "renew", r.err)
+			m.errs.failed(m.logger, cfg.Metrics, cfg.Group, "renew", r.err, now)
 		case !r.ok:
 			lost++
 			m.lose(gl, reasonLost)
@@ -550,7 +550,7 @@ func (m *groupMachine) onRenew(b *renewBatch) {
 	m.membersKnown = true
 	if b.liveErr != nil {
 		failed++
-		m.errs.failed(m.logger, cfg.Metrics, cfg.Group, "heartbeat", b.liveErr)
+		m.errs.failed(m.logger, cfg.Metrics, cfg.Group, "heartbeat", b.liveErr, now)
 	} else {
 		m.observeMembers(b.live)
 	}

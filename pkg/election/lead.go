@@ -157,7 +157,7 @@ func (l *leadership) renewed(r renewal) (reason string, over bool) {
 	}
 	switch {
 	case r.err != nil:
-		e.errs.failed(l.logger, e.cfg.Metrics, e.cfg.Name, "renew", r.err)
+		e.errs.failed(l.logger, e.cfg.Metrics, e.cfg.Name, "renew", r.err, e.clock.Now())
 		resetTimer(l.tick, l.retry.next())
 	case !r.ok:
 		return reasonLost, true
