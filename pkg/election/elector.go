@@ -121,7 +121,10 @@ func RunOrDie(ctx context.Context, cfg Config) {
 // returns nil when ctx is cancelled (after OnStartedLeading returned and, with
 // ReleaseOnCancel, the lease was released), or, when Config.Recampaign is off, an error
 // wrapping ErrLeadershipLost when leadership was lost or ErrResigned after a resignation.
-// When Run returns, every goroutine it started has ended. An Elector runs once at a time.
+// When Run returns, every goroutine it started has ended. A panic of OnStoppedLeading goes on
+// through Run at once, after the release (if any) was sent, without waiting for a renew in
+// flight or for OnStartedLeading: a process that recovers it may still see them end later.
+// An Elector runs once at a time.
 //
 // A cancel while an acquire is in flight waits for its reply (at most max(RetryPeriod,
 // RenewDeadline/2)): a term won in that moment is released, without starting
