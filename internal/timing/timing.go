@@ -30,6 +30,15 @@ func DriftMargin(leaseDuration time.Duration) time.Duration {
 	return leaseDuration/100 + 2*time.Millisecond
 }
 
+// HandoverGap is the least time between the moment a leader stops trusting its term, at
+// renewDeadline after its last successful renewal at the latest, and the moment another
+// replica can acquire the lease, which expires no earlier than leaseDuration minus the
+// DriftMargin by the leader's clock. Check keeps it positive; work stopped within it is surely
+// over before another term begins (the CLI's --kill-grace bound).
+func HandoverGap(leaseDuration, renewDeadline time.Duration) time.Duration {
+	return leaseDuration - renewDeadline - DriftMargin(leaseDuration)
+}
+
 // CallTimeout bounds one Redis call of an election: max(retryPeriod, renewDeadline/2), so that
 // a round trip slower than retryPeriod still succeeds while a leader keeps at least two renew
 // attempts before its deadline (a renew is also never allowed past the deadline). package
@@ -69,7 +78,8 @@ func Check(leaseDuration, renewDeadline, retryPeriod time.Duration, n Names) err
 	if leaseDuration%time.Millisecond != 0 {
 		return fmt.Errorf("%s: must be a whole number of milliseconds, got %v", n.LeaseDuration, leaseDuration)
 	}
-	if limit := leaseDuration - DriftMargin(leaseDuration); renewDeadline >= limit {
+	if HandoverGap(leaseDuration, renewDeadline) <= 0 {
+		limit := leaseDuration - DriftMargin(leaseDuration)
 		return fmt.Errorf("%s: must be shorter than %s (%v) minus its clock-drift margin (%v), i.e. below %v; got %v",
 			n.RenewDeadline, n.LeaseDuration, leaseDuration, DriftMargin(leaseDuration), limit, renewDeadline)
 	}
