@@ -6,21 +6,21 @@ import (
 	"time"
 )
 
-// TestCheckNamesTheDurationAtFault: each rule's error starts with the name the caller gave the
-// duration at fault, and a timing passes exactly when its handover gap is positive and the
-// renew deadline exceeds JitterFactor retry periods.
+// TestCheckNamesTheDurationAtFault: each rule's error names the durations as the caller does,
+// starting with one at fault, and a timing passes exactly when its handover gap is positive
+// and the renew deadline exceeds JitterFactor retry periods.
 func TestCheckNamesTheDurationAtFault(t *testing.T) {
 	names := Names{"--lease-duration", "--renew-deadline", "--retry-period"}
 	for _, tc := range []struct {
 		ld, rd, rp time.Duration
 		want       string
 	}{
-		{-time.Second, time.Second, time.Second, "--lease-duration: must be a positive duration"},
-		{15 * time.Second, 0, time.Second, "--renew-deadline: must be a positive duration"},
-		{15 * time.Second, 10 * time.Second, 0, "--retry-period: must be a positive duration"},
-		{1500 * time.Microsecond, time.Millisecond, 100 * time.Microsecond, "--lease-duration: must be a whole number of milliseconds"},
-		{15 * time.Second, 14848 * time.Millisecond, time.Second, "--renew-deadline: must be shorter than --lease-duration (15s)"},
-		{15 * time.Second, 12 * time.Second, 10 * time.Second, "--retry-period: must be less than --renew-deadline (12s) / 1.2, i.e. below 10s; got 10s"},
+		{-time.Second, time.Second, time.Second, "--lease-duration (-1s) must be positive"},
+		{15 * time.Second, 0, time.Second, "--renew-deadline (0s) must be positive"},
+		{15 * time.Second, 10 * time.Second, 0, "--retry-period (0s) must be positive"},
+		{1500 * time.Microsecond, time.Millisecond, 100 * time.Microsecond, "--lease-duration (1.5ms) must be a whole number of milliseconds"},
+		{15 * time.Second, 14848 * time.Millisecond, time.Second, "--renew-deadline (14.848s) must be shorter than --lease-duration (15s)"},
+		{15 * time.Second, 12 * time.Second, 10 * time.Second, "--renew-deadline (12s) must be greater than 1.2 × --retry-period (10s), i.e. --retry-period below 10s"},
 	} {
 		if err := Check(tc.ld, tc.rd, tc.rp, names); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("Check(%v, %v, %v) = %v, want %q", tc.ld, tc.rd, tc.rp, err, tc.want)

@@ -127,7 +127,7 @@ func TestBadInput(t *testing.T) {
 	// fills zero values with the defaults (documented) and refuses negative ones by field.
 	for _, d := range [][3]time.Duration{{0, 10 * time.Second, 2 * time.Second}, {15 * time.Second, 0, 2 * time.Second},
 		{15 * time.Second, 10 * time.Second, 0}, {-time.Second, 10 * time.Second, 2 * time.Second}} {
-		checkErr(t, "timing.Validate", timingrules.Validate(d[0], d[1], d[2]), "must be a positive duration")
+		checkErr(t, "timing.Validate", timingrules.Validate(d[0], d[1], d[2]), "must be positive")
 	}
 	for field, set := range map[string]func(*election.Config){
 		"LeaseDuration": func(c *election.Config) { c.LeaseDuration = -time.Second },
