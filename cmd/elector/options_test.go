@@ -18,11 +18,11 @@ func TestValidateTimingNamesFlags(t *testing.T) {
 		ld, rd, rp time.Duration
 		want       string
 	}{
-		{0, 10 * time.Second, 2 * time.Second, "--lease-duration: must be a positive duration"},
-		{15 * time.Second, -time.Second, 2 * time.Second, "--renew-deadline: must be a positive duration"},
-		{15*time.Second + time.Microsecond, 10 * time.Second, 2 * time.Second, "--lease-duration: must be a whole number of milliseconds"},
-		{15 * time.Second, 15 * time.Second, 2 * time.Second, "--renew-deadline: must be shorter than --lease-duration (15s) minus its clock-drift margin (152ms), i.e. below 14.848s; got 15s"},
-		{15 * time.Second, 10 * time.Second, 9 * time.Second, "--retry-period: must be less than --renew-deadline (10s) / 1.2, i.e. below 8.333s; got 9s"},
+		{0, 10 * time.Second, 2 * time.Second, "--lease-duration (0s) must be positive"},
+		{15 * time.Second, -time.Second, 2 * time.Second, "--renew-deadline (-1s) must be positive"},
+		{15*time.Second + time.Microsecond, 10 * time.Second, 2 * time.Second, "--lease-duration (15.000001s) must be a whole number of milliseconds"},
+		{15 * time.Second, 15 * time.Second, 2 * time.Second, "--renew-deadline (15s) must be shorter than --lease-duration (15s) minus the clock-drift margin (152ms), i.e. below 14.848s"},
+		{15 * time.Second, 10 * time.Second, 9 * time.Second, "--renew-deadline (10s) must be greater than 1.2 × --retry-period (9s), i.e. --retry-period below 8.333s"},
 	} {
 		if err := validateTiming(tc.ld, tc.rd, tc.rp); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("validateTiming(%v, %v, %v) = %v, want %q", tc.ld, tc.rd, tc.rp, err, tc.want)

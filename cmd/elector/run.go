@@ -99,11 +99,10 @@ func (o *runOptions) validate() error {
 }
 
 // killGraceBound is the longest --kill-grace with which a CMD stopped because leadership was
-// lost is surely dead before another replica can acquire the lease: after the last successful
-// renew the leader steps down at --renew-deadline at the latest, and the lease expires no
-// earlier than --lease-duration minus the drift margin by this replica's clock.
+// lost is surely dead before another replica can acquire the lease: the library's handover gap
+// (timing.HandoverGap) of the flags' timing.
 func killGraceBound(lo *leaseOptions) time.Duration {
-	return lo.leaseDuration - lo.renewDeadline - timing.DriftMargin(lo.leaseDuration)
+	return timing.HandoverGap(lo.leaseDuration, lo.renewDeadline)
 }
 
 // signalNames lists the names --stop-signal accepts, in the order of their numbers on Linux.

@@ -79,8 +79,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 
 	fmt.Fprintf(out, "pod-a wakes up, still believing it leads, and writes with token %d\n", tokenA)
 	err = store.Set(ctx, tokenA, key, "stale write by pod-a")
-	var stale *fence.StaleTokenError
-	if !errors.As(err, &stale) {
+	if !errors.Is(err, fence.ErrStale) {
 		return fmt.Errorf("the stale write was not refused: %v", err)
 	}
 	fmt.Fprintf(out, "refused: %v\n", err)

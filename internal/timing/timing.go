@@ -30,6 +30,15 @@ func DriftMargin(leaseDuration time.Duration) time.Duration {
 	return leaseDuration/100 + 2*time.Millisecond
 }
 
+// HandoverGap is the least time between the moment a leader stops trusting its term, at
+// renewDeadline after its last successful renewal at the latest, and the moment another
+// replica can acquire the lease, which expires no earlier than leaseDuration minus the
+// DriftMargin by the leader's clock. Check keeps it positive; work stopped within it is surely
+// over before another term begins (the CLI's --kill-grace bound).
+func HandoverGap(leaseDuration, renewDeadline time.Duration) time.Duration {
+	return leaseDuration - renewDeadline - DriftMargin(leaseDuration)
+}
+
 // CallTimeout bounds one Redis call of an election: max(retryPeriod, renewDeadline/2), so that
 // a round trip slower than retryPeriod still succeeds while a leader keeps at least two renew
 // attempts before its deadline (a renew is also never allowed past the deadline). package
@@ -39,44 +48,45 @@ func CallTimeout(renewDeadline, retryPeriod time.Duration) time.Duration {
 	return max(retryPeriod, renewDeadline/2)
 }
 
-// Names are what the errors of Check call the three durations: election's Config fields
-// (Validate), or the CLI's flags.
+// Names are what the errors of Check call the three durations: words for election's Config
+// (Validate), the flags for the CLI.
 type Names struct {
 	LeaseDuration, RenewDeadline, RetryPeriod string
 }
 
-// Validate is Check with the names of election's Config fields.
+// Validate is Check with the durations named in words: "lease duration", "renew deadline",
+// "retry period".
 func Validate(leaseDuration, renewDeadline, retryPeriod time.Duration) error {
-	return Check(leaseDuration, renewDeadline, retryPeriod, Names{"LeaseDuration", "RenewDeadline", "RetryPeriod"})
+	return Check(leaseDuration, renewDeadline, retryPeriod, Names{"lease duration", "renew deadline", "retry period"})
 }
 
 // Check checks LeaseDuration > RenewDeadline > JitterFactor × RetryPeriod > 0, with
 // LeaseDuration a whole number of milliseconds and RenewDeadline shorter than LeaseDuration
-// minus its DriftMargin. It is the one check of these rules: package election applies it to
-// its Config, the CLI to its flags. Its error starts with the name of the duration at fault,
-// then says what that duration must be and why, in one line:
+// minus its DriftMargin (a positive HandoverGap). It is the one check of these rules: package
+// election applies it to its Config, the CLI to its flags. Its error, one line, names the
+// durations as n does, with their values, and says what would pass:
 //
-//	RenewDeadline: must be shorter than LeaseDuration (15s) minus its clock-drift margin (152ms), i.e. below 14.848s; got 15s
+//	renew deadline (15s) must be shorter than lease duration (15s) minus the clock-drift margin (152ms), i.e. below 14.848s
 func Check(leaseDuration, renewDeadline, retryPeriod time.Duration, n Names) error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
 	}{{n.LeaseDuration, leaseDuration}, {n.RenewDeadline, renewDeadline}, {n.RetryPeriod, retryPeriod}} {
 		if d.v <= 0 {
-			return fmt.Errorf("%s: must be a positive duration such as 15s or 500ms, got %v", d.name, d.v)
+			return fmt.Errorf("%s (%v) must be positive", d.name, d.v)
 		}
 	}
 	if leaseDuration%time.Millisecond != 0 {
-		return fmt.Errorf("%s: must be a whole number of milliseconds, got %v", n.LeaseDuration, leaseDuration)
+		return fmt.Errorf("%s (%v) must be a whole number of milliseconds", n.LeaseDuration, leaseDuration)
 	}
-	if limit := leaseDuration - DriftMargin(leaseDuration); renewDeadline >= limit {
-		return fmt.Errorf("%s: must be shorter than %s (%v) minus its clock-drift margin (%v), i.e. below %v; got %v",
-			n.RenewDeadline, n.LeaseDuration, leaseDuration, DriftMargin(leaseDuration), limit, renewDeadline)
+	if HandoverGap(leaseDuration, renewDeadline) <= 0 {
+		return fmt.Errorf("%s (%v) must be shorter than %s (%v) minus the clock-drift margin (%v), i.e. below %v",
+			n.RenewDeadline, renewDeadline, n.LeaseDuration, leaseDuration, DriftMargin(leaseDuration), leaseDuration-DriftMargin(leaseDuration))
 	}
 	if float64(renewDeadline) <= JitterFactor*float64(retryPeriod) {
-		return fmt.Errorf("%s: must be less than %s (%v) / %.1f, i.e. below %v; got %v",
-			n.RetryPeriod, n.RenewDeadline, renewDeadline, JitterFactor,
-			time.Duration(float64(renewDeadline)/JitterFactor).Round(time.Millisecond), retryPeriod)
+		return fmt.Errorf("%s (%v) must be greater than %.1f × %s (%v), i.e. %s below %v",
+			n.RenewDeadline, renewDeadline, JitterFactor, n.RetryPeriod, retryPeriod,
+			n.RetryPeriod, time.Duration(float64(renewDeadline)/JitterFactor).Round(time.Millisecond))
 	}
 	return nil
 }

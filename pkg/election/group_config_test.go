@@ -37,7 +37,7 @@ func TestGroupConfigValidation(t *testing.T) {
 		{func(c *election.GroupConfig) { c.LeaseDuration = -time.Second }, "LeaseDuration must be positive"},
 		{func(c *election.GroupConfig) { c.RenewDeadline = -time.Second }, "RenewDeadline must be positive"},
 		{func(c *election.GroupConfig) { c.RetryPeriod = -time.Second }, "RetryPeriod must be positive"},
-		{func(c *election.GroupConfig) { c.RenewDeadline = 15 * time.Second }, "RenewDeadline: must be shorter than LeaseDuration (15s)"},
+		{func(c *election.GroupConfig) { c.RenewDeadline = 15 * time.Second }, "renew deadline (15s) must be shorter than lease duration (15s)"},
 		{func(c *election.GroupConfig) { c.Callbacks.OnStoppedLeading = nil }, "Callbacks.OnStartedLeading and Callbacks.OnStoppedLeading must be set"},
 		{func(c *election.GroupConfig) { c.Leases = []string{"x y"} }, `add lease "x y"`},
 	} {

@@ -31,21 +31,22 @@ var fenceSource string
 
 var fenceScript = redis.NewScript(fenceSource)
 
-// StaleTokenError is returned when a write presents a token smaller than one the fence has
-// already accepted: a newer term exists, so the writer must stop acting as leader.
-type StaleTokenError struct {
+// ErrStale is matched (errors.Is) by the error of a write that presents a token smaller than
+// one the fence has already accepted: a newer term exists, so the writer must stop acting as
+// leader. The error's message names the token and the largest one the fence has seen.
+var ErrStale = errors.New("stale fencing token")
+
+// staleTokenError is the error of a write refused for a stale token (ErrStale).
+type staleTokenError struct {
 	Token, Seen int64
 }
 
-func (e *StaleTokenError) Error() string {
+func (e *staleTokenError) Error() string {
 	return fmt.Sprintf("fencing token %d is stale: the fence has seen %d", e.Token, e.Seen)
 }
 
-// ErrStale matches every *StaleTokenError with errors.Is.
-var ErrStale = errors.New("stale fencing token")
-
-// Is makes errors.Is(err, ErrStale) true for a *StaleTokenError.
-func (e *StaleTokenError) Is(target error) bool { return target == ErrStale }
+// Is makes errors.Is(err, ErrStale) true for a *staleTokenError.
+func (e *staleTokenError) Is(target error) bool { return target == ErrStale }
 
 // Fence guards writes with fencing tokens. In Redis Cluster the fence key and every key a
 // write touches must share a hash tag, e.g. "{orders}:fence" and "{orders}:state".
@@ -65,12 +66,9 @@ func New(client redis.UniversalClient, key string) (*Fence, error) {
 	return &Fence{client: client, key: key}, nil
 }
 
-// Key returns the key that holds the largest accepted token.
-func (f *Fence) Key() string { return f.key }
-
 // Do runs one Redis command, args (e.g. "SET", "k", "v"), touching keys, if token is not
 // smaller than any token accepted before; then token becomes the one to beat. It returns the
-// command's reply, or a *StaleTokenError (errors.Is(err, ErrStale)) without running it.
+// command's reply, or an error matching ErrStale without running it.
 func (f *Fence) Do(ctx context.Context, token int64, keys []string, args ...any) (any, error) {
 	if len(args) == 0 {
 		return nil, fmt.Errorf("fenced write with token %d: no command given", token)
@@ -93,7 +91,7 @@ func (f *Fence) Do(ctx context.Context, token int64, keys []string, args ...any)
 	if ok, _ := reply[0].(int64); ok != 1 {
 		seen, _ := reply[1].(string)
 		n, _ := strconv.ParseInt(seen, 10, 64)
-		return nil, &StaleTokenError{Token: token, Seen: n}
+		return nil, &staleTokenError{Token: token, Seen: n}
 	}
 	return reply[1], nil
 }

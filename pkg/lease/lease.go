@@ -197,7 +197,7 @@ type Status struct {
 // With a ReplicaAck (at most one) asking for replicas, a write of the lease is followed by WAIT
 // on the same connection. When the master granted the lease but fewer than ack.Replicas
 // replicas acknowledged it in ack.Timeout, Acquire returns acquired == true, the Status of the
-// new term, and an error wrapping a *NotReplicatedError (errors.Is(err, ErrNotReplicated)).
+// new term, and an error matching ErrNotReplicated.
 // The term exists on the master but may not survive a failover: do not start the work yet.
 // Calling Acquire again is safe, since acquiring a lease this instance already holds keeps the
 // term and extends it, and it waits for the replicas again; a caller that gives up should
@@ -284,7 +284,7 @@ func (l *Lease) parseAcquire(reply []any) (bool, Status, error) {
 // With a ReplicaAck (at most one) asking for replicas, a renewal is followed by WAIT on the
 // same connection, with the client requirements of Acquire. When the master renewed the term
 // but fewer than ack.Replicas replicas acknowledged it in ack.Timeout, Renew returns true and
-// an error wrapping a *NotReplicatedError: count the renewal as failed (a promoted replica may
+// an error matching ErrNotReplicated: count the renewal as failed (a promoted replica may
 // still hold the previous expiry) and retry it, as package election does with any renew error
 // until its RenewDeadline.
 func (l *Lease) Renew(ctx context.Context, term Record, ttl time.Duration, ack ...ReplicaAck) (bool, error) {
@@ -352,18 +352,19 @@ func (l *Lease) getWithTTL(ctx context.Context, key string) (v string, ttl time.
 	return get.Val(), durationTTL(pttl.Val()), true, nil
 }
 
-// LastToken returns the last fencing token handed out for this lease, 0 if none is recorded.
-func (l *Lease) LastToken(ctx context.Context) (int64, error) {
-	s, err := l.client.Get(ctx, l.keys.Token).Result()
+// counter reads the integer at key, a counter of the lease (what names it in errors), 0 when
+// the key does not exist.
+func (l *Lease) counter(ctx context.Context, key, what string) (int64, error) {
+	s, err := l.client.Get(ctx, key).Result()
 	if rediserr.IsNil(err) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("read last token of lease %q: %w", l.name, err)
+		return 0, fmt.Errorf("read the %s of lease %q: %w", what, l.name, err)
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("read last token of lease %q: %s holds %q, not an integer", l.name, l.keys.Token, s)
+		return 0, fmt.Errorf("read the %s of lease %q: %s holds %q, not an integer", what, l.name, key, s)
 	}
 	return n, nil
 }

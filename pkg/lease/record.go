@@ -14,12 +14,12 @@ import (
 // recordVersion is the first field of every record this package writes.
 const recordVersion = "v1"
 
-// MaxIdentityLen is the longest identity, in bytes, that a record may carry. It is room for a
+// maxIdentityLen is the longest identity, in bytes, that a record may carry. It is room for a
 // Kubernetes pod name (at most 253 bytes) with a suffix.
-const MaxIdentityLen = 256
+const maxIdentityLen = 256
 
-// MaxNameLen is the longest lease name, in bytes.
-const MaxNameLen = 200
+// maxNameLen is the longest lease name, in bytes.
+const maxNameLen = 200
 
 // ErrBadRecord is wrapped by errors about a lease value that is not a record of this protocol.
 var ErrBadRecord = leaseerr.BadRecord
@@ -83,14 +83,14 @@ func canonicalDigits(s string) bool {
 	return true
 }
 
-// ValidateName checks a lease name (or a key prefix): not empty, at most MaxNameLen bytes, and
+// ValidateName checks a lease name (or a key prefix): not empty, at most 200 bytes, and
 // no braces (they would break the Cluster hash tag), whitespace or control characters.
 func ValidateName(name string) error {
 	if name == "" {
 		return errors.New("must not be empty")
 	}
-	if len(name) > MaxNameLen {
-		return fmt.Errorf("is %d bytes long, at most %d are allowed", len(name), MaxNameLen)
+	if len(name) > maxNameLen {
+		return fmt.Errorf("is %d bytes long, at most %d are allowed", len(name), maxNameLen)
 	}
 	if !utf8.ValidString(name) {
 		return errors.New("is not valid UTF-8")
@@ -106,14 +106,15 @@ func ValidateName(name string) error {
 	return nil
 }
 
-// ValidateIdentity checks an identity: not empty, at most MaxIdentityLen bytes, valid UTF-8
-// and without control characters such as newlines (it ends up in logs and HTTP replies).
+// ValidateIdentity checks an identity: not empty, at most 256 bytes (room for a Kubernetes pod
+// name with a suffix), valid UTF-8 and without control characters such as newlines (it ends up
+// in logs and HTTP replies).
 func ValidateIdentity(identity string) error {
 	if identity == "" {
 		return errors.New("must not be empty")
 	}
-	if len(identity) > MaxIdentityLen {
-		return fmt.Errorf("is %d bytes long, at most %d are allowed", len(identity), MaxIdentityLen)
+	if len(identity) > maxIdentityLen {
+		return fmt.Errorf("is %d bytes long, at most %d are allowed", len(identity), maxIdentityLen)
 	}
 	if !utf8.ValidString(identity) {
 		return errors.New("is not valid UTF-8")

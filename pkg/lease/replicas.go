@@ -50,13 +50,15 @@ func (a ReplicaAck) validate() error {
 	return nil
 }
 
-// ErrNotReplicated is matched (errors.Is) by every *NotReplicatedError.
+// ErrNotReplicated is matched (errors.Is) by the error of a write that the master applied but
+// that fewer replicas than asked acknowledged within the timeout; its message says how many of
+// how many, within what time. The write stands on the master; it may be lost if the master
+// fails now.
 var ErrNotReplicated = leaseerr.NotReplicated
 
-// NotReplicatedError reports a write that the master applied but that fewer replicas than asked
-// acknowledged within the timeout. The write stands on the master; it may be lost if the master
-// fails now.
-type NotReplicatedError struct {
+// notReplicatedError is the error of a write fewer replicas acknowledged than asked
+// (ErrNotReplicated).
+type notReplicatedError struct {
 	// Acked is how many replicas acknowledged the write.
 	Acked int
 	// Wanted is ReplicaAck.Replicas.
@@ -66,12 +68,12 @@ type NotReplicatedError struct {
 }
 
 // Error says how many replicas acknowledged the write, of how many wanted, within what time.
-func (e *NotReplicatedError) Error() string {
+func (e *notReplicatedError) Error() string {
 	return fmt.Sprintf("%d of %d replicas acknowledged the write within %v", e.Acked, e.Wanted, e.Timeout)
 }
 
-// Is makes errors.Is(err, ErrNotReplicated) true for a *NotReplicatedError.
-func (e *NotReplicatedError) Is(target error) bool { return target == ErrNotReplicated }
+// Is makes errors.Is(err, ErrNotReplicated) true for a *notReplicatedError.
+func (e *notReplicatedError) Is(target error) bool { return target == ErrNotReplicated }
 
 // oneAck returns the ReplicaAck of a variadic ack argument, validated: the zero ReplicaAck
 // (no replicas) when none was given.
@@ -163,7 +165,7 @@ func waitReplicas(ctx context.Context, conn *redis.Conn, ack ReplicaAck) error {
 		return fmt.Errorf("wait for %d replicas: %w", ack.Replicas, err)
 	}
 	if int(n) < ack.Replicas {
-		return &NotReplicatedError{Acked: int(n), Wanted: ack.Replicas, Timeout: ack.Timeout}
+		return &notReplicatedError{Acked: int(n), Wanted: ack.Replicas, Timeout: ack.Timeout}
 	}
 	return nil
 }

@@ -69,14 +69,6 @@ type Reservation struct {
 	TTL time.Duration
 }
 
-// Admits reports whether identity may acquire the lease during the reservation.
-func (r *Reservation) Admits(identity string) bool {
-	if r.Target != "" {
-		return identity == r.Target
-	}
-	return identity != r.Resigned.Identity
-}
-
 // RequestResign asks the current holder of the lease to step down, in one round trip: it
 // writes the request for the holder's record (so that no later term is asked) and publishes a
 // ResignRequested event. Holders that take part in the protocol (package election's Elector)

@@ -2,29 +2,14 @@ package lease
 
 import (
 	"context"
-	"fmt"
-	"strconv"
 	"time"
-
-	"github.com/elector/elector/internal/rediserr"
 )
 
 // Terms returns how many terms began on this lease (the transitions of `kubectl get lease`),
 // 0 when none is recorded. The count starts when the first acquire of this protocol version
 // ran, and is lost with Redis's data like the token key.
 func (l *Lease) Terms(ctx context.Context) (int64, error) {
-	s, err := l.client.Get(ctx, l.keys.Terms).Result()
-	if rediserr.IsNil(err) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("read the terms of lease %q: %w", l.name, err)
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("read the terms of lease %q: %s holds %q, not an integer", l.name, l.keys.Terms, s)
-	}
-	return n, nil
+	return l.counter(ctx, l.keys.Terms, "terms")
 }
 
 // minClockToken is the smallest token read as a time: 2001-09-09 in microseconds since 1970.

@@ -38,7 +38,7 @@ const groupACL = electorACL + " &elector:{*}:events +psubscribe +zadd +zrem +zre
 // CLUSTER SLOTS and the key positions of commands with COMMAND.
 const clusterACL = electorACL + " +cluster|slots +command"
 
-// observerACL is what `elector status`-like observers need: Get, LastToken and events, with
+// observerACL is what `elector status`-like observers need: Get, Terms and events, with
 // read-only access to the keys.
 const observerACL = "resetkeys resetchannels %R~elector:* &elector:* -@all +get +pttl +multi +exec +subscribe +ping"
 
@@ -169,8 +169,8 @@ func TestACLMinimalElectorUser(t *testing.T) {
 	if st, err := observer.Get(ctx); err != nil || !st.Held || st.Record.Identity != leader.name {
 		t.Errorf("Get as the observer = %+v, %v; want held by %s", st, err, leader.name)
 	}
-	if tok, err := observer.LastToken(ctx); err != nil || tok == 0 {
-		t.Errorf("LastToken as the observer = %d, %v", tok, err)
+	if terms, err := observer.Terms(ctx); err != nil || terms < 3 {
+		t.Errorf("Terms as the observer = %d, %v; want at least 3", terms, err)
 	}
 	osub, err := observer.Subscribe(ctx)
 	if err != nil {

@@ -17,6 +17,10 @@ import (
 	"github.com/elector/elector/pkg/lease"
 )
 
+// The longest lease name and identity the library accepts, as lease.ValidateName and
+// lease.ValidateIdentity document them.
+const maxNameLen, maxIdentityLen = 200, 256
+
 // checkErr fails unless err is a one-line error (a value with a newline must not split a log
 // line) that mentions every one of want.
 func checkErr(t *testing.T, what string, err error, want ...string) {
@@ -56,7 +60,7 @@ func TestBadInput(t *testing.T) {
 		{"a\u00a0b", "whitespace"}, // no-break space
 		{"a\x00b", "control"},
 		{"\xff", "UTF-8"},
-		{long(lease.MaxNameLen + 1), "at most 200"},
+		{long(maxNameLen + 1), "at most 200"},
 	} {
 		_, err := lease.New(client, tc.name, lease.Options{})
 		checkErr(t, "lease.New name "+tc.name, err, "name", tc.want)
@@ -67,8 +71,8 @@ func TestBadInput(t *testing.T) {
 		_, err = election.New(electionConfig(client, func(c *election.Config) { c.LeaseName = tc.name }))
 		checkErr(t, "election.New LeaseName "+tc.name, err, "LeaseName", tc.want)
 	}
-	if _, err := lease.New(client, long(lease.MaxNameLen), lease.Options{Prefix: long(lease.MaxNameLen)}); err != nil {
-		t.Errorf("a name and prefix of exactly %d bytes: %v", lease.MaxNameLen, err)
+	if _, err := lease.New(client, long(maxNameLen), lease.Options{Prefix: long(maxNameLen)}); err != nil {
+		t.Errorf("a name and prefix of exactly %d bytes: %v", maxNameLen, err)
 	}
 
 	// Identities.
@@ -78,7 +82,7 @@ func TestBadInput(t *testing.T) {
 		{"pod\x1b[31mred", "control characters"},
 		{"pod\u0085", "control characters"}, // NEL
 		{"\xffpod", "UTF-8"},
-		{long(lease.MaxIdentityLen + 1), "at most 256"},
+		{long(maxIdentityLen + 1), "at most 256"},
 	} {
 		_, err := lease.New(client, "job", lease.Options{Identity: tc.identity})
 		checkErr(t, "lease.New identity", err, "identity", tc.want)
@@ -91,7 +95,7 @@ func TestBadInput(t *testing.T) {
 	} else if want, _ := election.DefaultIdentity(); e.Identity() != want {
 		t.Errorf("election.New without Identity: identity %q, want the default %q", e.Identity(), want)
 	}
-	for _, ok := range []string{long(lease.MaxIdentityLen), "ns/pod:with:colons and spaces", "ünïcode-pod"} {
+	for _, ok := range []string{long(maxIdentityLen), "ns/pod:with:colons and spaces", "ünïcode-pod"} {
 		if _, err := election.New(electionConfig(client, func(c *election.Config) { c.Identity = ok })); err != nil {
 			t.Errorf("identity %q refused: %v", ok, err)
 		}
@@ -123,7 +127,7 @@ func TestBadInput(t *testing.T) {
 	// fills zero values with the defaults (documented) and refuses negative ones by field.
 	for _, d := range [][3]time.Duration{{0, 10 * time.Second, 2 * time.Second}, {15 * time.Second, 0, 2 * time.Second},
 		{15 * time.Second, 10 * time.Second, 0}, {-time.Second, 10 * time.Second, 2 * time.Second}} {
-		checkErr(t, "timing.Validate", timingrules.Validate(d[0], d[1], d[2]), "must be a positive duration")
+		checkErr(t, "timing.Validate", timingrules.Validate(d[0], d[1], d[2]), "must be positive")
 	}
 	for field, set := range map[string]func(*election.Config){
 		"LeaseDuration": func(c *election.Config) { c.LeaseDuration = -time.Second },
@@ -204,7 +208,7 @@ func TestFenceRefusesNonPositiveTokens(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.Del(ctx, f.Key(), "{job}:state")
+		c.Del(ctx, "{job}:fence", "{job}:state")
 		if err := f.Set(ctx, token, "{job}:state", "written by a non-leader"); err == nil {
 			t.Errorf("fenced write with token %d on a fresh fence was accepted", token)
 		}
