@@ -389,7 +389,7 @@ func (d *groupDriver) checkLiveness() {
 	l.worst = max(l.worst, short)
 	if short > l.gap {
 		l.failed = true
-		d.fail("liveness: %d of %d leases led for %v, %v after a calm of %v began", led, l.need, short, l.gap, d.quietLen())
+		d.fail("liveness: %d of the %d leases its replicas can hold led for %v (more than %v), after a calm of %v", led, l.need, short, l.gap, d.quietLen())
 	}
 }
 
