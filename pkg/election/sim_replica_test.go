@@ -196,6 +196,7 @@ func (r *simReplica) poll() {
 		r.node.DropTimers()
 		r.checkLeftHeld()
 		if errors.Is(err, errSimPanic) {
+			r.d.panics++
 			r.checkPanicReleased()
 			r.d.crashReplica(r, "its Run panicked (OnStoppedLeading): the process ends")
 		}
