@@ -196,7 +196,6 @@ func (r *simReplica) poll() {
 		r.node.DropTimers()
 		r.checkLeftHeld()
 		if errors.Is(err, errSimPanic) {
-			r.d.panics++
 			r.checkPanicReleased()
 			r.d.crashReplica(r, "its Run panicked (OnStoppedLeading): the process ends")
 		}
