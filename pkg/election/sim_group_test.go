@@ -465,16 +465,19 @@ func runGroupSim(seed uint64, duration time.Duration, client redis.UniversalClie
 		duration = 40 * d.timing.lease
 	}
 	start := time.Now()
-	end := start.Add(duration)
 	for _, r := range d.replicas {
 		r.startRun()
 	}
-	for time.Now().Before(end) {
+	// duration counts each calm as the four lease durations it lasted before the liveness
+	// check made it longer: a seed has as much chaos as it had.
+	for spent := time.Duration(0); spent < duration; {
+		chaos := d.dur(3*d.timing.lease, 8*d.timing.lease)
 		d.setChaos(true)
 		d.after(0, "tick", d.tick)
-		d.loop(time.Now().Add(d.dur(3*d.timing.lease, 8*d.timing.lease)), nil)
+		d.loop(time.Now().Add(chaos), nil)
 		d.calm()
 		d.calmLiveness()
+		spent += chaos + 4*d.timing.lease
 	}
 	d.w.Tracef("shutdown")
 	d.setChaos(true)
