@@ -220,10 +220,12 @@ func (d *simDriver) release() {
 func (d *simDriver) goOp(r *simReplica, name string, fn func(context.Context) error) {
 	done := make(chan error, 1)
 	timeout := 2 * d.timing.lease
+	w := d.w
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		done <- fn(ctx)
+		w.Poke() // the driver notices the return at once (a Release keeps Run from starting)
 	}()
 	d.ops = append(d.ops, simOp{name: name, r: r, done: done})
 }

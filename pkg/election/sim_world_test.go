@@ -233,12 +233,13 @@ func (d *simDriver) resignRequest() {
 	name := fmt.Sprintf("%s: elector resign --to=%q --hold-off=%v --timeout=%v (target %s, written %v after the read)", node.Name(), target, holdOff, timeout, kind, delay)
 	d.w.Tracef("user: %s", name)
 	d.counts.add("resign request " + kind)
-	keys, scripts := d.keys, d.scripts
+	keys, scripts, w := d.keys, d.scripts, d.w
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), delay+2*d.timing.lease)
 		defer cancel()
 		done <- cliResign(ctx, node, scripts, keys, target, holdOff, timeout, delay)
+		w.Poke()
 	}()
 	d.ops = append(d.ops, simOp{name: name, done: done, after: func(err error) {
 		switch {
