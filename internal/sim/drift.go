@@ -32,7 +32,10 @@ func (d Drift) Real(local time.Duration) time.Duration {
 	}
 	now := time.Now()
 	target := d.Local(now).Add(local)
-	r := time.Duration(float64(local) * 1e6 / float64(1_000_000+d.PPM))
+	r := time.Duration(float64(local) * 1e6 / float64(1_000_000+d.PPM)) // within a few ns
+	for r > 0 && !d.Local(now.Add(r-1)).Before(target) {
+		r--
+	}
 	for d.Local(now.Add(r)).Before(target) {
 		r++
 	}
