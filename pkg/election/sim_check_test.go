@@ -65,6 +65,8 @@ type recorder struct {
 	exceptions   map[string]int
 	pauses       []simPause    // replicas paused (the Group driver's fault)
 	margin       time.Duration // LeaseDuration − RenewDeadline: a shorter pause is no excuse
+	beyond       map[int]bool  // replicas whose clocks drift beyond the documented bound
+	live         int           // terms whose ctx is live now
 }
 
 // simPause is a replica incarnation paused from start to end: none of its goroutines ran.
@@ -90,7 +92,7 @@ func (r *recorder) longPause(o *simTerm, now time.Time) (simPause, bool) {
 }
 
 func newRecorder(w *sim.World) *recorder {
-	return &recorder{w: w, gens: map[[2]int]*genState{}, exceptions: map[string]int{}}
+	return &recorder{w: w, gens: map[[2]int]*genState{}, exceptions: map[string]int{}, beyond: map[int]bool{}}
 }
 
 // add is called by the callbacks, from any goroutine.
@@ -194,6 +196,7 @@ func (r *recorder) endTerm(replica, gen int, at time.Time) {
 		if t.live && t.replica == replica && t.gen == gen {
 			t.live, t.end = false, at
 			r.ends++
+			r.live--
 		}
 	}
 }
@@ -219,6 +222,10 @@ func (r *recorder) startTerm(ev simEvent) {
 			r.except("pause", "r%d token %d starts while r%d token %d works, paused for %v (margin %v)", t.replica, t.token, o.replica, o.token, p.end.Sub(p.start), r.margin)
 			continue
 		}
+		if r.beyond[o.replica] || r.beyond[t.replica] {
+			r.except("drift beyond the bound", "r%d token %d starts while r%d token %d works, one of them on a clock off by more than %d ppm", t.replica, t.token, o.replica, o.token, simDriftBound)
+			continue
+		}
 		r.fail("two leaders: r%d.%d token %d starts while r%d.%d token %d is live", t.replica, t.gen, t.token, o.replica, o.gen, o.token)
 	}
 	resumed := r.last != nil && r.last.token == t.token && r.last.instance == t.instance
@@ -233,6 +240,7 @@ func (r *recorder) startTerm(ev simEvent) {
 		r.maxToken, r.last = t.token, t
 	}
 	r.terms = append(r.terms, t)
+	r.live++
 }
 
 // crash ends a replica's incarnation: its work stops with the process.
@@ -254,11 +262,4 @@ func (r *recorder) dataLost() {
 }
 
 // leading reports whether some term is live.
-func (r *recorder) leading() bool {
-	for _, t := range r.terms {
-		if t.live {
-			return true
-		}
-	}
-	return false
-}
+func (r *recorder) leading() bool { return r.live > 0 }

@@ -17,6 +17,7 @@ func (d *simDriver) tick() {
 	faults := []func(){
 		d.cutOne, d.cutAll, func() { d.breakSubs(func() *sim.Node { return d.pick().node }) }, d.restartRedis, d.restoreSnapshot,
 		d.crash, d.cancelRun, d.resign, d.resign, d.release, d.network, d.network, d.stall, d.stall,
+		d.resignRequest,
 	}
 	faults[d.rng.IntN(len(faults))]()
 	d.after(d.dur(time.Millisecond, d.timing.lease), "tick", d.tick)
@@ -108,11 +109,18 @@ func (d *simDriver) crash() {
 	if r.crashed {
 		return
 	}
+	d.crashReplica(r, "fault")
+}
+
+// crashReplica ends r's process (a fault, or a panic no code recovers): its node dies, its
+// work counts as stopped, and a new incarnation restarts later.
+func (d *simDriver) crashReplica(r *simReplica, why string) {
 	dt := d.dur(time.Millisecond, 2*d.timing.lease)
-	d.w.Tracef("fault: %s crashes; restart in %v", r.node.Name(), dt)
+	d.w.Tracef("%s: %s crashes; restart in %v", why, r.node.Name(), dt)
 	d.w.Crash(r.node)
 	d.rec.crash(r.idx, r.gen)
 	r.crashed = true
+	close(r.dead) // a callback that panicked may return now: the process is gone
 	if r.running {
 		r.cancel() // the zombie's goroutines wind down; the world no longer hears them
 		d.zombies = append(d.zombies, r.done)
@@ -212,10 +220,12 @@ func (d *simDriver) release() {
 func (d *simDriver) goOp(r *simReplica, name string, fn func(context.Context) error) {
 	done := make(chan error, 1)
 	timeout := 2 * d.timing.lease
+	w := d.w
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		done <- fn(ctx)
+		w.Poke() // the driver notices the return at once (a Release keeps Run from starting)
 	}()
 	d.ops = append(d.ops, simOp{name: name, r: r, done: done})
 }

@@ -96,6 +96,10 @@ func (d *groupDriver) gChurn() {
 		_ = g.Add(name)
 		return
 	}
+	if _, held := g.Held()[name]; held && d.rng.IntN(3) == 0 {
+		d.churnStalled(r, name)
+		return
+	}
 	d.w.Tracef("user: %s.Remove(%s)", r.node.Name(), name)
 	g.Remove(name)
 	if d.rng.IntN(4) != 0 {
@@ -107,6 +111,42 @@ func (d *groupDriver) gChurn() {
 			}
 		})
 	}
+}
+
+// churnStalled removes a lease r leads while r's connection is slow (every message takes one to
+// two lease durations), so that the release times out but is still on its way; once r no
+// longer holds the lease (its OnStoppedLeading returned), its connection is quick again and r
+// adds the lease back before that release arrives: its acquire finds its own record and resumes
+// it (acquire.lua), which the kept termGuard refuses (mutant 3: a fresh guard trusts it, and the
+// late release deletes the key under the resumed term). The Group scenario "Add after Remove
+// while the release is in flight" does the same on a quiet world.
+func (d *groupDriver) churnStalled(r *groupReplica, name string) {
+	g := r.g
+	lo := d.timing.lease + d.dur(0, d.timing.lease)
+	hi := lo + d.dur(time.Millisecond, d.callTimeout())
+	d.w.Tracef("user: %s.Remove(%s) while its messages take %v to %v", r.node.Name(), name, lo, hi)
+	d.counts.add("group remove with a stalled release")
+	d.w.Stall(r.node, 4*d.timing.lease, lo, hi)
+	g.Remove(name)
+	var addBack func(tries int)
+	addBack = func(tries int) {
+		if r.g != g || r.node.Paused() {
+			return
+		}
+		if _, held := g.Held()[name]; held && tries < 40 {
+			d.after(d.timing.retry, "add", func() { addBack(tries + 1) })
+			return
+		}
+		d.after(d.callTimeout()+d.timing.retry, "add", func() {
+			if r.g == g && !r.node.Paused() {
+				d.w.Stall(r.node, 0, 0, 0)
+				d.w.Tracef("user: %s.Add(%s), its connection quick again", r.node.Name(), name)
+				d.counts.add("group add back before the stalled release")
+				_ = g.Add(name)
+			}
+		})
+	}
+	d.after(d.timing.retry, "add", func() { addBack(0) })
 }
 
 // gPause stops a replica, every goroutine of it (SIGSTOP, a frozen VM), for less than the

@@ -40,6 +40,20 @@ type groupDriver struct {
 	zombies  []chan error
 	over     bool // shut down: nothing runs again
 	ignore   bool // nodes wait for their replies whatever their ctx says
+
+	liveness   *groupLiveness // the check of the calm in progress, if any
+	violations []string       // the driver's own (liveness, Run's outcome)
+}
+
+// groupLiveness is the Group's liveness check over one calm: from `from` on, fewer leases
+// than need led for longer than gap fails the seed.
+type groupLiveness struct {
+	from       time.Time
+	need       int
+	gap        time.Duration
+	unledSince time.Time // zero: enough leases are led
+	failed     bool
+	worst      time.Duration // the longest shortfall seen after from
 }
 
 // groupReplica is one replica: a Group (the production code), a new incarnation (gen) after a
@@ -51,10 +65,12 @@ type groupReplica struct {
 	node        *sim.Node
 	listen      *sim.Node // its subscription goroutine's timers (groupClock)
 	pausedUntil time.Time
-	slowStop    bool
+	stop        int   // OnStoppedLeading's mode (stopPrompt...)
+	ppm         int64 // its clock's rate against Redis's (sim.Drift)
 	work        int
 	max         int
 	cancel      context.CancelFunc
+	cancelled   bool // the running Run was cancelled (a Group's Run returns only then)
 	done        chan error
 	running     bool
 	crashed     bool
@@ -128,11 +144,19 @@ func (l *leaseRand) n(name string, d time.Duration) time.Duration {
 // So the lateness is not drawn in arming order but hashed from the due time (and the seed),
 // and each goroutine has its own node (timers due at one instant fire by node, then arming
 // order): neither depends on which goroutine ran first within an instant.
+//
+// Its Now and Since read the replica's own clock, which drifts (driftClock), and its timers
+// last their durations on that clock.
 type groupClock struct {
 	clock.RealClock
+	driftClock
 	loop, listen *sim.Node
 	salt         uint64
 }
+
+func (c *groupClock) Now() time.Time { return c.driftClock.Now() }
+
+func (c *groupClock) Since(t time.Time) time.Duration { return c.driftClock.Since(t) }
 
 func (c *groupClock) late(d time.Duration) time.Duration {
 	h := fnv.New64a()
@@ -141,11 +165,11 @@ func (c *groupClock) late(d time.Duration) time.Duration {
 }
 
 func (c *groupClock) NewTimer(d time.Duration) clock.Timer {
-	return &groupTimer{Timer: c.loop.NewTimer(c.late(d)), c: c}
+	return &groupTimer{Timer: c.loop.NewTimer(c.late(c.drift.Real(d))), c: c}
 }
 
 func (c *groupClock) After(d time.Duration) <-chan time.Time {
-	return c.listen.NewTimer(c.late(d)).C()
+	return c.listen.NewTimer(c.late(c.drift.Real(d))).C()
 }
 
 func (c *groupClock) Sleep(time.Duration) { panic("groupClock: Sleep is not simulated") }
@@ -159,7 +183,7 @@ type groupTimer struct {
 	c *groupClock
 }
 
-func (t *groupTimer) Reset(d time.Duration) bool { return t.Timer.Reset(t.c.late(d)) }
+func (t *groupTimer) Reset(d time.Duration) bool { return t.Timer.Reset(t.c.late(t.c.drift.Real(d))) }
 
 func (d *groupDriver) rec(name string) *recorder {
 	for i, n := range d.names {
@@ -177,12 +201,12 @@ func (r *groupReplica) newGroup() {
 	r.node.IgnoreCtx, r.node.ReadTimeout = d.ignore, 2*d.timing.lease
 	cbRand := &leaseRand{salt: d.rng.Uint64(), m: map[string]*rand.Rand{}}
 	r.listen = d.w.NewNode(r.node.Name() + "/listen")
-	idx, gen, work, slowStop, lease0, node := r.idx, r.gen, r.work, r.slowStop, d.timing.lease, r.node
+	idx, gen, work, stop, lease0, node := r.idx, r.gen, r.work, r.stop, d.timing.lease, r.node
 	var g *Group
 	cfg := GroupConfig{
 		Client: d.client, Group: "simg", Identity: fmt.Sprintf("g%d", r.idx), MaxLeases: r.max,
 		LeaseDuration: d.timing.lease, RenewDeadline: d.timing.renew, RetryPeriod: d.timing.retry,
-		Clock: &groupClock{loop: r.node, listen: r.listen, salt: d.rng.Uint64()},
+		Clock: &groupClock{loop: r.node, listen: r.listen, salt: d.rng.Uint64(), driftClock: driftClock{sim.Drift{Origin: d.origin, PPM: r.ppm}}},
 		Callbacks: GroupCallbacks{
 			OnStartedLeading: func(ctx context.Context, name string, token int64) {
 				defer d.gate.pass(node, fmt.Sprintf("%s g%d.%d started %d", name, idx, gen, token))
@@ -190,13 +214,22 @@ func (r *groupReplica) newGroup() {
 				rec.add(simEvent{kind: evStarted, replica: idx, gen: gen, token: token, instance: g.instance})
 				context.AfterFunc(ctx, func() { rec.add(simEvent{kind: evCancel, replica: idx, gen: gen, token: token}) })
 				defer rec.add(simEvent{kind: evReturned, replica: idx, gen: gen, token: token})
-				doWork(ctx, work, rand.New(rand.NewPCG(uint64(cbRand.n(name, time.Hour)), 5)), lease0)
+				// A panic is the Group's to recover (GroupCallbacks): taken as a return.
+				doWork(ctx, work, rand.New(rand.NewPCG(uint64(cbRand.n(name, time.Hour)), 5)), lease0, d.chaotic,
+					func() { d.counts.add("group OnStartedLeading panic") })
 			},
 			OnStoppedLeading: func(name string) {
 				defer d.gate.pass(node, fmt.Sprintf("%s g%d.%d stopped %d", name, idx, gen, d.w.Elapsed()))
 				d.rec(name).add(simEvent{kind: evStopped, replica: idx, gen: gen})
-				if slowStop {
+				switch stop {
+				case stopSlow:
 					time.Sleep(cbRand.n(name, 2*lease0))
+				case stopPanic:
+					if cbRand.n(name, 2) == 0 {
+						time.Sleep(cbRand.n(name, 2*lease0))
+					}
+					d.counts.add("group OnStoppedLeading panic")
+					panic(simPanic("OnStoppedLeading panics"))
 				}
 			},
 		},
@@ -229,7 +262,8 @@ func (r *groupReplica) startRun() {
 	}
 	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), logr.Discard()))
 	done := make(chan error, 1)
-	r.cancel, r.done, r.running = cancel, done, true
+	r.done, r.running, r.cancelled = done, true, false
+	r.cancel = func() { r.cancelled = true; cancel() }
 	g := r.g
 	go func() { done <- g.Run(ctx) }()
 	r.d.w.Tracef("g%d.%d: Run started", r.idx, r.gen)
@@ -243,6 +277,9 @@ func (r *groupReplica) poll() {
 	case err := <-r.done:
 		r.running = false
 		r.d.w.Tracef("g%d.%d: Run returned: %v", r.idx, r.gen, err)
+		if err != nil || !r.cancelled { // GroupCallbacks: a panic is taken as a return
+			r.d.fail("g%d.%d: Run returned %v without being cancelled", r.idx, r.gen, err)
+		}
 	default:
 	}
 }
@@ -256,8 +293,111 @@ func (d *groupDriver) loop(until time.Time, stop func() bool) {
 		for _, r := range d.replicas {
 			r.poll()
 		}
+		d.checkLiveness()
 		return d.gate.next()
 	})
+}
+
+// fail records a violation of the driver's own checks.
+func (d *groupDriver) fail(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	d.violations = append(d.violations, fmt.Sprintf("%.6fs %s", d.w.Elapsed().Seconds(), msg))
+	d.w.Tracef("VIOLATION: %s", msg)
+}
+
+// quietLen is the Group's liveness bound, counted from the end of the last pause: a callback
+// may ignore its ctx for a lease duration and OnStoppedLeading take two; a lease whose holder
+// stopped renewing expires within one more; the membership count settles (members.lua keeps
+// an entry 2 × LeaseDuration) before the shares do; a call from before the calm may hang for
+// its read timeout without context deadlines. All on the slowest replica's clock.
+func (d *groupDriver) quietLen() time.Duration {
+	t := d.timing
+	q := 3*t.lease + t.lease + 2*t.lease + t.renew + 4*t.retry
+	if d.ignore {
+		q += 2 * t.lease
+	}
+	return d.onSlowest(q)
+}
+
+// gapLen is the longest a lease may stay without a leader once the bound passed: a term that
+// ends by itself (its OnStartedLeading returned or panicked) is released, and when no other
+// replica is below its share, its own replica takes it again only after its OnStoppedLeading
+// (up to two lease durations) and a lease duration plus jitter (group_machine.go onNotified),
+// then one acquire.
+func (d *groupDriver) gapLen() time.Duration {
+	t := d.timing
+	return d.onSlowest(3*t.lease + maxJitter + t.retry + 2*d.callTimeout())
+}
+
+// capacity is how many leases the calm's replicas lead together: each aims at ceil(K/R),
+// capped by its MaxLeases (group_machine.go share).
+func (d *groupDriver) capacity() int {
+	k, n := len(d.names), len(d.replicas)
+	share := (k + n - 1) / n
+	total := 0
+	for _, r := range d.replicas {
+		if r.max > 0 {
+			total += min(share, r.max)
+		} else {
+			total += share
+		}
+	}
+	return min(k, total)
+}
+
+// calmLiveness runs the calm: after quietLen, at least capacity leases are led at every step,
+// but for shortfalls shorter than gapLen; the check lasts two gaps.
+func (d *groupDriver) calmLiveness() {
+	start := time.Now()
+	for _, r := range d.replicas {
+		if r.pausedUntil.After(start) {
+			start = r.pausedUntil
+		}
+	}
+	l := &groupLiveness{from: start.Add(d.quietLen()), need: d.capacity(), gap: d.gapLen()}
+	d.liveness = l
+	d.loop(l.from.Add(2*l.gap), nil)
+	d.checkLiveness()
+	d.liveness = nil
+	d.counts.add("group liveness checks")
+	if !l.failed {
+		d.w.Tracef("liveness: %d leases led after %v of calm, none short for more than %v (longest %v)", l.need, l.from.Sub(start), l.gap, l.worst)
+	}
+}
+
+// checkLiveness applies the calm's liveness check at this step, if one is on.
+func (d *groupDriver) checkLiveness() {
+	l := d.liveness
+	now := time.Now()
+	if l == nil || now.Before(l.from) || l.failed {
+		return
+	}
+	led := 0
+	for _, rec := range d.recs {
+		if rec.leading() {
+			led++
+		}
+	}
+	if led >= l.need {
+		l.unledSince = time.Time{}
+		return
+	}
+	if l.unledSince.IsZero() {
+		l.unledSince = now
+	}
+	short := now.Sub(maxTime(l.unledSince, l.from))
+	l.worst = max(l.worst, short)
+	if short > l.gap {
+		l.failed = true
+		d.fail("liveness: %d of the %d leases its replicas can hold led for %v (more than %v), after a calm of %v", led, l.need, short, l.gap, d.quietLen())
+	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func (d *groupDriver) done() bool {
@@ -292,9 +432,18 @@ func (d *groupDriver) configure() {
 	}
 	d.w.Tracef("seed world: %d groups, %d leases, lease %v renew %v retry %v, context timeouts ignored %v, loss %v slow %v",
 		n, k, d.timing.lease, d.timing.renew, d.timing.retry, d.ignore, d.lossLevel, d.slowLevel)
+	beyond, beyondPPM := d.drawBeyond(n)
 	for i := 0; i < n; i++ {
-		r := &groupReplica{d: d, idx: i, work: d.rng.IntN(workModes), slowStop: d.rng.IntN(2) == 0, max: d.rng.IntN(3)}
-		d.w.Tracef("g%d: work %s, slow stop %v, max leases %d", i, workNames[r.work], r.slowStop, r.max)
+		r := &groupReplica{d: d, idx: i, work: d.rng.IntN(workModes), stop: d.drawGroupStop(), max: d.rng.IntN(3), ppm: d.drawDrift()}
+		if i == beyond {
+			r.ppm = beyondPPM
+			for _, rec := range d.recs {
+				rec.beyond[i] = true
+			}
+			d.counts.add("clock drift beyond the bound")
+		}
+		d.noteDrift(r.ppm)
+		d.w.Tracef("g%d: work %s, stop %s, max leases %d, clock %+d ppm", i, workNames[r.work], stopNames[r.stop], r.max, r.ppm)
 		r.newGroup()
 		d.replicas = append(d.replicas, r)
 	}
@@ -310,24 +459,29 @@ func runGroupSim(seed uint64, duration time.Duration, client redis.UniversalClie
 			rec.dataLost()
 		}
 	}
+	d.origin = time.Now()
 	d.configure()
 	if duration == 0 {
 		duration = 40 * d.timing.lease
 	}
 	start := time.Now()
-	end := start.Add(duration)
 	for _, r := range d.replicas {
 		r.startRun()
 	}
-	for time.Now().Before(end) {
-		d.chaos = true
+	// duration counts each calm as the four lease durations it lasted before the liveness
+	// check made it longer: a seed has as much chaos as it had.
+	for spent := time.Duration(0); spent < duration; {
+		chaos := d.dur(3*d.timing.lease, 8*d.timing.lease)
+		d.setChaos(true)
 		d.after(0, "tick", d.tick)
-		d.loop(time.Now().Add(d.dur(3*d.timing.lease, 8*d.timing.lease)), nil)
+		d.loop(time.Now().Add(chaos), nil)
 		d.calm()
-		d.loop(time.Now().Add(4*d.timing.lease), nil)
+		d.calmLiveness()
+		spent += chaos + 4*d.timing.lease
 	}
 	d.w.Tracef("shutdown")
-	d.chaos, d.over = true, true
+	d.setChaos(true)
+	d.over = true
 	for _, r := range d.replicas {
 		d.awake(r, func() {
 			if r.running {
@@ -336,7 +490,7 @@ func runGroupSim(seed uint64, duration time.Duration, client redis.UniversalClie
 		})
 	}
 	d.loop(time.Now().Add(time.Hour), d.done)
-	res := simResult{exceptions: map[string]int{}, simulated: time.Since(start)}
+	res := simResult{exceptions: map[string]int{}, simulated: time.Since(start), violations: d.violations}
 	for i, rec := range d.recs {
 		rec.flush()
 		for _, v := range rec.violations {
@@ -354,12 +508,13 @@ func runGroupSim(seed uint64, duration time.Duration, client redis.UniversalClie
 		}
 	}
 	res.trace = w.Trace()
+	res.counts = d.counts.snapshot()
 	return res
 }
 
 // calm ends the chaos: the network heals, Redis is up, every replica runs every lease.
 func (d *groupDriver) calm() {
-	d.chaos = false
+	d.setChaos(false)
 	d.w.Faults = sim.Faults{}
 	d.w.Up()
 	for _, r := range d.replicas {
@@ -446,9 +601,11 @@ func TestSimGroup(t *testing.T) {
 	var failed []uint64
 	terms := 0
 	exceptions := map[string]int{}
+	var features featureTally
 	for _, seed := range seeds {
 		res := runGroupSeed(t, seed, 0)
 		simulated += res.simulated
+		features.add(res.counts)
 		terms += res.terms
 		for k, v := range res.exceptions {
 			exceptions[k] += v
@@ -464,6 +621,7 @@ func TestSimGroup(t *testing.T) {
 	wall := time.Since(began)
 	t.Logf("%d group seeds in %v: %.2f seeds/s, %.1f simulated s per wall s, %d terms; documented exceptions %v; failed seeds %v",
 		len(seeds), wall.Round(time.Millisecond), float64(len(seeds))/wall.Seconds(), simulated.Seconds()/wall.Seconds(), terms, exceptions, failed)
+	t.Logf("features exercised (total/seeds): %v", &features)
 }
 
 // TestSimGroupReplaysIdentically runs Group seeds 1 to 30 twice and requires byte-identical

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -33,6 +34,10 @@ var simTimings = []simTiming{
 	{1000 * time.Millisecond, 900 * time.Millisecond, 200 * time.Millisecond},
 	{500 * time.Millisecond, 450 * time.Millisecond, 100 * time.Millisecond},
 	{2000 * time.Millisecond, 1500 * time.Millisecond, 400 * time.Millisecond},
+	// At the edge of timing.Validate: RenewDeadline is 1ms short of LeaseDuration minus the
+	// drift margin (12ms), so a leader's clock slow by the whole bound (0.5%) stops 8ms before
+	// its lease can expire, and drift beyond the bound reaches the overlap at once.
+	{1000 * time.Millisecond, 987 * time.Millisecond, 200 * time.Millisecond},
 }
 
 // simResult is what one seed did.
@@ -42,6 +47,7 @@ type simResult struct {
 	exceptions map[string]int
 	simulated  time.Duration
 	terms      int
+	counts     map[string]int // the features of the world exercised (simCounts)
 }
 
 type simAction struct {
@@ -61,10 +67,14 @@ type simBase struct {
 	actions   []simAction
 	aseq      int
 	snaps     []*sim.Snapshot
-	chaos     bool
+	chaos     bool        // faults and user actions are injected (the driver's goroutine)
+	chaosNow  atomic.Bool // chaos, for the callbacks' goroutines (setChaos)
 	lossLevel float64
 	slowLevel float64
-	dataLost  func() // tells the recorders that Redis lost data
+	dataLost  func()    // tells the recorders that Redis lost data
+	origin    time.Time // the world's start: every clock reads the same then
+	slowest   int64     // the slowest replica clock's rate, ppm (sim.Drift), at most 0
+	counts    simCounts // the features of the world this seed exercised
 }
 
 // simDriver runs one seed.
@@ -80,13 +90,16 @@ type simDriver struct {
 	zombies   []chan error // Runs of crashed incarnations
 	ops       []simOp
 	blockMax  time.Duration
+	cliN      int  // `elector resign` clients so far
+	over      bool // shut down: nothing runs again
 }
 
-// simOp is a user call in flight (Resign, Release).
+// simOp is a user call in flight (Resign, Release, `elector resign`).
 type simOp struct {
-	name string
-	r    *simReplica
-	done chan error
+	name  string
+	r     *simReplica // nil: not a call of a replica
+	done  chan error
+	after func(err error) // optional: what the driver does with its outcome
 }
 
 // after schedules fn, an action of the driver, dt from now (after the actions already due then).
@@ -101,6 +114,17 @@ func (d *simBase) after(dt time.Duration, name string, fn func()) {
 	copy(d.actions[i+1:], d.actions[i:])
 	d.actions[i] = a
 }
+
+// setChaos starts (true) or ends the chaos.
+func (d *simBase) setChaos(on bool) {
+	d.chaos = on
+	d.chaosNow.Store(on)
+}
+
+// chaotic reports whether the chaos lasts, from any goroutine. A callback reads it only as it
+// starts (the driver waits meanwhile), never as a runtime timer of the bubble wakes it: the
+// driver may be acting in that same instant.
+func (d *simBase) chaotic() bool { return d.chaosNow.Load() }
 
 // dur draws a duration in [lo, hi].
 func (d *simBase) dur(lo, hi time.Duration) time.Duration {
@@ -121,7 +145,7 @@ func (d *simDriver) quietLen() time.Duration {
 	if d.ignoreCtx {
 		q += 2 * t.lease
 	}
-	return q
+	return d.onSlowest(q)
 }
 
 // loop runs until `until`, or until stop says so: each turn waits for every goroutine of the
@@ -172,12 +196,19 @@ func (d *simBase) steps(until time.Time, stop func() bool, own func() bool) {
 func (d *simDriver) poll() bool {
 	for _, r := range d.replicas {
 		r.poll()
+		if why := r.dying(); why != "" {
+			d.counts.add("OnStartedLeading panic")
+			d.crashReplica(r, why+": the process ends")
+		}
 	}
 	kept := d.ops[:0]
 	for _, op := range d.ops {
 		select {
 		case err := <-op.done:
 			d.w.Tracef("%s returned %v", op.name, err)
+			if op.after != nil {
+				op.after(err)
+			}
 		default:
 			kept = append(kept, op)
 		}
@@ -215,9 +246,10 @@ func (d *simDriver) done() bool {
 			return false
 		}
 	}
-	for _, z := range d.zombies {
+	for len(d.zombies) > 0 { // a zombie's channel tells once
 		select {
-		case <-z:
+		case <-d.zombies[0]:
+			d.zombies = d.zombies[1:]
 		default:
 			return false
 		}
@@ -237,6 +269,7 @@ func newSimDriver(w *sim.World, scripts sim.Scripts, client redis.UniversalClien
 func runSim(seed uint64, duration time.Duration, client redis.UniversalClient, scripts sim.Scripts) simResult {
 	w := sim.NewWorld(seed)
 	d := newSimDriver(w, scripts, client)
+	d.origin = time.Now()
 	d.configure()
 	if duration == 0 {
 		duration = 40 * d.timing.lease
@@ -247,7 +280,7 @@ func runSim(seed uint64, duration time.Duration, client redis.UniversalClient, s
 		r.startRun()
 	}
 	for time.Now().Before(end) {
-		d.chaos = true
+		d.setChaos(true)
 		d.after(0, "tick", d.tick)
 		d.loop(time.Now().Add(d.dur(3*d.timing.lease, 8*d.timing.lease)), nil)
 		d.calm()
@@ -257,8 +290,16 @@ func runSim(seed uint64, duration time.Duration, client redis.UniversalClient, s
 	d.shutdown()
 	d.loop(time.Now().Add(time.Hour), d.done)
 	d.rec.flush()
+	if !d.done() { // a Run, a zombie's or a user call (a Resign) never returned
+		d.rec.fail("shutdown: a Run or a user call did not return within an hour")
+	}
+	// A panic that left a Run (a zombie's too) skipped its waits (stepDown's for the renew in
+	// flight): the process ended. Its calls in flight end with their read timeouts; let them,
+	// or the bubble would end with goroutines blocked (seed 808; seed 2295 with mutant 8, a
+	// crashed incarnation's).
+	d.loop(time.Now().Add(3*d.timing.lease), nil)
 	return simResult{trace: w.Trace(), violations: d.rec.violations, exceptions: d.rec.exceptions,
-		simulated: time.Since(start), terms: len(d.rec.terms)}
+		simulated: time.Since(start), terms: len(d.rec.terms), counts: d.counts.snapshot()}
 }
 
 // checkLiveness: after a calm of quietLen, someone leads, and keeps leading (no term ends)
@@ -293,11 +334,18 @@ func (d *simDriver) configure() {
 	n := 2 + d.rng.IntN(4)
 	d.w.Tracef("seed world: %d replicas, lease %v renew %v retry %v hold-off %v, context timeouts ignored %v, loss %v slow %v",
 		n, d.timing.lease, d.timing.renew, d.timing.retry, d.holdOff, d.ignoreCtx, d.lossLevel, d.slowLevel)
+	beyond, beyondPPM := d.drawBeyond(n)
 	for i := 0; i < n; i++ {
 		r := &simReplica{d: d, idx: i, identity: fmt.Sprintf("r%d", i),
 			recampaign: d.rng.IntN(5) != 0, releaseOnCancel: d.rng.IntN(3) != 0,
-			work: d.rng.IntN(workModes), slowStop: d.rng.IntN(4) == 0}
-		d.w.Tracef("r%d: recampaign %v, release on cancel %v, work %s, slow stop %v", i, r.recampaign, r.releaseOnCancel, workNames[r.work], r.slowStop)
+			work: d.rng.IntN(workModes), stop: d.drawStop(), ppm: d.drawDrift()}
+		if i == beyond {
+			r.ppm = beyondPPM
+			d.rec.beyond[i] = true
+			d.counts.add("clock drift beyond the bound")
+		}
+		d.noteDrift(r.ppm)
+		d.w.Tracef("r%d: recampaign %v, release on cancel %v, work %s, stop %s, clock %+d ppm", i, r.recampaign, r.releaseOnCancel, workNames[r.work], stopNames[r.stop], r.ppm)
 		if err := r.newElector(d.client); err != nil {
 			panic(err)
 		}
@@ -307,7 +355,7 @@ func (d *simDriver) configure() {
 
 // calm ends the chaos: the network heals, Redis is up, every replica runs.
 func (d *simDriver) calm() {
-	d.chaos = false
+	d.setChaos(false)
 	d.w.Faults = sim.Faults{}
 	d.w.Up()
 	for _, r := range d.replicas {
@@ -322,6 +370,7 @@ func (d *simDriver) calm() {
 // restart runs a replica again: a new incarnation after a crash, else Run again.
 func (d *simDriver) restart(r *simReplica) {
 	switch {
+	case d.over:
 	case r.crashed:
 		r.gen++
 		r.crashed = false
@@ -336,7 +385,8 @@ func (d *simDriver) restart(r *simReplica) {
 
 func (d *simDriver) shutdown() {
 	d.w.Tracef("shutdown")
-	d.chaos = true // no more restarts
+	d.setChaos(true) // no more restarts
+	d.over = true
 	for _, r := range d.replicas {
 		if r.running {
 			r.cancel()
@@ -377,6 +427,7 @@ func TestSim(t *testing.T) {
 	var failed []uint64
 	seeds := uint64(0)
 	exceptions := map[string]int{}
+	var features featureTally
 	for seed := first; ; seed++ {
 		if (soak == 0 && seed >= first+count) || (soak > 0 && time.Since(began) >= soak) {
 			break
@@ -384,6 +435,7 @@ func TestSim(t *testing.T) {
 		res := runSeed(t, seed, 0)
 		seeds++
 		simulated += res.simulated
+		features.add(res.counts)
 		for k, v := range res.exceptions {
 			exceptions[k] += v
 		}
@@ -398,6 +450,7 @@ func TestSim(t *testing.T) {
 	wall := time.Since(began)
 	t.Logf("%d seeds in %v: %.2f seeds/s, %.1f simulated s per wall s, %v simulated; documented exceptions %v; failed seeds %v",
 		seeds, wall.Round(time.Millisecond), float64(seeds)/wall.Seconds(), simulated.Seconds()/wall.Seconds(), simulated.Round(time.Second), exceptions, failed)
+	t.Logf("features exercised (total/seeds): %v", &features)
 }
 
 // TestSimReplaysIdentically runs seeds twice and requires byte-identical traces: seeds 1 to 30,
