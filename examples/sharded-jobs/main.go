@@ -68,7 +68,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		RetryPeriod:   *lease / 6,
 		Callbacks: election.GroupCallbacks{
 			// One tenant's job: runs while this replica holds the tenant's lease.
-			OnStartedLeading: func(ctx context.Context, tenant string, token int64) {
+			OnStartedLeading: func(ctx context.Context, tenant string) {
+				token := election.TokenFrom(ctx)
 				t := time.NewTicker(*every)
 				defer t.Stop()
 				for n := 1; ; n++ {

@@ -328,7 +328,7 @@ func TestGroupEvictionRisk(t *testing.T) {
 	g, err := election.NewGroup(election.GroupConfig{
 		Client: srv.Client(t), Group: "shards", Identity: "a", Leases: []string{"s1"}, Metrics: m,
 		Callbacks: election.GroupCallbacks{
-			OnStartedLeading: func(ctx context.Context, _ string, _ int64) { <-ctx.Done() },
+			OnStartedLeading: func(ctx context.Context, _ string) { <-ctx.Done() },
 			OnStoppedLeading: func(string) {},
 		},
 	})

@@ -90,9 +90,9 @@ func ExampleGroup() {
 		Identity: "pod-a",
 		Leases:   []string{"shard-0", "shard-1"},
 		Callbacks: election.GroupCallbacks{
-			OnStartedLeading: func(ctx context.Context, name string, token int64) {
+			OnStartedLeading: func(ctx context.Context, name string) {
 				started <- name
-				<-ctx.Done() // work on shard name, fenced with token, until the term ends
+				<-ctx.Done() // work on shard name, fenced with election.TokenFrom(ctx), until the term ends
 			},
 			OnStoppedLeading: func(name string) {},
 		},

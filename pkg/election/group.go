@@ -24,10 +24,11 @@ var membersScript = redis.NewScript(membersSource)
 // GroupCallbacks are called as the Group's leadership of each lease changes.
 type GroupCallbacks struct {
 	// OnStartedLeading runs on the lease's callback goroutine when this replica begins a term
-	// of lease name, with the term's fencing token. ctx is cancelled when the term can no
-	// longer be trusted, when the lease is shed to another replica or removed, or when Run's
-	// ctx is cancelled; the lease is kept (renewed) until it returns, then released. Required.
-	OnStartedLeading func(ctx context.Context, name string, token int64)
+	// of lease name; TokenFrom(ctx) is the term's fencing token, as for an Elector's callback.
+	// ctx is cancelled when the term can no longer be trusted, when the lease is shed to
+	// another replica or removed, or when Run's ctx is cancelled; the lease is kept (renewed)
+	// until it returns, then released. Required.
+	OnStartedLeading func(ctx context.Context, name string)
 	// OnStoppedLeading is called when a term of lease name is over: always after that term's
 	// OnStartedLeading returned (and, for a term given up on purpose, after its release),
 	// on the same goroutine, and before any later term of the lease begins. It may take its
@@ -62,8 +63,6 @@ type GroupConfig struct {
 	Callbacks GroupCallbacks
 	// Metrics, when set, receive the group's figures (see NewMetrics).
 	Metrics *Metrics
-	// Clock, when set, replaces the real clock (for tests, e.g. k8s.io/utils/clock/testing).
-	Clock clock.Clock
 }
 
 // Group campaigns for many leases over one Redis client, with batched round trips: each
@@ -169,7 +168,6 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 	}
 	g := &Group{
 		cfg:      cfg,
-		clock:    cfg.Clock,
 		instance: instance,
 		member:   instance + ":" + cfg.Identity,
 		members:  lease.KeysFor(cfg.KeyPrefix, cfg.Group).Members,
@@ -177,9 +175,7 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 		names:    map[string]struct{}{},
 		wake:     make(chan struct{}, 1),
 		cores:    map[string]*leaseCore{},
-	}
-	if g.clock == nil {
-		g.clock = clock.RealClock{}
+		clock:    clock.RealClock{}, // the simulator replaces it, as the Elector's
 	}
 	g.view = newGroupView()
 	if err := g.Add(cfg.Leases...); err != nil {

@@ -44,7 +44,7 @@ func BenchmarkGroup10k(b *testing.B) {
 			g, err := election.NewGroup(election.GroupConfig{
 				Client: client, Group: "bench", Identity: fmt.Sprintf("pod-%d", i), Leases: names,
 				Callbacks: election.GroupCallbacks{
-					OnStartedLeading: func(ctx context.Context, _ string, _ int64) { <-ctx.Done() },
+					OnStartedLeading: func(ctx context.Context, _ string) { <-ctx.Done() },
 					OnStoppedLeading: func(string) {},
 				},
 			})

@@ -19,7 +19,7 @@ func TestGroupConfigValidation(t *testing.T) {
 	valid := func() election.GroupConfig {
 		return election.GroupConfig{
 			Client: client, Group: "jobs", Identity: "pod-a", Leases: []string{"a"},
-			Callbacks: election.GroupCallbacks{OnStartedLeading: func(context.Context, string, int64) {}, OnStoppedLeading: func(string) {}},
+			Callbacks: election.GroupCallbacks{OnStartedLeading: func(context.Context, string) {}, OnStoppedLeading: func(string) {}},
 		}
 	}
 	if _, err := election.NewGroup(valid()); err != nil {

@@ -27,7 +27,7 @@ func TestGroupEventsStayInTheirPrefix(t *testing.T) {
 			Client: client, Group: name, KeyPrefix: prefix, Identity: name, Leases: []string{"billing"},
 			LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
 			Callbacks: GroupCallbacks{
-				OnStartedLeading: func(ctx context.Context, _ string, _ int64) { <-ctx.Done() },
+				OnStartedLeading: func(ctx context.Context, _ string) { <-ctx.Done() },
 				OnStoppedLeading: func(string) {},
 			},
 		})

@@ -273,7 +273,7 @@ func (r *groupRun) startTerm(gl *groupLease, term lease.Record) func() {
 	cb := r.g.cfg.Callbacks
 	name := gl.name
 	go func() {
-		r.call("OnStartedLeading", name, term.Token, func() { cb.OnStartedLeading(ctx, name, term.Token) })
+		r.call("OnStartedLeading", name, term.Token, func() { cb.OnStartedLeading(ctx, name) })
 		r.returned <- termDone{gl, term}
 		<-wake
 		if !mutant(1) { // mutant 1 (elector_mutants builds only): notifyStopped runs it on the loop

@@ -159,7 +159,8 @@ func runGroup(t *testing.T, iv *intervals, who string, o groupOpts) *election.Gr
 		Client: o.client, Group: o.group, Identity: who, Leases: o.leases,
 		LeaseDuration: o.timing[0], RenewDeadline: o.timing[1], RetryPeriod: o.timing[2],
 		Callbacks: election.GroupCallbacks{
-			OnStartedLeading: func(ctx context.Context, name string, token int64) {
+			OnStartedLeading: func(ctx context.Context, name string) {
+				token := election.TokenFrom(ctx)
 				iv.start(ctx, who, name, token)
 				<-ctx.Done()
 				iv.cancelled(who, name, token)

@@ -86,7 +86,8 @@ func TestGroupSoak(t *testing.T) {
 			Client: client, Group: "soak", Identity: who, Leases: names,
 			LeaseDuration: lease, RenewDeadline: renew, RetryPeriod: retry,
 			Callbacks: election.GroupCallbacks{
-				OnStartedLeading: func(ctx context.Context, name string, token int64) {
+				OnStartedLeading: func(ctx context.Context, name string) {
+					token := election.TokenFrom(ctx)
 					iv.start(ctx, who, name, token)
 					go func() { <-ctx.Done(); iv.cancelled(who, name, token) }()
 					defer iv.returned(who, name)

@@ -75,7 +75,8 @@ func startGroupReplica(t *testing.T, srv *redistest.Server, w *work, name string
 		Client: client, Group: "shards", Identity: name, Leases: leases,
 		LeaseDuration: spreadLease, RenewDeadline: spreadRenew, RetryPeriod: spreadRetry,
 		Callbacks: election.GroupCallbacks{
-			OnStartedLeading: func(ctx context.Context, lease string, token int64) {
+			OnStartedLeading: func(ctx context.Context, lease string) {
+				token := election.TokenFrom(ctx)
 				if election.TokenFrom(ctx) != token {
 					panic("TokenFrom(ctx) differs from the token passed")
 				}
@@ -251,7 +252,7 @@ func TestGroupAddRemoveAndCap(t *testing.T) {
 		Leases:        []string{"a", "b", "c", "d", "e"},
 		LeaseDuration: time.Second, RenewDeadline: 600 * time.Millisecond, RetryPeriod: 150 * time.Millisecond,
 		Callbacks: election.GroupCallbacks{
-			OnStartedLeading: func(ctx context.Context, lease string, token int64) {
+			OnStartedLeading: func(ctx context.Context, lease string) {
 				w.start(ctx, "pod-a", lease)
 				<-ctx.Done()
 				w.end("pod-a", lease)

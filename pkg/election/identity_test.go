@@ -22,7 +22,7 @@ func TestIdentityDefault(t *testing.T) {
 		ciskip.Skip(t, "no host name: %v", err)
 	}
 	cb := election.Callbacks{OnStartedLeading: func(context.Context) {}, OnStoppedLeading: func() {}}
-	gcb := election.GroupCallbacks{OnStartedLeading: func(context.Context, string, int64) {}, OnStoppedLeading: func(string) {}}
+	gcb := election.GroupCallbacks{OnStartedLeading: func(context.Context, string) {}, OnStoppedLeading: func(string) {}}
 	for _, tc := range []struct{ pod, want string }{{"pod-7", "pod-7"}, {"", host}} {
 		t.Setenv("POD_NAME", tc.pod)
 		e, err := election.New(election.Config{Client: client, LeaseName: "job", Callbacks: cb})

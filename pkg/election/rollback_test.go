@@ -130,7 +130,7 @@ func TestGroupRollbackNeverStartsAnOlderToken(t *testing.T) {
 		Client: client, Group: "rollback", Identity: "pod-a", Leases: []string{"x"},
 		LeaseDuration: rbLease, RenewDeadline: rbRenew, RetryPeriod: rbRetry,
 		Callbacks: election.GroupCallbacks{
-			OnStartedLeading: func(ctx context.Context, _ string, _ int64) { work(ctx) },
+			OnStartedLeading: func(ctx context.Context, _ string) { work(ctx) },
 			OnStoppedLeading: func(string) {},
 		},
 	})

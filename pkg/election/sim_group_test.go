@@ -206,9 +206,9 @@ func (r *groupReplica) newGroup() {
 	cfg := GroupConfig{
 		Client: d.client, Group: "simg", Identity: fmt.Sprintf("g%d", r.idx), MaxLeases: r.max,
 		LeaseDuration: d.timing.lease, RenewDeadline: d.timing.renew, RetryPeriod: d.timing.retry,
-		Clock: &groupClock{loop: r.node, listen: r.listen, salt: d.rng.Uint64(), driftClock: driftClock{sim.Drift{Origin: d.origin, PPM: r.ppm}}},
 		Callbacks: GroupCallbacks{
-			OnStartedLeading: func(ctx context.Context, name string, token int64) {
+			OnStartedLeading: func(ctx context.Context, name string) {
+				token := TokenFrom(ctx)
 				defer d.gate.pass(node, fmt.Sprintf("%s g%d.%d started %d", name, idx, gen, token))
 				rec := d.rec(name)
 				rec.add(simEvent{kind: evStarted, replica: idx, gen: gen, token: token, instance: g.instance})
@@ -234,10 +234,12 @@ func (r *groupReplica) newGroup() {
 			},
 		},
 	}
+	clk := &groupClock{loop: r.node, listen: r.listen, salt: d.rng.Uint64(), driftClock: driftClock{sim.Drift{Origin: d.origin, PPM: r.ppm}}}
 	var err error
 	if g, err = NewGroup(cfg); err != nil {
 		panic(err)
 	}
+	g.clock = clk // the Group's clock seam, as the Elector's (sim_replica_test.go)
 	for _, n := range d.names {
 		if d.rng.IntN(4) != 0 {
 			if err := g.Add(n); err != nil {

@@ -213,7 +213,8 @@ func TestACLGroupUser(t *testing.T) {
 			Client: userClient(t, srv, user, tm), Group: "shards", Identity: who, Leases: names,
 			LeaseDuration: tm.lease, RenewDeadline: tm.renew, RetryPeriod: tm.retry,
 			Callbacks: election.GroupCallbacks{
-				OnStartedLeading: func(ctx context.Context, name string, token int64) {
+				OnStartedLeading: func(ctx context.Context, name string) {
+					token := election.TokenFrom(ctx)
 					end := led.begin(name, who, token, time.Now())
 					<-ctx.Done()
 					end(time.Now())
