@@ -130,26 +130,7 @@ func TestCoreEvent(t *testing.T) {
 // TestCoreTableMatchesDesign checks that docs/DESIGN.md's table of acquire replies has one row
 // per case of coreCases, in the core's order, with the verdict the core gives.
 func TestCoreTableMatchesDesign(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/DESIGN.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(doc)
-	start := strings.Index(text, "| acquire reply | verdict | next attempt |")
-	if start < 0 {
-		t.Fatal(`docs/DESIGN.md has no table of acquire replies (a row starting "| acquire reply | verdict | next attempt |")`)
-	}
-	var rows [][]string
-	for _, l := range strings.Split(text[start:], "\n")[2:] {
-		if !strings.HasPrefix(l, "|") {
-			break
-		}
-		cells := strings.Split(strings.Trim(l, "|"), "|")
-		for i := range cells {
-			cells[i] = strings.TrimSpace(cells[i])
-		}
-		rows = append(rows, cells)
-	}
+	rows := designTable(t, "| acquire reply | verdict | next attempt |")[1:]
 	cases := coreCases(time.Unix(1000, 0))
 	if len(rows) != len(cases) {
 		t.Fatalf("the table has %d rows, the core %d cases", len(rows), len(cases))
@@ -163,4 +144,33 @@ func TestCoreTableMatchesDesign(t *testing.T) {
 			t.Errorf("row %q says %q, the core's verdict is %q", tc.row, word, verdictNames[tc.verdict])
 		}
 	}
+}
+
+// designTable returns the cells of the table of docs/DESIGN.md whose first line is header:
+// the header's cells, then each row's (the separator line skipped).
+func designTable(t *testing.T, header string) [][]string {
+	t.Helper()
+	doc, err := os.ReadFile("../../docs/DESIGN.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := strings.Index(string(doc), header)
+	if start < 0 {
+		t.Fatalf("docs/DESIGN.md has no table starting %q", header)
+	}
+	var rows [][]string
+	for i, l := range strings.Split(string(doc)[start:], "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "|") {
+			break
+		}
+		if i == 1 {
+			continue // |---|---|
+		}
+		cells := strings.Split(strings.Trim(strings.TrimSpace(l), "|"), "|")
+		for j := range cells {
+			cells[j] = strings.TrimSpace(cells[j])
+		}
+		rows = append(rows, cells)
+	}
+	return rows
 }

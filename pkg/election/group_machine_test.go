@@ -4,7 +4,6 @@ import (
 	"container/heap"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -700,33 +699,13 @@ func TestGroupMachineRunStop(t *testing.T) {
 // TestGroupMachineTableMatchesDesign checks that docs/DESIGN.md's transition table says what
 // machineTable (and so the machine) does.
 func TestGroupMachineTableMatchesDesign(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/DESIGN.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(doc)
-	start := strings.Index(text, "| event \\ state |")
-	if start < 0 {
-		t.Fatal("docs/DESIGN.md has no Group transition table (a row starting \"| event \\ state |\")")
-	}
-	lines := strings.Split(text[start:], "\n")
-	split := func(l string) []string {
-		cells := strings.Split(strings.Trim(strings.TrimSpace(l), "|"), "|")
-		for i := range cells {
-			cells[i] = strings.TrimSpace(cells[i])
-		}
-		return cells
-	}
-	header := split(lines[0])[1:]
+	table := designTable(t, "| event \\ state |")
+	header := table[0][1:]
 	if strings.Join(header, ",") != strings.Join(machineRows, ",") {
 		t.Fatalf("table columns %q, want %q", header, machineRows)
 	}
 	seen := map[string]bool{}
-	for _, l := range lines[2:] {
-		if !strings.HasPrefix(strings.TrimSpace(l), "|") {
-			break
-		}
-		cells := split(l)
+	for _, cells := range table[1:] {
 		ev := strings.Trim(cells[0], "*`")
 		want, ok := machineTable[ev]
 		if !ok {
