@@ -209,14 +209,6 @@ func (e *Elector) noteRelease(term lease.Record) {
 	e.core.guard.retire(term.Token)
 }
 
-// trustsReply records an acquire reply (won, rec) and reports whether a won one may start a
-// term (termGuard.reply).
-func (e *Elector) trustsReply(won bool, rec lease.Record) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.core.guard.reply(rec, won)
-}
-
 // timing is the lease's timing, as the core reads it.
 func (e *Elector) timing() leaseTiming {
 	return leaseTiming{leaseDuration: e.cfg.LeaseDuration, renewDeadline: e.cfg.RenewDeadline, retryPeriod: e.cfg.RetryPeriod}

@@ -851,7 +851,10 @@ func TestSeamFailedReleaseIsNotResumed(t *testing.T) {
 	if err == nil {
 		t.Fatal("Release with a failed call returned no error")
 	}
-	if h.e.trustsReply(true, term) {
+	h.e.mu.Lock()
+	trusted := h.e.core.guard.reply(term, true)
+	h.e.mu.Unlock()
+	if trusted {
 		t.Fatalf("after a failed Release, an acquire resuming %v would start a term", term)
 	}
 }
