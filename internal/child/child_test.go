@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -33,6 +34,14 @@ func TestMain(m *testing.M) {
 	}
 	switch mode := os.Getenv(helperEnv); mode {
 	case "":
+		// A test binary started with SIGHUP ignored (nohup, some CI runners) passes that on
+		// to every child it execs, and a shell cannot trap a signal ignored on entry:
+		// TestSignalForwarding's child never exited on its SIGHUP (CI, run under nohup: its
+		// /proc status showed SigIgn bit 1). Handling the signal here (and dropping it)
+		// gives the children the default disposition back, as exec resets handled signals.
+		if signal.Ignored(syscall.SIGHUP) {
+			signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
+		}
 		goleak.VerifyTestMain(m)
 	case "pdeathsig":
 		helperPdeathsig()
