@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -141,6 +142,13 @@ func TestStandbyParentDeath(t *testing.T) {
 			}
 			_ = helper.Wait() // with the go-ahead, the helper SIGKILLs itself after sending it
 			waitGone(t, shimPid, "prepared shim of the SIGKILLed helper")
+			// Whatever the mark says (the command may die between its redirect and its
+			// echo), no process with this test's environment may outlive the helper and
+			// its shim: the command would be the only one left.
+			for _, pid := range pidsWithEnv("MARK=" + mark) {
+				killLong(t, pid)
+				waitGone(t, pid, "a process of the SIGKILLed helper's command")
+			}
 			b, err := os.ReadFile(mark)
 			switch {
 			case err != nil:
@@ -158,6 +166,23 @@ func TestStandbyParentDeath(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pidsWithEnv returns the live processes whose environment holds kv.
+func pidsWithEnv(kv string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err == nil && slices.Contains(strings.Split(string(env), "\x00"), kv) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // helperStandby prepares standbySpec($MARK), writes the shim's pid to $SHIMPID and, with
