@@ -120,12 +120,15 @@ func (d *simDriver) crashReplica(r *simReplica, why string) {
 	d.w.Crash(r.node)
 	d.rec.crash(r.idx, r.gen)
 	r.crashed = true
-	close(r.dead) // a callback that panicked may return now: the process is gone
 	if r.running {
 		r.cancel() // the zombie's goroutines wind down; the world no longer hears them
 		d.zombies = append(d.zombies, r.done)
 		r.running = false
 	}
+	// Last: a callback that panicked may return now, and the zombie's Run goes on from its
+	// step-down. Run's ctx must be cancelled before, or whether the zombie sends one more
+	// acquire depends on which goroutine runs first (CI: seed 19 replayed differently).
+	close(r.dead)
 	d.after(dt, "restart", func() {
 		if r.crashed {
 			d.restart(r)

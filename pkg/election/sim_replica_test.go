@@ -184,10 +184,11 @@ func (r *simReplica) startRun() {
 	r.d.w.Tracef("r%d.%d: Run started", r.idx, r.gen)
 }
 
-// poll notices that Run returned; the driver's goroutine only.
-func (r *simReplica) poll() {
+// poll notices that Run returned, and reports whether the replica crashed (its Run panicked);
+// the driver's goroutine only.
+func (r *simReplica) poll() (crashed bool) {
 	if !r.running {
-		return
+		return false
 	}
 	select {
 	case err := <-r.done:
@@ -198,9 +199,11 @@ func (r *simReplica) poll() {
 		if errors.Is(err, errSimPanic) {
 			r.checkPanicReleased()
 			r.d.crashReplica(r, "its Run panicked (OnStoppedLeading): the process ends")
+			return true
 		}
 	default:
 	}
+	return false
 }
 
 // dying reports why the incarnation's process ends (a panic of OnStartedLeading), "" if not.

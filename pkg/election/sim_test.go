@@ -195,10 +195,15 @@ func (d *simBase) steps(until time.Time, stop func() bool, own func() bool) {
 // that stopped; it reports whether it started a Run (the driver waits for it before going on).
 func (d *simDriver) poll() bool {
 	for _, r := range d.replicas {
-		r.poll()
+		// A crash wakes the zombie's goroutines (a Resign in flight among them): the driver
+		// looks at nothing else until they have all blocked again (the next synctest.Wait).
+		if r.poll() {
+			return true
+		}
 		if why := r.dying(); why != "" {
 			d.counts.add("OnStartedLeading panic")
 			d.crashReplica(r, why+": the process ends")
+			return true
 		}
 	}
 	kept := d.ops[:0]
