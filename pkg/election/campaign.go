@@ -76,7 +76,7 @@ func (f *follower) attempt(ctx context.Context) (attempt, bool) {
 	a := attempt{sent: e.clock.Now()}
 	base := context.WithoutCancel(ctx)
 	actx, cancel := context.WithTimeout(base, e.callTimeout())
-	won, st, err := e.store.acquire(actx, e.cfg.LeaseDuration, e.cfg.ReplicaAck)
+	won, st, err := e.store.acquire(actx, e.cfg.LeaseDuration)
 	cancel()
 	r := acquireReply{sent: a.sent, won: won, rec: st.Record, ttl: st.TTL, reservation: st.Reservation, err: err}
 	e.mu.Lock()

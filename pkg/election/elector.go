@@ -95,6 +95,7 @@ func New(cfg Config) (*Elector, error) {
 		Identity:         cfg.Identity,
 		AnnounceRenewals: true,
 		ResignRequests:   true,
+		ReplicaAck:       cfg.ReplicaAck,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("election config: %w", err)
@@ -402,10 +403,10 @@ func (b *backoff) reset() { b.cur = 0 }
 // through a fake, with a fake clock, to replay exact interleavings (late and lost replies,
 // stale events, a deadline at the exact tick).
 type store interface {
-	// acquire is lease.Lease.Acquire with a ReplicaAck.
-	acquire(ctx context.Context, ttl time.Duration, ack lease.ReplicaAck) (bool, lease.Status, error)
-	// renew is lease.Lease.Renew with a ReplicaAck.
-	renew(ctx context.Context, term lease.Record, ttl time.Duration, ack lease.ReplicaAck) (bool, error)
+	// acquire is lease.Lease.Acquire.
+	acquire(ctx context.Context, ttl time.Duration) (bool, lease.Status, error)
+	// renew is lease.Lease.Renew.
+	renew(ctx context.Context, term lease.Record, ttl time.Duration) (bool, error)
 	// release is lease.Lease.Release.
 	release(ctx context.Context, term lease.Record) (bool, error)
 	// subscribe is lease.Lease.Subscribe.
@@ -423,12 +424,12 @@ type subscription interface {
 // redisStore is the store of a lease in Redis.
 type redisStore struct{ l *lease.Lease }
 
-func (s redisStore) acquire(ctx context.Context, ttl time.Duration, ack lease.ReplicaAck) (bool, lease.Status, error) {
-	return s.l.Acquire(ctx, ttl, ack)
+func (s redisStore) acquire(ctx context.Context, ttl time.Duration) (bool, lease.Status, error) {
+	return s.l.Acquire(ctx, ttl)
 }
 
-func (s redisStore) renew(ctx context.Context, term lease.Record, ttl time.Duration, ack lease.ReplicaAck) (bool, error) {
-	return s.l.Renew(ctx, term, ttl, ack)
+func (s redisStore) renew(ctx context.Context, term lease.Record, ttl time.Duration) (bool, error) {
+	return s.l.Renew(ctx, term, ttl)
 }
 
 func (s redisStore) release(ctx context.Context, term lease.Record) (bool, error) {

@@ -136,7 +136,7 @@ func (l *leadership) startRenew() {
 	cctx, cancel := context.WithTimeout(l.base, timeout)
 	l.cancelCall = cancel
 	go func() {
-		ok, err := e.store.renew(cctx, l.term, e.cfg.LeaseDuration, e.cfg.ReplicaAck)
+		ok, err := e.store.renew(cctx, l.term, e.cfg.LeaseDuration)
 		l.results <- renewal{sent: now, took: e.clock.Since(now), ok: ok, err: err}
 	}()
 }

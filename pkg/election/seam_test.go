@@ -96,12 +96,12 @@ func (s *fakeStore) do(ctx context.Context, kind string, term lease.Record) repl
 	return <-c.reply
 }
 
-func (s *fakeStore) acquire(ctx context.Context, _ time.Duration, _ lease.ReplicaAck) (bool, lease.Status, error) {
+func (s *fakeStore) acquire(ctx context.Context, _ time.Duration) (bool, lease.Status, error) {
 	r := s.do(ctx, "acquire", lease.Record{})
 	return r.ok, r.st, r.err
 }
 
-func (s *fakeStore) renew(ctx context.Context, term lease.Record, _ time.Duration, _ lease.ReplicaAck) (bool, error) {
+func (s *fakeStore) renew(ctx context.Context, term lease.Record, _ time.Duration) (bool, error) {
 	r := s.do(ctx, "renew", term)
 	return r.ok, r.err
 }

@@ -216,12 +216,12 @@ func simStoreOf(s store) *simStore {
 	return s.(*simStore)
 }
 
-func (g *gatedStore) acquire(ctx context.Context, ttl time.Duration, ack lease.ReplicaAck) (bool, lease.Status, error) {
+func (g *gatedStore) acquire(ctx context.Context, ttl time.Duration) (bool, lease.Status, error) {
 	refused := g.refuse.Load()
 	g.mu.Lock()
 	g.acquires++
 	g.mu.Unlock()
-	won, st, err := g.simStore.acquire(ctx, ttl, ack)
+	won, st, err := g.simStore.acquire(ctx, ttl)
 	if refused && err == nil && !won && st.Reservation == nil {
 		g.mu.Lock()
 		g.heldAt = time.Now()

@@ -56,7 +56,7 @@ func (s *simStore) leftHeld(started func(lease.Record) bool) []lease.Record {
 
 func millis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 
-func (s *simStore) acquire(ctx context.Context, ttl time.Duration, _ lease.ReplicaAck) (bool, lease.Status, error) {
+func (s *simStore) acquire(ctx context.Context, ttl time.Duration) (bool, lease.Status, error) {
 	k := s.keys
 	v, err := s.node.Call(ctx, "acquire", s.scripts.Acquire, []string{k.Lease, k.Token, k.Terms, k.Resign}, []string{s.owner, millis(ttl), k.Events})
 	if err != nil {
@@ -94,7 +94,7 @@ func pttlOf(ms int64) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-func (s *simStore) renew(ctx context.Context, term lease.Record, ttl time.Duration, _ lease.ReplicaAck) (bool, error) {
+func (s *simStore) renew(ctx context.Context, term lease.Record, ttl time.Duration) (bool, error) {
 	k := s.keys
 	v, err := s.node.Call(ctx, "renew", s.scripts.Renew, []string{k.Lease, k.Resign}, []string{term.String(), millis(ttl), k.Events})
 	if err != nil {

@@ -81,6 +81,9 @@ type Options struct {
 	// term to step down (ErrResignRequested), Release turns that request into a reservation.
 	// package election turns it on; a Batch renews without looking at requests.
 	ResignRequests bool
+	// ReplicaAck, with Replicas > 0, makes every Acquire and Renew wait for replicas of the
+	// Redis master to acknowledge the write (WAIT); see ReplicaAck.
+	ReplicaAck ReplicaAck
 }
 
 // Lease is one named lease in Redis. Create it with New.
@@ -93,7 +96,8 @@ type Lease struct {
 	keys     Keys
 	aclKeys  string // the ACL key pattern of the keys under the prefix (aclKeyPattern)
 	announce bool
-	resign   bool // Options.ResignRequests
+	resign   bool       // Options.ResignRequests
+	ack      ReplicaAck // Options.ReplicaAck
 
 	// The keys of each script call, boxed (args.go): acquire takes the lease, token and terms
 	// keys, renew and release the lease key; with Options.ResignRequests both end with the
@@ -132,6 +136,9 @@ func New(client redis.UniversalClient, name string, opts Options) (*Lease, error
 	} else if err := validateInstance(instance); err != nil {
 		return nil, fmt.Errorf("new lease %q: instance id %q %w", name, instance, err)
 	}
+	if err := opts.ReplicaAck.validate(); err != nil {
+		return nil, fmt.Errorf("new lease %q: %w", name, err)
+	}
 	keys := KeysFor(prefix, name)
 	l := &Lease{
 		client:   client,
@@ -143,6 +150,7 @@ func New(client redis.UniversalClient, name string, opts Options) (*Lease, error
 		aclKeys:  aclKeyPattern(prefix),
 		announce: opts.AnnounceRenewals,
 		resign:   opts.ResignRequests,
+		ack:      opts.ReplicaAck,
 	}
 	l.acquireKeys, l.termKeys = boxKeys(keys.Lease, keys.Token, keys.Terms), boxKeys(keys.Lease)
 	if l.resign {
@@ -194,9 +202,9 @@ type Status struct {
 // acquired reports whether the lease is now ours. Either way the Status tells who holds the
 // lease and for how long, so that a follower knows when to try again.
 //
-// With a ReplicaAck (at most one) asking for replicas, a write of the lease is followed by WAIT
-// on the same connection. When the master granted the lease but fewer than ack.Replicas
-// replicas acknowledged it in ack.Timeout, Acquire returns acquired == true, the Status of the
+// With Options.ReplicaAck asking for replicas, a write of the lease is followed by WAIT on the
+// same connection. When the master granted the lease but fewer than ReplicaAck.Replicas
+// replicas acknowledged it in ReplicaAck.Timeout, Acquire returns acquired == true, the Status of the
 // new term, and an error matching ErrNotReplicated.
 // The term exists on the master but may not survive a failover: do not start the work yet.
 // Calling Acquire again is safe, since acquiring a lease this instance already holds keeps the
@@ -207,11 +215,7 @@ type Status struct {
 // failover client) or a *redis.ClusterClient, which is asked for the master of the lease's
 // slot. In Cluster, while that slot is being migrated, the call fails with Redis's MOVED or
 // ASK error and must be retried; the cluster client's slot map is refreshed in the background.
-func (l *Lease) Acquire(ctx context.Context, ttl time.Duration, ack ...ReplicaAck) (acquired bool, st Status, err error) {
-	a, err := oneAck(ack)
-	if err != nil {
-		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, err)
-	}
+func (l *Lease) Acquire(ctx context.Context, ttl time.Duration) (acquired bool, st Status, err error) {
 	if l.identity == "" {
 		return false, Status{}, fmt.Errorf("acquire lease %q: no identity set in lease.Options", l.name)
 	}
@@ -219,8 +223,8 @@ func (l *Lease) Acquire(ctx context.Context, ttl time.Duration, ack ...ReplicaAc
 	if err != nil {
 		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, err)
 	}
-	if a.Replicas > 0 {
-		return l.acquireReplicated(ctx, ms, a)
+	if l.ack.Replicas > 0 {
+		return l.acquireReplicated(ctx, ms, l.ack)
 	}
 	reply, err := acquireScript.run(ctx, l.client, l.acquireKeys, l.acquireArgs(ms)...).Slice()
 	if err != nil {
@@ -281,23 +285,19 @@ func (l *Lease) parseAcquire(reply []any) (bool, Status, error) {
 // event in the same round trip. With Options.ResignRequests, true and an error wrapping
 // ErrResignRequested mean the term was renewed and is asked to step down.
 //
-// With a ReplicaAck (at most one) asking for replicas, a renewal is followed by WAIT on the
-// same connection, with the client requirements of Acquire. When the master renewed the term
-// but fewer than ack.Replicas replicas acknowledged it in ack.Timeout, Renew returns true and
+// With Options.ReplicaAck asking for replicas, a renewal is followed by WAIT on the same
+// connection, with the client requirements of Acquire. When the master renewed the term but
+// fewer than ReplicaAck.Replicas replicas acknowledged it in ReplicaAck.Timeout, Renew returns true and
 // an error matching ErrNotReplicated: count the renewal as failed (a promoted replica may
 // still hold the previous expiry) and retry it, as package election does with any renew error
 // until its RenewDeadline.
-func (l *Lease) Renew(ctx context.Context, term Record, ttl time.Duration, ack ...ReplicaAck) (bool, error) {
-	a, err := oneAck(ack)
-	if err != nil {
-		return false, fmt.Errorf("renew lease %q: %w", l.name, err)
-	}
+func (l *Lease) Renew(ctx context.Context, term Record, ttl time.Duration) (bool, error) {
 	ms, err := ttlMillis(ttl)
 	if err != nil {
 		return false, fmt.Errorf("renew lease %q: %w", l.name, err)
 	}
-	if a.Replicas > 0 {
-		return l.renewReplicated(ctx, term, ms, a)
+	if l.ack.Replicas > 0 {
+		return l.renewReplicated(ctx, term, ms, l.ack)
 	}
 	n, err := renewScript.run(ctx, l.client, l.termKeys, l.renewArgs(term, ms)...).Int64()
 	if err != nil {

@@ -23,7 +23,7 @@ import (
 //
 // WAIT counts the replicas that acknowledged every write made so far on the connection it is
 // sent on, so it must follow the script on the same connection: Acquire and Renew with a
-// ReplicaAck hold one connection (go-redis Client.Conn) for both. A WAIT sent through a
+// ReplicaAck (Options.ReplicaAck) hold one connection (go-redis Client.Conn) for both. A WAIT sent through a
 // connection pool may run on another connection and count nothing useful.
 type ReplicaAck struct {
 	// Replicas is how many replicas must acknowledge the write. 0 asks for none.
@@ -39,13 +39,13 @@ type ReplicaAck struct {
 func (a ReplicaAck) validate() error {
 	switch {
 	case a.Replicas < 0:
-		return fmt.Errorf("replica acknowledgement: Replicas must be 0 or more, got %d", a.Replicas)
+		return fmt.Errorf("ReplicaAck.Replicas must be 0 or more, got %d", a.Replicas)
 	case a.Replicas == 0:
 		return nil
 	case a.Timeout < time.Millisecond:
-		return fmt.Errorf("replica acknowledgement: Timeout %v is below the minimum of 1ms (WAIT 0 would block forever)", a.Timeout)
+		return fmt.Errorf("ReplicaAck.Timeout %v is below the minimum of 1ms (WAIT 0 would block forever)", a.Timeout)
 	case a.Timeout%time.Millisecond != 0:
-		return fmt.Errorf("replica acknowledgement: Timeout %v is not a whole number of milliseconds", a.Timeout)
+		return fmt.Errorf("ReplicaAck.Timeout %v is not a whole number of milliseconds", a.Timeout)
 	}
 	return nil
 }
@@ -74,18 +74,6 @@ func (e *notReplicatedError) Error() string {
 
 // Is makes errors.Is(err, ErrNotReplicated) true for a *notReplicatedError.
 func (e *notReplicatedError) Is(target error) bool { return target == ErrNotReplicated }
-
-// oneAck returns the ReplicaAck of a variadic ack argument, validated: the zero ReplicaAck
-// (no replicas) when none was given.
-func oneAck(ack []ReplicaAck) (ReplicaAck, error) {
-	switch len(ack) {
-	case 0:
-		return ReplicaAck{}, nil
-	case 1:
-		return ack[0], ack[0].validate()
-	}
-	return ReplicaAck{}, fmt.Errorf("replica acknowledgement: at most one ReplicaAck may be given, got %d", len(ack))
-}
 
 // acquireReplicated is Acquire with ack.Replicas > 0: the script, then WAIT on the same
 // connection when the script wrote.

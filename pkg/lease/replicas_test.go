@@ -41,8 +41,8 @@ func TestReplicatedWritesWaitForTheReplica(t *testing.T) {
 	rc := replica.Client(t)
 	ack := lease.ReplicaAck{Replicas: 1, Timeout: 5 * time.Second}
 
-	a := newLease(t, c, "job", "pod-a")
-	ok, st, err := a.Acquire(ctx, 10*time.Second, ack)
+	a := ackLease(t, c, "job", "pod-a", "", ack)
+	ok, st, err := a.Acquire(ctx, 10*time.Second)
 	if err != nil || !ok {
 		t.Fatalf("Acquire = %v, %+v, %v; want acquired", ok, st, err)
 	}
@@ -51,7 +51,7 @@ func TestReplicatedWritesWaitForTheReplica(t *testing.T) {
 	if got, err := rc.Get(ctx, a.Keys().Lease).Result(); err != nil || got != term.String() {
 		t.Fatalf("replica holds %q, %v right after the acknowledged acquire; want %q", got, err, term.String())
 	}
-	if ok, err := a.Renew(ctx, term, 30*time.Second, ack); err != nil || !ok {
+	if ok, err := a.Renew(ctx, term, 30*time.Second); err != nil || !ok {
 		t.Fatalf("Renew = %v, %v", ok, err)
 	}
 	if pttl := rc.PTTL(ctx, a.Keys().Lease).Val(); pttl <= 29*time.Second {
@@ -59,7 +59,7 @@ func TestReplicatedWritesWaitForTheReplica(t *testing.T) {
 	}
 
 	// More replicas than exist: the write stands on the master, the error says 1 of 2.
-	_, err = a.Renew(ctx, term, 30*time.Second, lease.ReplicaAck{Replicas: 2, Timeout: 50 * time.Millisecond})
+	_, err = ackLease(t, c, "job", "pod-a", a.Instance(), lease.ReplicaAck{Replicas: 2, Timeout: 50 * time.Millisecond}).Renew(ctx, term, 30*time.Second)
 	var nr *lease.NotReplicatedError
 	if !errors.As(err, &nr) || nr.Acked != 1 || nr.Wanted != 2 || !errors.Is(err, lease.ErrNotReplicated) {
 		t.Fatalf("Renew asking for 2 of 1 replicas: err = %v, want a NotReplicatedError 1 of 2", err)
@@ -69,10 +69,10 @@ func TestReplicatedWritesWaitForTheReplica(t *testing.T) {
 	// they cannot answer.
 	replica.Pause()
 	defer replica.Resume()
-	b := newLease(t, c, "job", "pod-b")
+	b := ackLease(t, c, "job", "pod-b", "", ack)
 	probe := wakeprobe.Start(t)
 	start := time.Now()
-	ok, st, err = b.Acquire(ctx, 10*time.Second, ack)
+	ok, st, err = b.Acquire(ctx, 10*time.Second)
 	took := time.Since(start)
 	if err != nil || ok || st.Record != term {
 		t.Fatalf("contender Acquire = %v, %+v, %v; want held by %+v", ok, st, err, term)
@@ -81,7 +81,7 @@ func TestReplicatedWritesWaitForTheReplica(t *testing.T) {
 	if control := probe.Stop(); took >= wakeprobe.Limit(control, ack.Timeout) {
 		t.Errorf("a contender's attempt took %v (probe lag %v, replica timeout %v): it waited for replicas although it wrote nothing", took, control, ack.Timeout)
 	}
-	if ok, err := b.Renew(ctx, lease.Record{Token: term.Token, Instance: b.Instance(), Identity: "pod-b"}, time.Second, ack); err != nil || ok {
+	if ok, err := b.Renew(ctx, lease.Record{Token: term.Token, Instance: b.Instance(), Identity: "pod-b"}, time.Second); err != nil || ok {
 		t.Fatalf("non-owner Renew = %v, %v; want false, nil", ok, err)
 	}
 }
@@ -124,9 +124,9 @@ func TestReplicatedWriteIsNotConfirmedWhileTheReplicaIsStopped(t *testing.T) {
 			replica.Resume()
 		}
 	}()
-	a := newLease(t, c, "job", "pod-a")
+	a := ackLease(t, c, "job", "pod-a", "", ack)
 	start := time.Now()
-	ok, st, err := a.Acquire(ctx, 10*time.Second, ack)
+	ok, st, err := a.Acquire(ctx, 10*time.Second)
 	took := time.Since(start)
 	var nr *lease.NotReplicatedError
 	if !ok || !errors.As(err, &nr) || nr.Acked != 0 || nr.Wanted != 1 {
@@ -141,14 +141,14 @@ func TestReplicatedWriteIsNotConfirmedWhileTheReplicaIsStopped(t *testing.T) {
 		}
 	}
 	term := st.Record
-	if ok, err := a.Renew(ctx, term, 10*time.Second, ack); !ok || !errors.Is(err, lease.ErrNotReplicated) {
+	if ok, err := a.Renew(ctx, term, 10*time.Second); !ok || !errors.Is(err, lease.ErrNotReplicated) {
 		t.Fatalf("Renew with the replica stopped = %v, %v; want true with ErrNotReplicated", ok, err)
 	}
 
 	// Once the replica is back, the same call confirms the same term: no new token.
 	replica.Resume()
 	resumed = true
-	ok, st, err = a.Acquire(ctx, 10*time.Second, lease.ReplicaAck{Replicas: 1, Timeout: 10 * time.Second})
+	ok, st, err = ackLease(t, c, "job", "pod-a", a.Instance(), lease.ReplicaAck{Replicas: 1, Timeout: 10 * time.Second}).Acquire(ctx, 10*time.Second)
 	if err != nil || !ok || st.Record != term {
 		t.Fatalf("Acquire after the replica resumed = %v, %+v, %v; want the same term %+v", ok, st.Record, err, term)
 	}
@@ -159,18 +159,18 @@ func TestReplicatedWritesLoadTheScripts(t *testing.T) {
 	master, _ := startReplicated(t)
 	c := master.Client(t)
 	ack := lease.ReplicaAck{Replicas: 1, Timeout: 5 * time.Second}
-	a := newLease(t, c, "job", "pod-a")
+	a := ackLease(t, c, "job", "pod-a", "", ack)
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	ok, st, err := a.Acquire(ctx, 10*time.Second, ack)
+	ok, st, err := a.Acquire(ctx, 10*time.Second)
 	if err != nil || !ok {
 		t.Fatalf("Acquire after SCRIPT FLUSH = %v, %v", ok, err)
 	}
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := a.Renew(ctx, st.Record, 10*time.Second, ack); err != nil || !ok {
+	if ok, err := a.Renew(ctx, st.Record, 10*time.Second); err != nil || !ok {
 		t.Fatalf("Renew after SCRIPT FLUSH = %v, %v", ok, err)
 	}
 }
@@ -178,8 +178,6 @@ func TestReplicatedWritesLoadTheScripts(t *testing.T) {
 func TestReplicaAckValidation(t *testing.T) {
 	ctx := context.Background()
 	c := redistest.Start(t).Client(t)
-	a := newLease(t, c, "job", "pod-a")
-	term := lease.Record{Token: 1, Instance: a.Instance(), Identity: "pod-a"}
 	for _, tc := range []struct {
 		ack  lease.ReplicaAck
 		want string
@@ -189,47 +187,51 @@ func TestReplicaAckValidation(t *testing.T) {
 		{lease.ReplicaAck{Replicas: 1, Timeout: -time.Second}, "below the minimum of 1ms"},
 		{lease.ReplicaAck{Replicas: 1, Timeout: 1500 * time.Microsecond}, "whole number of milliseconds"},
 	} {
-		if _, _, err := a.Acquire(ctx, time.Second, tc.ack); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), `"job"`) {
-			t.Errorf("Acquire(%+v) err = %v, want it to name the lease and mention %q", tc.ack, err, tc.want)
-		}
-		if _, err := a.Renew(ctx, term, time.Second, tc.ack); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Renew(%+v) err = %v, want it to mention %q", tc.ack, err, tc.want)
+		_, err := lease.New(c, "job", lease.Options{Identity: "pod-a", ReplicaAck: tc.ack})
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), `"job"`) {
+			t.Errorf("New with %+v: err = %v, want it to name the lease and mention %q", tc.ack, err, tc.want)
 		}
 	}
 	ack := lease.ReplicaAck{Replicas: 1, Timeout: 10 * time.Millisecond}
-	if _, _, err := a.Acquire(ctx, time.Second, ack, ack); err == nil || !strings.Contains(err.Error(), "at most one ReplicaAck") {
-		t.Errorf("Acquire with two ReplicaAcks: err = %v", err)
-	}
-	if _, err := a.Renew(ctx, term, time.Second, ack, ack); err == nil || !strings.Contains(err.Error(), "at most one ReplicaAck") {
-		t.Errorf("Renew with two ReplicaAcks: err = %v", err)
-	}
-	if _, _, err := a.Acquire(ctx, 0, ack); err == nil || !strings.Contains(err.Error(), "ttl") {
+	a := ackLease(t, c, "job", "pod-a", "", ack)
+	if _, _, err := a.Acquire(ctx, 0); err == nil || !strings.Contains(err.Error(), "ttl") {
 		t.Errorf("Acquire with ttl 0: err = %v", err)
 	}
-	if _, _, err := newLease(t, c, "job", "").Acquire(ctx, time.Second, ack); err == nil || !strings.Contains(err.Error(), "identity") {
+	if _, _, err := ackLease(t, c, "job", "", "", ack).Acquire(ctx, time.Second); err == nil || !strings.Contains(err.Error(), "identity") {
 		t.Errorf("Acquire without identity: err = %v", err)
 	}
 
 	// A Ring shards by key and has no single master to WAIT on.
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, ContextTimeoutEnabled: true})
 	defer ring.Close()
-	rl := newLease(t, ring, "job", "pod-a")
-	if _, _, err := rl.Acquire(ctx, time.Second, ack); err == nil || !strings.Contains(err.Error(), "*redis.Ring") {
+	if _, _, err := ackLease(t, ring, "job", "pod-a", "", ack).Acquire(ctx, time.Second); err == nil || !strings.Contains(err.Error(), "*redis.Ring") {
 		t.Errorf("Acquire through a Ring: err = %v, want it to name the client type", err)
 	}
 
 	// No replicas asked for: exactly Acquire and Renew, on a server without replicas.
-	ok, st, err := a.Acquire(ctx, time.Second, lease.ReplicaAck{})
+	plain := ackLease(t, c, "job", "pod-a", a.Instance(), lease.ReplicaAck{})
+	ok, st, err := plain.Acquire(ctx, time.Second)
 	if err != nil || !ok {
 		t.Fatalf("Acquire without replicas = %v, %v", ok, err)
 	}
-	if ok, err := a.Renew(ctx, st.Record, time.Second, lease.ReplicaAck{}); err != nil || !ok {
+	if ok, err := plain.Renew(ctx, st.Record, time.Second); err != nil || !ok {
 		t.Fatalf("Renew without replicas = %v, %v", ok, err)
 	}
 	// A server without replicas cannot acknowledge anything.
-	if ok, err := a.Renew(ctx, st.Record, time.Second, ack); !ok || !errors.Is(err, lease.ErrNotReplicated) {
+	if ok, err := a.Renew(ctx, st.Record, time.Second); !ok || !errors.Is(err, lease.ErrNotReplicated) {
 		t.Fatalf("Renew on a server without replicas = %v, %v; want true, ErrNotReplicated", ok, err)
 	}
+}
+
+// ackLease returns the lease name for identity, with ack; instance, when set, makes it another
+// handle on the terms of a Lease with that instance id.
+func ackLease(t testing.TB, c redis.UniversalClient, name, identity, instance string, ack lease.ReplicaAck) *lease.Lease {
+	t.Helper()
+	l, err := lease.New(c, name, lease.Options{Identity: identity, Instance: instance, ReplicaAck: ack})
+	if err != nil {
+		t.Fatalf("lease.New: %v", err)
+	}
+	return l
 }
 
 // In Cluster the script and the WAIT go to the master of the lease's slot on one connection; a
@@ -242,13 +244,13 @@ func TestReplicatedWritesInCluster(t *testing.T) {
 	ack := lease.ReplicaAck{Replicas: 1, Timeout: 20 * time.Millisecond}
 	slots := map[int64]bool{}
 	for _, name := range []string{"alpha", "beta", "gamma", "delta", "epsilon", "zeta"} {
-		a := newLease(t, c, name, "pod-a")
-		ok, st, err := a.Acquire(ctx, 10*time.Second, ack)
+		a := ackLease(t, c, name, "pod-a", "", ack)
+		ok, st, err := a.Acquire(ctx, 10*time.Second)
 		var nr *lease.NotReplicatedError
 		if !ok || !errors.As(err, &nr) || nr.Acked != 0 {
 			t.Fatalf("%s: Acquire = %v, %v; want acquired, 0 replicas acknowledged", name, ok, err)
 		}
-		if ok, err := a.Renew(ctx, st.Record, 10*time.Second, ack); !ok || !errors.Is(err, lease.ErrNotReplicated) {
+		if ok, err := a.Renew(ctx, st.Record, 10*time.Second); !ok || !errors.Is(err, lease.ErrNotReplicated) {
 			t.Fatalf("%s: Renew = %v, %v", name, ok, err)
 		}
 		if got, err := a.Get(ctx); err != nil || got.Record != st.Record {

@@ -88,13 +88,13 @@ func TestReplicaAckLatency(t *testing.T) {
 func measureLatency(t *testing.T, c redis.UniversalClient, ack lease.ReplicaAck, n int) (acquire, renew []time.Duration) {
 	t.Helper()
 	ctx := context.Background()
-	l, err := lease.New(c, "latency", lease.Options{Identity: "pod-a"})
+	l, err := lease.New(c, "latency", lease.Options{Identity: "pod-a", ReplicaAck: ack})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range n {
 		start := time.Now()
-		ok, st, err := l.Acquire(ctx, 10*time.Second, ack)
+		ok, st, err := l.Acquire(ctx, 10*time.Second)
 		acquire = append(acquire, time.Since(start))
 		if err != nil || !ok {
 			t.Fatalf("Acquire(%+v) = %v, %v", ack, ok, err)
@@ -109,7 +109,7 @@ func measureLatency(t *testing.T, c redis.UniversalClient, ack lease.ReplicaAck,
 	}
 	for range n {
 		start := time.Now()
-		ok, err := l.Renew(ctx, st.Record, 10*time.Second, ack)
+		ok, err := l.Renew(ctx, st.Record, 10*time.Second)
 		renew = append(renew, time.Since(start))
 		if err != nil || !ok {
 			t.Fatalf("Renew(%+v) = %v, %v", ack, ok, err)
