@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -37,6 +39,27 @@ func TestStatusNamesSilentListener(t *testing.T) {
 	for _, want := range []string{ln.Addr().String(), "no reply within ", "fix: check that Redis answers"} {
 		if code != exitError || !strings.Contains(out, want) {
 			t.Errorf("elector %q: exit %d, stderr %q; want exit %d naming %q", args, code, out, exitError, want)
+		}
+	}
+}
+
+// An HTTP server at --redis-addr is named as no Redis server, with the flag to fix, not as
+// go-redis's "can't parse map reply" or "invalid reply" alone (issue 28 item 11).
+func TestStatusNamesNonRedisServer(t *testing.T) {
+	web := httptest.NewServer(http.NotFoundHandler())
+	defer web.Close()
+	addr := strings.TrimPrefix(web.URL, "http://")
+	for _, args := range [][]string{
+		{"status", "--lease-name", "x", "--redis-addr", addr},
+		{"resign", "--lease-name", "x", "--redis-addr", addr, "--timeout", "5s"},
+	} {
+		c, _, stderr := testCLI(nil)
+		code := c.main(context.Background(), args)
+		out := stderr.String()
+		for _, want := range []string{addr, "does not speak the Redis protocol", "--redis-addr"} {
+			if code != exitError || !strings.Contains(out, want) {
+				t.Errorf("elector %q: exit %d, stderr %q; want exit %d naming %q", args, code, out, exitError, want)
+			}
 		}
 	}
 }

@@ -205,3 +205,44 @@ func TestDocsDefaults(t *testing.T) {
 		t.Errorf("only %d flag rows with a default found in docs/CLI.md; has the table format changed?", checked)
 	}
 }
+
+// TestDocsChildEnvironment: docs/CLI.md's table of the variables elector run gives its
+// command lists those childEnv adds, in its order, and the README names each (issue 28 item
+// 9: the environment a user reads of is the code's).
+func TestDocsChildEnvironment(t *testing.T) {
+	var want []string
+	for _, kv := range childEnv(nil, 1, "i", "l") {
+		name, _, _ := strings.Cut(kv, "=")
+		want = append(want, name)
+	}
+	b, err := os.ReadFile("../../docs/CLI.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(b), "these variables added to its environment")
+	if !ok {
+		t.Fatal("docs/CLI.md no longer introduces the command's variables with \"these variables added to its environment\"")
+	}
+	var got []string
+	row := regexp.MustCompile("^\\| `([A-Z_]+)` \\|")
+	for _, line := range strings.Split(table, "\n")[1:] {
+		if line != "" && !strings.HasPrefix(line, "|") {
+			break
+		}
+		if m := row.FindStringSubmatch(line); m != nil {
+			got = append(got, m[1])
+		}
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("docs/CLI.md lists the command's variables %v; elector run sets %v", got, want)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range want {
+		if !strings.Contains(string(readme), "`"+name+"`") {
+			t.Errorf("README.md does not name %s, a variable elector run gives its command", name)
+		}
+	}
+}

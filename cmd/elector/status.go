@@ -255,12 +255,7 @@ func (c *cli) statusAll(ctx context.Context, who string, co *commonOptions, clie
 	if output != "text" {
 		err = encode(c.stdout, output, list)
 	} else {
-		tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintf(tw, "LEASE\tHOLDER\tTOKEN\tTTL\tACQUIRED\n")
-		for _, s := range list {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", s.Lease, s.Holder, s.Token, ttlText(s.TTLMs), acquiredText(s.AcquiredAt))
-		}
-		err = tw.Flush()
+		err = printAll(c.stdout, list)
 	}
 	if err != nil {
 		return c.runtimeError(who, fmt.Errorf("write the status: %w", err))
@@ -269,6 +264,16 @@ func (c *cli) statusAll(ctx context.Context, who string, co *commonOptions, clie
 		return exitNoLeader
 	}
 	return exitOK
+}
+
+// printAll writes the text form of elector status --all: a table, a row per lease.
+func printAll(w io.Writer, list []leaseStatus) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "LEASE\tHOLDER\tTOKEN\tTTL\tACQUIRED\n")
+	for _, s := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", s.Lease, s.Holder, s.Token, ttlText(s.TTLMs), acquiredText(s.AcquiredAt))
+	}
+	return tw.Flush()
 }
 
 func ttlText(ms int64) string {

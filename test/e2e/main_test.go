@@ -100,8 +100,14 @@ func cleanEnv() []string {
 // ("KEY=value"). The process and its process group are killed at the end of the test.
 func startElector(t testing.TB, name string, env []string, args ...string) *proc {
 	t.Helper()
+	return startProgram(t, name, bins.elector, env, args...)
+}
+
+// startProgram starts the program bin as startElector starts the elector.
+func startProgram(t testing.TB, name, bin string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, name: name, done: make(chan struct{})}
-	p.cmd = exec.Command(bins.elector, args...)
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(cleanEnv(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	// Its own group, so that cleanup reaches anything it left; Pdeathsig, so that it dies

@@ -539,6 +539,17 @@ func TestResignToAbsentTarget(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(stdout), &next) != nil || next.Holder != "s2" || next.Transitions == nil || *next.Transitions != 3 {
 		t.Fatalf("elector resign --to s2: exit %d, %q; want s2 and transitions 3; stderr:\n%s", code, stdout, stderr)
 	}
+	// Others follow, but their identities are not recorded: --to nobody cannot be refused, and
+	// resign says before it writes what will happen if nobody is not among them.
+	waitFollowers(t, admin, name, 1) // s1, once it follows again
+	code, _, stderr = resignCLI(t, srv.Addr(), name, 10*time.Second, "--to", "nobody", "--hold-off", "500ms", "--timeout", "10s")
+	note := `note: 1 other process(es) follow lease "` + name + `", but their identities are not recorded, so whether --to "nobody" is one of them cannot be checked: if it is not, nobody leads until --hold-off 500ms after the release`
+	if code != 1 || !strings.Contains(stderr, note) || !strings.Contains(stderr, `not --to "nobody"`) {
+		t.Fatalf("elector resign --to nobody with a follower: exit %d, stderr %q; want the note first, then exit 1 naming who took over instead", code, stderr)
+	}
+	if i, j := strings.Index(stderr, note), strings.Index(stderr, `not --to "nobody"`); i > j {
+		t.Errorf("the note came after the outcome: %q", stderr)
+	}
 }
 
 func readBody(t *testing.T, resp *http.Response) string {

@@ -335,6 +335,38 @@ func TestRunExitOnLost(t *testing.T) {
 	assertLeaseGone(t, client, name)
 }
 
+// TestRunExitOnLostResign: a resign of a replica run with --exit-on-lost exits 3 as a lost
+// term does, but its log speaks of the command and of the resignation, not of leadership
+// lost or of the library's callbacks (issue 28 item 12).
+func TestRunExitOnLostResign(t *testing.T) {
+	srv, log, lock := workerFixture(t)
+	admin := srv.Client(t)
+	const name = "exit-on-lost-resign"
+	a := runReplica(t, srv.Addr(), name, "a", log, lock, []string{"--exit-on-lost", "--kill-grace", "300ms"})
+	log.waitEvent(t, 0, 10*time.Second, "a's worker", isStart)
+	runReplica(t, srv.Addr(), name, "b", log, lock, []string{"--kill-grace", "300ms"})
+	waitFollowers(t, admin, name, 1)
+	code, out, stderr := resignCLI(t, srv.Addr(), name, 20*time.Second, "--to", "b")
+	if code != 0 || out.Holder != "b" {
+		t.Fatalf("elector resign --to b: exit %d, %+v; stderr:\n%s", code, out, stderr)
+	}
+	if code := a.wait(10 * time.Second); code != 3 {
+		t.Errorf("a's exit code %d after the resign, want 3 (--exit-on-lost)", code)
+	}
+	logged := a.stderr.String()
+	if !strings.Contains(logged, `"Resigned: exiting because of --exit-on-lost"`) {
+		t.Errorf("a's log does not say it exits because it resigned:\n%s", logged)
+	}
+	for _, wrong := range []string{"Leadership lost", `"Resign called"`, "waiting for OnStartedLeading to return"} {
+		if strings.Contains(logged, wrong) {
+			t.Errorf("a's log says %q after a resign:\n%s", wrong, logged)
+		}
+	}
+	if !strings.Contains(logged, "CMD") {
+		t.Errorf("a's log of the resign does not speak of the command (CMD):\n%s", logged)
+	}
+}
+
 // TestRunSIGTERMWhileCampaigning checks that a follower exits 0 at once on SIGTERM, without
 // ever starting its command or touching the leader's lease.
 func TestRunSIGTERMWhileCampaigning(t *testing.T) {
