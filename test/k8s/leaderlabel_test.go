@@ -33,6 +33,9 @@ type labelSample struct {
 	endpoints []string          // ready endpoints of the leader Service
 	holder    string
 	token     int64
+	// holderBefore is the Redis holder read just before the LIST (holder just after it): a
+	// pod labelled in the LIST held the lease at the LIST's instant, so it is one of them.
+	holderBefore string
 }
 
 type labelSampler struct {
@@ -51,6 +54,7 @@ func (e *env) startLabelSampler(ctx context.Context, r *release, service string)
 		defer tick.Stop()
 		for {
 			x := labelSample{at: time.Now(), ready: map[string]bool{}, ips: map[string]string{}}
+			x.holderBefore, _, _ = e.holder(ctx, r)
 			pods, err := e.cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: r.selector.String()})
 			if err == nil {
 				for _, p := range pods.Items {
@@ -196,9 +200,9 @@ func TestLeaderLabel(t *testing.T) {
 	start := time.Now()
 	var hs []handover
 	var through []time.Duration
-	for i := range 13 {
+	for i := range 20 {
 		how := "resign"
-		if i == 12 {
+		if i == 19 {
 			how = "delete"
 		}
 		h := labelHandover(t, ctx, s, r, how, i)
@@ -315,13 +319,23 @@ func labelHandover(t *testing.T, ctx context.Context, s *labelSampler, r *releas
 	return h
 }
 
-// checkNoDoubleLabel fails on any LIST that shows two labelled pods.
+// checkNoDoubleLabel fails on any LIST that shows two labelled pods, or a labelled pod that
+// held the lease neither just before nor just after the LIST: in graceful handovers the
+// label is added after the acquire and its removal answered before the release, so a LIST
+// never shows the label of a pod whose step-down completed.
 func checkNoDoubleLabel(t *testing.T, samples []labelSample) {
 	t.Helper()
-	doubleEP := 0
+	doubleEP, notLeader := 0, 0
 	for _, x := range samples {
 		if len(x.labelled) > 1 {
 			t.Errorf("two pods carry %s at %s: %v (holder %s)", leaderLabelKey, x.at.Format(time.RFC3339Nano), x.labelled, x.holder)
+		}
+		for _, p := range x.labelled {
+			if p != x.holderBefore && p != x.holder {
+				notLeader++
+				t.Errorf("%s carries %s at %s but did not hold the lease (holder %q before the LIST, %q after)",
+					p, leaderLabelKey, x.at.Format(time.RFC3339Nano), x.holderBefore, x.holder)
+			}
 		}
 		if len(x.endpoints) > 1 {
 			doubleEP++
@@ -329,6 +343,7 @@ func checkNoDoubleLabel(t *testing.T, samples []labelSample) {
 	}
 	e.figure("leader_label_samples", len(samples))
 	e.figure("leader_label_double_label_samples", 0)
+	e.figure("leader_label_not_leader_labelled_samples", notLeader)
 	e.figure("leader_service_two_endpoints_samples", doubleEP)
 }
 
