@@ -213,17 +213,26 @@ func TestLeaderLabel(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 	graceful := s.since(start)
-	stopProbe()
-	<-probeDone
 	checkNoDoubleLabel(t, graceful)
 	reportHandovers(hs)
-	amu.Lock()
-	reportServiceAnswers(t, answers, through)
-	amu.Unlock()
 
+	// The kill, still asked through the Service: the killed pod keeps its label until its
+	// restarted elector removes it.
 	killStart := time.Now()
-	labelHandover(t, ctx, s, r, "kill", 0)
+	kh := labelHandover(t, ctx, s, r, "kill", 0)
+	killThrough := serviceHandover(t, &answers, &amu, kh)
+	time.Sleep(time.Second)
+	stopProbe()
+	<-probeDone
 	reportKillOverlap(s.since(killStart))
+	amu.Lock()
+	cut := slices.IndexFunc(answers, func(a serviceAnswer) bool { return !a.at.Before(killStart) })
+	if cut < 0 {
+		cut = len(answers)
+	}
+	reportServiceAnswers(t, answers[:cut], through)
+	reportKillThroughService(t, answers[cut:], killThrough)
+	amu.Unlock()
 	checkEvents(t, ctx, r, graceful)
 	checkMirrorLease(t, ctx, s, r)
 	checkWithoutRBAC(t, ctx, s, r)
@@ -388,6 +397,25 @@ func reportServiceAnswers(t *testing.T, answers []serviceAnswer, through []time.
 	e.figure("leader_service_answers_error", errs)
 	e.figure("leader_service_handover_median_s", secs(through[len(through)/2]))
 	e.figure("leader_service_handover_max_s", secs(through[len(through)-1]))
+}
+
+// reportKillThroughService: the SIGKILL of the labelled leader as the Service's clients saw
+// it (last answer from the killed leader -> first from the new one) and the answers then
+// from a pod not leading (the killed pod's restarted elector, while it is still labelled).
+func reportKillThroughService(t *testing.T, answers []serviceAnswer, through time.Duration) {
+	nonLeader, errs := 0, 0
+	for _, a := range answers {
+		switch {
+		case a.err:
+			errs++
+		case !a.isLeader:
+			nonLeader++
+		}
+	}
+	t.Logf("SIGKILL through the leader Service: %v; %d answers from a pod not leading, %d errors of %d", through, nonLeader, errs, len(answers))
+	e.figure("leader_service_kill_handover_s", secs(through))
+	e.figure("leader_service_kill_answers_not_leader", nonLeader)
+	e.figure("leader_service_kill_answers_error", errs)
 }
 
 // reportKillOverlap: after a SIGKILL the label stays on the killed pod until its restarted
