@@ -267,8 +267,9 @@ func (k *kubeHooks) stopped() {
 	}
 }
 
-// stopReason names why a term ended, with the reasons of the metrics (resigned, lost,
-// deadline, stopped), and the Event type: Warning when leadership was lost.
+// stopReason names why a term ended, with the reasons of the elector's "Stopped leading" log
+// line (resigned, lease lost, renew deadline exceeded, stopped), and the Event type: Warning
+// when leadership was lost.
 func stopReason(cause error) (reason, typ string) {
 	switch {
 	case errors.Is(cause, election.ErrResigned):

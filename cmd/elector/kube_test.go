@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -336,5 +337,109 @@ func TestLeaderHandlerKubernetesError(t *testing.T) {
 	ke, _ := m["kubernetesError"].(map[string]any)
 	if m["name"] != "a" || m["isLeader"] != true || ke["op"] != "label" || ke["reason"] != "forbidden" || ke["count"] != 3.0 || ke["fix"] != "f" {
 		t.Errorf("failing: %v, want the elector's fields and kubernetesError", m)
+	}
+}
+
+// eventAPI is an httptest API server that keeps the Events created (reason, type, message).
+type eventAPI struct {
+	mu     sync.Mutex
+	events []map[string]any
+}
+
+func (a *eventAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	raw, _ := io.ReadAll(r.Body)
+	if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/events") {
+		var ev map[string]any
+		_ = json.Unmarshal(raw, &ev)
+		a.mu.Lock()
+		a.events = append(a.events, ev)
+		a.mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+	}
+	_, _ = io.WriteString(w, "{}")
+}
+
+// list returns "type reason: message" of each Event created.
+func (a *eventAPI) list() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []string
+	for _, ev := range a.events {
+		out = append(out, fmt.Sprintf("%v %v: %v", ev["type"], ev["reason"], ev["message"]))
+	}
+	return out
+}
+
+// TestKubeEventsOfATerm: a term writes BecameLeader with its fencing token, and its end
+// StoppedLeading with the reason the elector logs: resigned (Normal) after Resign, lease
+// lost (Warning) when the lease vanished from Redis.
+func TestKubeEventsOfATerm(t *testing.T) {
+	srv := redistest.Start(t)
+	rc := srv.Client(t)
+	lo := leaseOptions{name: "ev", prefix: lease.DefaultPrefix, identity: "a",
+		leaseDuration: 2 * time.Second, renewDeadline: 1500 * time.Millisecond, retryPeriod: 200 * time.Millisecond}
+	a := &eventAPI{}
+	ko := kubeOptions{events: true, namespace: "ns", pod: "a", uid: "u-a", cluster: startAPI(t, a)}
+	kh, err := startKube(&ko, &lo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kh.close()
+	el, err := election.New(election.Config{
+		Client: rc, LeaseName: lo.name, KeyPrefix: lo.prefix, Identity: lo.identity,
+		LeaseDuration: lo.leaseDuration, RenewDeadline: lo.renewDeadline, RetryPeriod: lo.retryPeriod,
+		ReleaseOnCancel: true, Recampaign: true, ResignHoldOff: 200 * time.Millisecond,
+		Callbacks: kh.wrap(election.Callbacks{
+			OnStartedLeading: func(ctx context.Context) { <-ctx.Done() },
+			OnStoppedLeading: func() {},
+		}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- el.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitUntil(t, "leadership", el.IsLeader)
+	first := el.Status().Token
+	if err := el.Resign(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "leadership again", func() bool { return el.IsLeader() && el.Status().Token > first })
+	second := el.Status().Token
+	if err := rc.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the loss's Event", func() bool { return len(a.list()) >= 4 })
+	want := []string{
+		fmt.Sprintf(`Normal BecameLeader: a became leader of lease "ev" with fencing token %d`, first),
+		fmt.Sprintf(`Normal StoppedLeading: a stopped leading lease "ev" (fencing token %d): resigned`, first),
+		fmt.Sprintf(`Normal BecameLeader: a became leader of lease "ev" with fencing token %d`, second),
+		fmt.Sprintf(`Warning StoppedLeading: a stopped leading lease "ev" (fencing token %d): lease lost`, second),
+	}
+	if got := a.list()[:4]; strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("Events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestStopReason: the reason and type of StoppedLeading for each end of a term, as the
+// elector words the cause (lead.go: "%w: %s" of ErrLeadershipLost and the logged reason).
+func TestStopReason(t *testing.T) {
+	for _, tc := range []struct {
+		cause       error
+		reason, typ string
+	}{
+		{election.ErrResigned, "resigned", kube.TypeNormal},
+		{fmt.Errorf("%w: %s", election.ErrLeadershipLost, "lease lost"), "lease lost", kube.TypeWarning},
+		{fmt.Errorf("%w: %s", election.ErrLeadershipLost, "renew deadline exceeded"), "renew deadline exceeded", kube.TypeWarning},
+		{context.Canceled, "stopped", kube.TypeNormal},
+	} {
+		if r, typ := stopReason(tc.cause); r != tc.reason || typ != tc.typ {
+			t.Errorf("stopReason(%v) = %s, %s; want %s, %s", tc.cause, r, typ, tc.reason, tc.typ)
+		}
 	}
 }

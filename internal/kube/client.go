@@ -107,6 +107,17 @@ func (e *APIError) Error() string {
 	return s
 }
 
+// TokenError is a service-account token that could not be read: no request was sent.
+type TokenError struct {
+	File string // the token file
+	Err  error  // the read error
+}
+
+func (e *TokenError) Error() string { return "read the service-account token: " + e.Err.Error() }
+
+// Unwrap returns the read error.
+func (e *TokenError) Unwrap() error { return e.Err }
+
 // IsStatus reports whether err is an APIError with HTTP status code.
 func IsStatus(err error, code int) bool {
 	var ae *APIError
@@ -155,7 +166,7 @@ func (c *Client) send(ctx context.Context, method, path, contentType string, bod
 	if c.tokenFile != "" {
 		tok, err := os.ReadFile(c.tokenFile)
 		if err != nil {
-			return fmt.Errorf("%s %s: read the service-account token: %w", verb, resource, err)
+			return fmt.Errorf("%s %s: %w", verb, resource, &TokenError{File: c.tokenFile, Err: err})
 		}
 		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
 	}

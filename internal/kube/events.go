@@ -36,6 +36,7 @@ type Recorder struct {
 	component   string
 	host        string
 	callTimeout time.Duration
+	retryAfter  time.Duration // the first backoff of try, doubled at each attempt
 	now         func() time.Time
 	fails       *Failures
 
@@ -64,7 +65,7 @@ type seenEvent struct {
 // by callTimeout.
 func NewRecorder(c *Client, ref ObjectReference, component string, callTimeout time.Duration) *Recorder {
 	return &Recorder{
-		c: c, ref: ref, component: component, callTimeout: callTimeout, now: time.Now,
+		c: c, ref: ref, component: component, callTimeout: callTimeout, retryAfter: time.Second, now: time.Now,
 		queue: make(chan pendingEvent, queueSize), done: make(chan struct{}),
 		seen: map[string]*seenEvent{}, tokens: spamBurst,
 		fails: NewFailures(ref.Namespace, c.server.String(), nil),
@@ -169,7 +170,7 @@ func (r *Recorder) try(ctx context.Context, call func(context.Context) error) er
 			return err
 		}
 		select {
-		case <-time.After(time.Duration(1<<i) * time.Second):
+		case <-time.After(time.Duration(1<<i) * r.retryAfter):
 		case <-ctx.Done():
 			return err
 		}

@@ -23,7 +23,7 @@ const (
 // elector_kubernetes_errors_total.
 const (
 	ReasonForbidden    = "forbidden"    // 403: RBAC does not allow the call
-	ReasonUnauthorized = "unauthorized" // 401: the token is refused
+	ReasonUnauthorized = "unauthorized" // 401: the token is refused, or there is none to read
 	ReasonNotFound     = "not_found"    // 404: the pod, the Lease or the namespace is missing
 	ReasonConflict     = "conflict"     // 409: the object changed between read and write
 	ReasonTimeout      = "timeout"      // no answer within the call timeout
@@ -51,6 +51,11 @@ func Reason(err error) string {
 			return ReasonServer
 		}
 		return ReasonOther
+	}
+	// Before net.Error: a *fs.PathError has a Timeout method too.
+	var te *TokenError
+	if errors.As(err, &te) {
+		return ReasonUnauthorized
 	}
 	var ne net.Error
 	switch {
@@ -164,6 +169,10 @@ func (f *Failures) fix(err error, reason string) string {
 	case ReasonForbidden:
 		return fmt.Sprintf("grant the ServiceAccount %s on %s in namespace %s: see charts/elector values rbac.create", ae.Verb, ae.Resource, f.namespace)
 	case ReasonUnauthorized:
+		var te *TokenError
+		if errors.As(err, &te) {
+			return fmt.Sprintf("no readable service-account token at %s: mount one (serviceAccount.automountToken in the chart, automountServiceAccountToken in the pod)", te.File)
+		}
 		return "the API server refuses the service-account token: mount one (automountServiceAccountToken) and check that the ServiceAccount exists"
 	case ReasonNotFound:
 		switch ae.Resource {

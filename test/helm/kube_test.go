@@ -5,8 +5,11 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // kubeAPIPath is where the elector reads its service-account token and CA.
@@ -186,5 +189,19 @@ func TestLeaderService(t *testing.T) {
 	}
 	if _, err := renderChart(renderOptions{values: "leaderLabel: {enabled: true, key: 'Not A Key'}"}); err == nil {
 		t.Error("a leaderLabel.key that is not a label key renders")
+	}
+}
+
+// TestLeaderServiceKeepsRolloutAndPDB: routing by the leader label needs no readiness gate,
+// so every pod stays Ready: the rollout keeps maxUnavailable 0 and the PodDisruptionBudget
+// stays (what gateReadiness must give up, docs/KUBERNETES.md).
+func TestLeaderServiceKeepsRolloutAndPDB(t *testing.T) {
+	_, objs := mustRender(t, renderOptions{values: "leaderLabel: {enabled: true}\nleaderService: {enabled: true}"})
+	d := only[*appsv1.Deployment](t, objs)
+	if ru := d.Spec.Strategy.RollingUpdate; ru == nil || ru.MaxUnavailable == nil || *ru.MaxUnavailable != intstr.FromInt32(0) {
+		t.Errorf("strategy %+v, want maxUnavailable 0", d.Spec.Strategy)
+	}
+	if n := len(objectsOf[*policyv1.PodDisruptionBudget](objs)); n != 1 {
+		t.Errorf("%d PodDisruptionBudgets with the leader Service, want 1", n)
 	}
 }

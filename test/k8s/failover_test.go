@@ -8,10 +8,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 )
 
@@ -73,6 +75,10 @@ type failoverResult struct {
 	// StaleEndpoint: how long (to the sampler's period) the old leader was still a ready
 	// endpoint while another replica held the lease; zero if never seen.
 	StaleEndpoint time.Duration
+	// Old and New are the leaders before and after (the same after a kill that resumed);
+	// T0 is the delete or kill, ReadyAt when New was Ready and the only endpoint.
+	Old, New    string
+	T0, ReadyAt time.Time
 }
 
 // failover deletes (or kills) the leader and measures the takeover.
@@ -124,7 +130,7 @@ func failover(t *testing.T, ctx context.Context, s *sampler, tg target, how stri
 	if handover.at.After(newLeader.at) {
 		handover, newTerm = newLeader, false
 	}
-	res := failoverResult{Handover: handover.at.Sub(t0), Ready: newLeader.at.Sub(t0)}
+	res := failoverResult{Handover: handover.at.Sub(t0), Ready: newLeader.at.Sub(t0), Old: old, New: newLeader.holder, T0: t0, ReadyAt: newLeader.at}
 	var emptySince, staleFrom, staleTo time.Time
 	for _, x := range s.since(t0) {
 		if x.at.After(newLeader.at) {
@@ -202,11 +208,81 @@ func electingPIDs(pod, marker string) []int {
 	return pids
 }
 
+// runFailovers deletes, force-deletes and kills the leader, sampling the pods and the Service
+// every samplePeriod and asking the Service's ClusterIP (kube-proxy) who answers every 50 ms,
+// as TestLeaderLabel does for the leader Service: the handover as a client of the Service
+// sees it is a figure of each.
 func (e *env) runFailovers(t *testing.T, ctx context.Context, tg target) {
 	s := e.startSampler(ctx, tg.selector, tg.service, tg.holder)
 	defer s.Stop()
+	svc, err := e.cs.CoreV1().Services("default").Get(ctx, tg.service, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answers []serviceAnswer
+	var mu sync.Mutex
+	pctx, stopProbe := context.WithCancel(ctx)
+	probeDone := make(chan struct{})
+	go func() { defer close(probeDone); probeService(pctx, svc.Spec.ClusterIP, &answers, &mu) }()
+	defer func() { stopProbe(); <-probeDone }()
 	for _, how := range []string{"delete", "force", "kill"} {
-		t.Run(how, func(t *testing.T) { failover(t, ctx, s, tg, how) })
+		t.Run(how, func(t *testing.T) {
+			res := failover(t, ctx, s, tg, how)
+			gap, notLeader := failoverThroughService(t, &answers, &mu, res)
+			t.Logf("%s %s through the Service: last answer from %s -> first from the leader %s %v; %d answers from a pod not leading",
+				tg.label, how, res.Old, res.New, gap, notLeader)
+			e.figure(tg.label+"_"+how+"_service_handover_s", secs(gap))
+			e.figure(tg.label+"_"+how+"_service_not_leader_answers", notLeader)
+		})
 	}
 	steady(t, s, tg, time.Now())
+}
+
+// failoverThroughService waits (at most 30 s) for the first answer through the Service from
+// the new leader, claiming to lead, after it was Ready and the only endpoint, and returns
+// the time from the last answer of the old leader before it (the longest gap between
+// answers from a leader, when a killed replica resumed its own term) and the answers
+// between the failover and then from a pod that did not lead.
+func failoverThroughService(t *testing.T, answers *[]serviceAnswer, mu *sync.Mutex, res failoverResult) (time.Duration, int) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		mu.Lock()
+		as := slices.Clone(*answers)
+		mu.Unlock()
+		end := slices.IndexFunc(as, func(a serviceAnswer) bool {
+			return !a.at.Before(res.ReadyAt) && a.identity == res.New && a.isLeader
+		})
+		if end < 0 {
+			continue
+		}
+		var last time.Time
+		var gap time.Duration
+		notLeader := 0
+		for _, a := range as[:end+1] {
+			if a.at.Before(res.T0.Add(-5 * time.Second)) {
+				continue
+			}
+			if !a.at.Before(res.T0) && !a.err && !a.isLeader {
+				notLeader++
+			}
+			switch {
+			case res.Old != res.New && a.identity == res.Old:
+				last = a.at
+			case res.Old == res.New && a.identity == res.New && a.isLeader:
+				if !last.IsZero() && a.at.Sub(last) > gap {
+					gap = a.at.Sub(last)
+				}
+				last = a.at
+			}
+		}
+		if res.Old != res.New {
+			if last.IsZero() {
+				last = res.T0
+			}
+			gap = as[end].at.Sub(last)
+		}
+		return gap, notLeader
+	}
+	t.Errorf("the Service did not answer from the new leader %s within 30 s of its readiness", res.New)
+	return 0, 0
 }

@@ -33,6 +33,9 @@ type labelSample struct {
 	endpoints []string          // ready endpoints of the leader Service
 	holder    string
 	token     int64
+	// holderBefore is the Redis holder read just before the LIST (holder just after it): a
+	// pod labelled in the LIST held the lease at the LIST's instant, so it is one of them.
+	holderBefore string
 }
 
 type labelSampler struct {
@@ -51,6 +54,7 @@ func (e *env) startLabelSampler(ctx context.Context, r *release, service string)
 		defer tick.Stop()
 		for {
 			x := labelSample{at: time.Now(), ready: map[string]bool{}, ips: map[string]string{}}
+			x.holderBefore, _, _ = e.holder(ctx, r)
 			pods, err := e.cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: r.selector.String()})
 			if err == nil {
 				for _, p := range pods.Items {
@@ -196,9 +200,9 @@ func TestLeaderLabel(t *testing.T) {
 	start := time.Now()
 	var hs []handover
 	var through []time.Duration
-	for i := range 13 {
+	for i := range 20 {
 		how := "resign"
-		if i == 12 {
+		if i == 19 {
 			how = "delete"
 		}
 		h := labelHandover(t, ctx, s, r, how, i)
@@ -209,17 +213,26 @@ func TestLeaderLabel(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 	graceful := s.since(start)
-	stopProbe()
-	<-probeDone
 	checkNoDoubleLabel(t, graceful)
 	reportHandovers(hs)
-	amu.Lock()
-	reportServiceAnswers(t, answers, through)
-	amu.Unlock()
 
+	// The kill, still asked through the Service: the killed pod keeps its label until its
+	// restarted elector removes it.
 	killStart := time.Now()
-	labelHandover(t, ctx, s, r, "kill", 0)
+	kh := labelHandover(t, ctx, s, r, "kill", 0)
+	killThrough := serviceHandover(t, &answers, &amu, kh)
+	time.Sleep(time.Second)
+	stopProbe()
+	<-probeDone
 	reportKillOverlap(s.since(killStart))
+	amu.Lock()
+	cut := slices.IndexFunc(answers, func(a serviceAnswer) bool { return !a.at.Before(killStart) })
+	if cut < 0 {
+		cut = len(answers)
+	}
+	reportServiceAnswers(t, answers[:cut], through)
+	reportKillThroughService(t, answers[cut:], killThrough)
+	amu.Unlock()
 	checkEvents(t, ctx, r, graceful)
 	checkMirrorLease(t, ctx, s, r)
 	checkWithoutRBAC(t, ctx, s, r)
@@ -227,18 +240,24 @@ func TestLeaderLabel(t *testing.T) {
 
 // serviceHandover waits (at most 30 s) for the first answer through the Service from the
 // new leader after it was labelled, and returns the time from the last answer of the old
-// leader (before that one) to it.
+// leader (before that one) to it. A first run measured 0 for a kill the killed pod's
+// restarted elector won back: its own earlier answers counted as the old leader's last.
 func serviceHandover(t *testing.T, answers *[]serviceAnswer, mu *sync.Mutex, h handover) time.Duration {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		mu.Lock()
+		// When the old leader's pod leads again (a killed elector's restart won the
+		// lease after its expiry), its last answer is the one before the first failed or
+		// follower answer.
+		same, gap := h.old == h.new, false
 		var lastOld time.Time
 		for _, a := range *answers {
 			if a.at.Before(h.t0) {
 				continue
 			}
-			if a.identity == h.old {
+			gap = gap || a.err || !a.isLeader
+			if a.identity == h.old && (!same || !gap) {
 				lastOld = a.at
 			}
 			if a.identity == h.new && a.isLeader && !a.at.Before(h.labelled) {
@@ -315,13 +334,23 @@ func labelHandover(t *testing.T, ctx context.Context, s *labelSampler, r *releas
 	return h
 }
 
-// checkNoDoubleLabel fails on any LIST that shows two labelled pods.
+// checkNoDoubleLabel fails on any LIST that shows two labelled pods, or a labelled pod that
+// held the lease neither just before nor just after the LIST: in graceful handovers the
+// label is added after the acquire and its removal answered before the release, so a LIST
+// never shows the label of a pod whose step-down completed.
 func checkNoDoubleLabel(t *testing.T, samples []labelSample) {
 	t.Helper()
-	doubleEP := 0
+	doubleEP, notLeader := 0, 0
 	for _, x := range samples {
 		if len(x.labelled) > 1 {
 			t.Errorf("two pods carry %s at %s: %v (holder %s)", leaderLabelKey, x.at.Format(time.RFC3339Nano), x.labelled, x.holder)
+		}
+		for _, p := range x.labelled {
+			if p != x.holderBefore && p != x.holder {
+				notLeader++
+				t.Errorf("%s carries %s at %s but did not hold the lease (holder %q before the LIST, %q after)",
+					p, leaderLabelKey, x.at.Format(time.RFC3339Nano), x.holderBefore, x.holder)
+			}
 		}
 		if len(x.endpoints) > 1 {
 			doubleEP++
@@ -329,6 +358,7 @@ func checkNoDoubleLabel(t *testing.T, samples []labelSample) {
 	}
 	e.figure("leader_label_samples", len(samples))
 	e.figure("leader_label_double_label_samples", 0)
+	e.figure("leader_label_not_leader_labelled_samples", notLeader)
 	e.figure("leader_service_two_endpoints_samples", doubleEP)
 }
 
@@ -373,6 +403,25 @@ func reportServiceAnswers(t *testing.T, answers []serviceAnswer, through []time.
 	e.figure("leader_service_answers_error", errs)
 	e.figure("leader_service_handover_median_s", secs(through[len(through)/2]))
 	e.figure("leader_service_handover_max_s", secs(through[len(through)-1]))
+}
+
+// reportKillThroughService: the SIGKILL of the labelled leader as the Service's clients saw
+// it (last answer from the killed leader -> first from the new one) and the answers then
+// from a pod not leading (the killed pod's restarted elector, while it is still labelled).
+func reportKillThroughService(t *testing.T, answers []serviceAnswer, through time.Duration) {
+	nonLeader, errs := 0, 0
+	for _, a := range answers {
+		switch {
+		case a.err:
+			errs++
+		case !a.isLeader:
+			nonLeader++
+		}
+	}
+	t.Logf("SIGKILL through the leader Service: %v; %d answers from a pod not leading, %d errors of %d", through, nonLeader, errs, len(answers))
+	e.figure("leader_service_kill_handover_s", secs(through))
+	e.figure("leader_service_kill_answers_not_leader", nonLeader)
+	e.figure("leader_service_kill_answers_error", errs)
 }
 
 // reportKillOverlap: after a SIGKILL the label stays on the killed pod until its restarted
