@@ -113,6 +113,7 @@ type TokenError struct {
 	Err  error  // the read error
 }
 
+// Error says that the token could not be read, and why.
 func (e *TokenError) Error() string { return "read the service-account token: " + e.Err.Error() }
 
 // Unwrap returns the read error.
