@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/elector/elector/internal/kube"
 	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/redistest"
@@ -119,18 +121,7 @@ func TestLabelRemovedBeforeRelease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		el, err := election.New(election.Config{
-			Client: rc, LeaseName: lo.name, KeyPrefix: lo.prefix, Identity: lo.identity,
-			LeaseDuration: lo.leaseDuration, RenewDeadline: lo.renewDeadline, RetryPeriod: lo.retryPeriod,
-			ReleaseOnCancel: true,
-			Callbacks: kh.wrap(election.Callbacks{
-				OnStartedLeading: func(ctx context.Context) { <-ctx.Done() },
-				OnStoppedLeading: func() {},
-			}),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		el := newKubeElector(t, rc, &lo, kh, nil)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- el.Run(ctx) }()
@@ -385,18 +376,9 @@ func TestKubeEventsOfATerm(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer kh.close()
-	el, err := election.New(election.Config{
-		Client: rc, LeaseName: lo.name, KeyPrefix: lo.prefix, Identity: lo.identity,
-		LeaseDuration: lo.leaseDuration, RenewDeadline: lo.renewDeadline, RetryPeriod: lo.retryPeriod,
-		ReleaseOnCancel: true, Recampaign: true, ResignHoldOff: 200 * time.Millisecond,
-		Callbacks: kh.wrap(election.Callbacks{
-			OnStartedLeading: func(ctx context.Context) { <-ctx.Done() },
-			OnStoppedLeading: func() {},
-		}),
+	el := newKubeElector(t, rc, &lo, kh, func(c *election.Config) {
+		c.Recampaign, c.ResignHoldOff = true, 200*time.Millisecond
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- el.Run(ctx) }()
@@ -442,4 +424,27 @@ func TestStopReason(t *testing.T) {
 			t.Errorf("stopReason(%v) = %s, %s; want %s, %s", tc.cause, r, typ, tc.reason, tc.typ)
 		}
 	}
+}
+
+// newKubeElector returns an Elector of lo whose callbacks (waiting for their ctx) go through
+// kh, as startReplica wires them, with ReleaseOnCancel; adjust changes the config first.
+func newKubeElector(t *testing.T, rc redis.UniversalClient, lo *leaseOptions, kh *kubeHooks, adjust func(*election.Config)) *election.Elector {
+	t.Helper()
+	cfg := election.Config{
+		Client: rc, LeaseName: lo.name, KeyPrefix: lo.prefix, Identity: lo.identity,
+		LeaseDuration: lo.leaseDuration, RenewDeadline: lo.renewDeadline, RetryPeriod: lo.retryPeriod,
+		ReleaseOnCancel: true,
+		Callbacks: kh.wrap(election.Callbacks{
+			OnStartedLeading: func(ctx context.Context) { <-ctx.Done() },
+			OnStoppedLeading: func() {},
+		}),
+	}
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	el, err := election.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return el
 }

@@ -382,17 +382,7 @@ func reportHandovers(hs []handover) {
 // leader, until kube-proxy follows the EndpointSlice), and the handovers as the Service's
 // clients saw them (last answer from the old leader -> first from the new).
 func reportServiceAnswers(t *testing.T, answers []serviceAnswer, through []time.Duration) {
-	nonLeader, errs, ok := 0, 0, 0
-	for _, a := range answers {
-		switch {
-		case a.err:
-			errs++
-		case !a.isLeader:
-			nonLeader++
-		default:
-			ok++
-		}
-	}
+	ok, nonLeader, errs := countAnswers(answers)
 	slices.Sort(through)
 	t.Logf("through the leader Service: %d answers from the leader, %d from a pod not leading, %d errors; handovers through the Service %v", ok, nonLeader, errs, through)
 	if ok == 0 || len(through) == 0 {
@@ -409,19 +399,27 @@ func reportServiceAnswers(t *testing.T, answers []serviceAnswer, through []time.
 // it (last answer from the killed leader -> first from the new one) and the answers then
 // from a pod not leading (the killed pod's restarted elector, while it is still labelled).
 func reportKillThroughService(t *testing.T, answers []serviceAnswer, through time.Duration) {
-	nonLeader, errs := 0, 0
+	_, nonLeader, errs := countAnswers(answers)
+	t.Logf("SIGKILL through the leader Service: %v; %d answers from a pod not leading, %d errors of %d", through, nonLeader, errs, len(answers))
+	e.figure("leader_service_kill_handover_s", secs(through))
+	e.figure("leader_service_kill_answers_not_leader", nonLeader)
+	e.figure("leader_service_kill_answers_error", errs)
+}
+
+// countAnswers counts the answers through the Service from a leader, from a pod not leading,
+// and the failed tries.
+func countAnswers(answers []serviceAnswer) (leader, nonLeader, errs int) {
 	for _, a := range answers {
 		switch {
 		case a.err:
 			errs++
 		case !a.isLeader:
 			nonLeader++
+		default:
+			leader++
 		}
 	}
-	t.Logf("SIGKILL through the leader Service: %v; %d answers from a pod not leading, %d errors of %d", through, nonLeader, errs, len(answers))
-	e.figure("leader_service_kill_handover_s", secs(through))
-	e.figure("leader_service_kill_answers_not_leader", nonLeader)
-	e.figure("leader_service_kill_answers_error", errs)
+	return leader, nonLeader, errs
 }
 
 // reportKillOverlap: after a SIGKILL the label stays on the killed pod until its restarted
