@@ -204,8 +204,8 @@ type Status struct {
 //
 // With Options.ReplicaAck asking for replicas, a write of the lease is followed by WAIT on the
 // same connection. When the master granted the lease but fewer than ReplicaAck.Replicas
-// replicas acknowledged it in ReplicaAck.Timeout, Acquire returns acquired == true, the Status of the
-// new term, and an error matching ErrNotReplicated.
+// replicas acknowledged it in ReplicaAck.Timeout, Acquire returns acquired == true, the Status
+// of the new term, and an error matching ErrNotReplicated.
 // The term exists on the master but may not survive a failover: do not start the work yet.
 // Calling Acquire again is safe, since acquiring a lease this instance already holds keeps the
 // term and extends it, and it waits for the replicas again; a caller that gives up should
@@ -287,10 +287,10 @@ func (l *Lease) parseAcquire(reply []any) (bool, Status, error) {
 //
 // With Options.ReplicaAck asking for replicas, a renewal is followed by WAIT on the same
 // connection, with the client requirements of Acquire. When the master renewed the term but
-// fewer than ReplicaAck.Replicas replicas acknowledged it in ReplicaAck.Timeout, Renew returns true and
-// an error matching ErrNotReplicated: count the renewal as failed (a promoted replica may
-// still hold the previous expiry) and retry it, as package election does with any renew error
-// until its RenewDeadline.
+// fewer than ReplicaAck.Replicas replicas acknowledged it in ReplicaAck.Timeout, Renew returns
+// true and an error matching ErrNotReplicated: count the renewal as failed (a promoted replica
+// may still hold the previous expiry) and retry it, as package election does with any renew
+// error until its RenewDeadline.
 func (l *Lease) Renew(ctx context.Context, term Record, ttl time.Duration) (bool, error) {
 	ms, err := ttlMillis(ttl)
 	if err != nil {
