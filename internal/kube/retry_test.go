@@ -264,7 +264,11 @@ func TestMirrorConflictAndRecovery(t *testing.T) {
 	follower := NewMirror(c, "ns", "l", "q", 15*time.Second, time.Second)
 	go func() { follower.Run(ctx); close(done) }()
 	follower.Set(false)
-	time.Sleep(50 * time.Millisecond)
+	// Once Run took the state, the iteration that handles it ends before Run can see the
+	// cancel: after <-done, whatever it would send has been sent.
+	for len(follower.state) > 0 {
+		time.Sleep(time.Millisecond)
+	}
 	cancel()
 	<-done
 	if got := len(f.requests()); got != n {
