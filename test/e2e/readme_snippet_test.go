@@ -11,6 +11,7 @@ import (
 
 	"github.com/elector/elector/internal/redistest"
 	"github.com/elector/elector/internal/testbin"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // snippetMain is the program around README.md's library snippet: the snippet is main's body,
@@ -42,6 +43,8 @@ func reconcile(ctx context.Context, token int64) {
 	fmt.Println("stopped leading")
 }
 
+// The snippet's imports, used here too, so that the program builds whichever of them the
+// snippet happens to use: the test is about its behaviour.
 var _, _, _ = redis.Nil, klog.InfoS, election.DefaultRenewDeadline
 `
 
@@ -94,11 +97,12 @@ func TestREADMELibrarySnippet(t *testing.T) {
 			}
 		}
 	}
+	events := lease.KeysFor(lease.DefaultPrefix, name[1]).Events
 	for _, to := range []string{"b", "a"} {
 		waitFor(t, 20*time.Second, "the other copy to follow the lease", func() bool {
 			alive()
-			m, err := admin.PubSubNumSub(t.Context(), "elector:{"+name[1]+"}:events").Result()
-			return err == nil && m["elector:{"+name[1]+"}:events"] >= 1
+			m, err := admin.PubSubNumSub(t.Context(), events).Result()
+			return err == nil && m[events] >= 1
 		})
 		code, out, stderr := resignCLI(t, srv.Addr(), name[1], 30*time.Second, "--to", to)
 		if code != 0 || out.Holder != to {
