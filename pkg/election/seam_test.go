@@ -319,6 +319,16 @@ func (h *harness) waitStop() time.Time {
 			return at
 		case c := <-h.st.calls:
 			if c.kind != "renew" {
+				// OnStoppedLeading may have returned and the next call (the release) been
+				// made before this select looked: both were ready and select chose the call.
+				// Keep the call for next; it is out of order only if OnStoppedLeading has
+				// not run yet (the store blocks the caller until the call is answered).
+				select {
+				case at := <-h.stopped:
+					h.pending = append(h.pending, c)
+					return at
+				default:
+				}
 				c.answer(reply{err: errors.New("unexpected call")})
 				h.t.Fatalf("%s call while waiting for OnStoppedLeading", c.kind)
 			}
