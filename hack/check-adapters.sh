@@ -17,7 +17,9 @@ shared=$(go env GOMODCACHE)
 # must neither land in the shared cache (where a module version is immutable, so that later
 # builds would get a stale tree) nor be served from it. Other modules come from the shared
 # cache's download directory, which is a proxy directory itself, then from the usual proxy.
-export GOMODCACHE="$work/modcache" GOWORK=off GONOSUMDB="$core" GOFLAGS="-mod=mod -modcacherw"
+# -trimpath keeps the private cache's directories out of the build cache keys, so that the
+# packages compiled by make adapters-test (also with -trimpath) and by earlier runs are reused.
+export GOMODCACHE="$work/modcache" GOWORK=off GONOSUMDB="$core" GOFLAGS="-mod=mod -modcacherw -trimpath"
 export GOPROXY="file://$work/proxy,file://$shared/cache/download,$upstream"
 # The tree as git sees it (tracked and untracked files, not ignored ones: no bin/, no .git).
 mkdir "$work/tree"
