@@ -26,7 +26,7 @@ func TestBadInput(t *testing.T) {
 	}
 	missing := filepath.Join(dir, "missing")
 	// Nothing listens here: a usage error must come before any connection attempt.
-	redis := []string{"--redis-addr", freeAddr(t), "--lease-name", "bad"}
+	redis := []string{"--redis-addr", redistest.FreeAddr(t), "--lease-name", "bad"}
 	run := func(args ...string) []string {
 		return append(append([]string{"run"}, redis...), append(args, "--", "true")...)
 	}

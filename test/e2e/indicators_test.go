@@ -66,7 +66,7 @@ func TestIndicatorsBeforeSuccessor(t *testing.T) {
 // slowest round trip of the test (2 × 200ms).
 func (r *indReplica) start(t *testing.T, lease, id, dir string) {
 	s := &sidecar{id: id, status: filepath.Join(dir, id+".status")}
-	addr := freeAddr(t)
+	addr := redistest.FreeAddr(t)
 	s.base = "http://" + addr
 	s.proc = startElector(t, id, nil, "sidecar",
 		"--redis-addr", r.proxy.Addr(), "--lease-name", lease, "--identity", id,

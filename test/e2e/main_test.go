@@ -14,15 +14,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -248,34 +245,6 @@ func holderOf(record string) string {
 		return ""
 	}
 	return parts[3]
-}
-
-// handedOut holds the ports freeAddr returned in this test binary: none is returned twice.
-var handedOut sync.Map
-
-// freeAddr returns a loopback address with a port that was free a moment ago, for a process
-// the test starts next. The port is drawn below the kernel's ephemeral range (32768–60999 by
-// default on Linux), never twice: a port taken with ":0" meanwhile (a fault proxy, a Redis, a
-// client's connection) comes from that range, so it cannot be the port handed out and not yet
-// bound. With ":0" here, a proxy started after freeAddr got the same port, and the sidecar
-// meant to serve on it failed "address already in use" (a cold CI run, stop 34).
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	for range 1000 {
-		port := 20000 + rand.IntN(12000)
-		if _, dup := handedOut.LoadOrStore(port, true); dup {
-			continue
-		}
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			continue
-		}
-		addr := l.Addr().String()
-		_ = l.Close()
-		return addr
-	}
-	t.Fatal("no free loopback port found in 20000-31999")
-	return ""
 }
 
 // httpGet returns the status code and body of a GET, or 0 and the error text.

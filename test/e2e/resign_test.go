@@ -66,7 +66,7 @@ func TestResignSidecars(t *testing.T) {
 	var cars []*sidecar
 	for _, id := range []string{"s0", "s1", "s2"} {
 		s := &sidecar{id: id, status: filepath.Join(dir, id+".status")}
-		_, port, _ := net.SplitHostPort(freeAddr(t))
+		_, port, _ := net.SplitHostPort(redistest.FreeAddr(t))
 		s.base = "http://127.0.0.1:" + port
 		args := append([]string{"sidecar"}, leaseArgs(srv.Addr(), name, id)...)
 		args = append(args, "--http-addr", "0.0.0.0:"+port, "--status-file", s.status)
@@ -217,7 +217,7 @@ func TestResignHolderGone(t *testing.T) {
 
 // TestResignBadFlags: exit 2 and one line naming the flag, before Redis is contacted.
 func TestResignBadFlags(t *testing.T) {
-	redis := []string{"resign", "--redis-addr", freeAddr(t), "--lease-name", "bad"}
+	redis := []string{"resign", "--redis-addr", redistest.FreeAddr(t), "--lease-name", "bad"}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -235,7 +235,7 @@ func TestResignBadFlags(t *testing.T) {
 			t.Errorf("elector %v: exit %d, stderr %q; want 2 naming %s", tc.args, code, line, tc.want)
 		}
 	}
-	if code, _, stderr := runElector(t, 10*time.Second, nil, "resign", "--redis-addr", freeAddr(t)); code != 2 || !strings.Contains(stderr, "--lease-name") {
+	if code, _, stderr := runElector(t, 10*time.Second, nil, "resign", "--redis-addr", redistest.FreeAddr(t)); code != 2 || !strings.Contains(stderr, "--lease-name") {
 		t.Errorf("no --lease-name: exit %d, %q", code, stderr)
 	}
 }
@@ -361,7 +361,7 @@ func TestResignRunEndpoint(t *testing.T) {
 	const name = "resign-run-http"
 	addrs := map[string]string{}
 	for _, id := range []string{"h0", "h1"} {
-		addrs[id] = freeAddr(t)
+		addrs[id] = redistest.FreeAddr(t)
 		runReplica(t, srv.Addr(), name, id, log, lock, []string{"--kill-grace", "300ms", "--http-addr", addrs[id]})
 	}
 	first, idx := log.waitEvent(t, 0, 20*time.Second, "a first worker", isStart)

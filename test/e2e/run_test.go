@@ -405,7 +405,7 @@ func TestRunEndpoints(t *testing.T) {
 	dir := t.TempDir()
 	log := workerLog(filepath.Join(dir, "worker.log"))
 	statusFile := filepath.Join(dir, "status")
-	addr := freeAddr(t)
+	addr := redistest.FreeAddr(t)
 	const name = "run-http"
 	p := runReplica(t, srv.Addr(), name, "a", log, filepath.Join(dir, "lock"),
 		[]string{"--http-addr", addr, "--status-file", statusFile}, "-exit-after", "3s", "-exit-code", "4")

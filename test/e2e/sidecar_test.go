@@ -28,7 +28,7 @@ type sidecar struct {
 func startSidecar(t *testing.T, redisAddr, name, id, dir string, env []string, extra ...string) *sidecar {
 	t.Helper()
 	s := &sidecar{id: id, status: filepath.Join(dir, id+".status")}
-	addr := freeAddr(t)
+	addr := redistest.FreeAddr(t)
 	s.base = "http://" + addr
 	args := append([]string{"sidecar"}, leaseArgs(redisAddr, name, id)...)
 	args = append(args, "--http-addr", addr, "--status-file", s.status)

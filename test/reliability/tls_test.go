@@ -5,7 +5,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"net"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,23 +21,18 @@ import (
 func startTLS(t *testing.T, ca *testcert.CA, authClients bool) (*redistest.Server, string) {
 	t.Helper()
 	certFile, keyFile := ca.Issue(t, "redis-server", true)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
+	_, port, _ := net.SplitHostPort(redistest.FreeAddr(t))
 	auth := "no"
 	if authClients {
 		auth = "yes"
 	}
 	srv := redistest.Start(t,
-		"--tls-port", strconv.Itoa(port),
+		"--tls-port", port,
 		"--tls-cert-file", certFile,
 		"--tls-key-file", keyFile,
 		"--tls-ca-cert-file", ca.CertFile,
 		"--tls-auth-clients", auth)
-	return srv, net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	return srv, net.JoinHostPort("127.0.0.1", port)
 }
 
 // tryAcquire builds a client from cfg with internal/redisclient, with timeouts of 1s, and acquires
