@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/bench/internal/systems"
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redistest"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // The guards of issue 27 item 4: elector's cost per acquire+release is checked as a ratio
@@ -25,7 +25,7 @@ import (
 // allocation of a background goroutine (the client's pool) that AllocsPerRun counts.
 const allocSlack = 1
 
-// TestQuickGuardAllocs: allocations per acquire+release of pkg/lease ≤ the raw go-redis floor
+// TestQuickGuardAllocs: allocations per acquire+release of internal/lease ≤ the raw go-redis floor
 // (SET NX PX, compare-and-DEL script) + allocSlack, both on one connection of one client.
 func TestQuickGuardAllocs(t *testing.T) {
 	ctx := context.Background()

@@ -18,8 +18,8 @@ import (
 
 	"github.com/elector/elector/bench/internal/redisproc"
 	"github.com/elector/elector/bench/internal/stats"
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redistest/serverbin"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // The guard of TestQuickRunHandover (issue 27 item 4). Its floor is the start of the same

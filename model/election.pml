@@ -1,6 +1,6 @@
 /*
  * election.pml: one lease, N replicas running election.Elector (pkg/election/elector.go)
- * against one Redis executing the three scripts of pkg/lease/scripts atomically.
+ * against one Redis executing the three scripts of internal/lease/scripts atomically.
  * docs/MODEL.md maps every step below to the Go function and Lua script it stands for.
  *
  * Time is discrete (ticks of Redis's clock) and relative: every stored time is a countdown
@@ -175,7 +175,7 @@ byte cancels = CANCELS;
 byte resigns = RESIGNS;
 byte reruns = RERUNS;
 byte urels = URELS;
-/* ---- resign (pkg/lease/scripts/resign.lua; the reservation in P:{NAME}:resign) ---- */
+/* ---- resign (internal/lease/scripts/resign.lua; the reservation in P:{NAME}:resign) ---- */
 bit  rsg[N];              /* asked to resign: the work is stopping, then release with the reservation */
 byte rvown;               /* the reservation keeps out replica rvown-1; 0 = no reservation */
 byte rvttl;               /* its PTTL in ticks */

@@ -39,8 +39,8 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/rediserr"
-	"github.com/elector/elector/pkg/lease"
 )
 
 //go:embed scripts/write.lua

@@ -11,8 +11,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/elector/elector/internal/envflag"
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redisclient"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // flagSet holds the flags of one command in titled groups, so that help lists them by topic;

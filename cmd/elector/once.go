@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"k8s.io/klog/v2"
 
-	"github.com/elector/elector/pkg/lease"
+	"github.com/elector/elector/internal/lease"
 )
 
 // Flag names of elector run --once-per (docs/DESIGN.md, "Once per period").

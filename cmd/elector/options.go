@@ -10,10 +10,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/election"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // Flag names shared by run, sidecar and status.

@@ -11,8 +11,8 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/pkg/election"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // Flag names of elector resign, and of the /resign endpoint of run and sidecar.

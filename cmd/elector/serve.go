@@ -21,10 +21,10 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/elector/elector/internal/kube"
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/readonly"
 	"github.com/elector/elector/internal/version"
 	"github.com/elector/elector/pkg/election"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // Flag names of the endpoints of run and sidecar.

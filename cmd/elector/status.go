@@ -14,8 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redisfail"
-	"github.com/elector/elector/pkg/lease"
 )
 
 const (

@@ -17,8 +17,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/pkg/fence"
-	"github.com/elector/elector/pkg/lease"
 )
 
 func main() {

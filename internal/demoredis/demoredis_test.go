@@ -13,9 +13,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/redistest"
-	"github.com/elector/elector/pkg/lease"
 )
 
 func TestMain(m *testing.M) {
@@ -195,7 +195,7 @@ func runProbes(ctx context.Context, t *testing.T, client redis.UniversalClient, 
 }
 
 // TestLuaMatchesRedis runs the same scripts on the demo server and on a real
-// redis-server and requires identical replies: the features pkg/lease relies on.
+// redis-server and requires identical replies: the features internal/lease relies on.
 func TestLuaMatchesRedis(t *testing.T) {
 	_, demo := start(t)
 	real := redistest.Start(t)
@@ -305,7 +305,7 @@ func TestPublishFromScriptReachesSubscriber(t *testing.T) {
 	}
 }
 
-// TestLeaseOnDemo runs pkg/lease against the demo server: what `elector demo` does.
+// TestLeaseOnDemo runs internal/lease against the demo server: what `elector demo` does.
 func TestLeaseOnDemo(t *testing.T) {
 	_, client := start(t)
 	ctx := testCtx(t)

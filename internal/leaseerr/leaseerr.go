@@ -1,10 +1,11 @@
-// Package leaseerr holds the sentinel errors of package lease that internal/redisfail
-// classifies, so that internal packages recognise them without importing pkg/lease (internal/
-// imports nothing from pkg/). pkg/lease exports these same values as ErrBadRecord,
-// ErrNotReplicated and ErrTokenRange; errors.Is matches either name.
+// Package leaseerr holds the sentinel errors of package lease (internal/lease) that
+// internal/redisfail classifies, so that redisfail recognises them without depending on the
+// whole lease implementation. internal/lease exports these same values as ErrBadRecord,
+// ErrNotReplicated and ErrTokenRange (and pkg/lease ErrNotReplicated); errors.Is matches
+// either name.
 //
 // It owns the three values and their messages only: their meaning is documented, and their
-// errors are made, in pkg/lease.
+// errors are made, in internal/lease.
 package leaseerr
 
 import "errors"

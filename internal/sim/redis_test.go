@@ -14,8 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redistest"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // op is one step of a differential sequence: a script call or a plain command.

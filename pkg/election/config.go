@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/timing"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // Defaults, the same as client-go's leaderelection.

@@ -5,8 +5,8 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/timing"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // The per-lease decision core: what one replica knows of one lease (leaseCore: its tokens,

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/timing"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // verdictNames are the words docs/DESIGN.md's table of acquire replies uses for the verdicts.

@@ -14,10 +14,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/elector/elector/internal/faultproxy"
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redistest"
 	"github.com/elector/elector/internal/wakeprobe"
 	"github.com/elector/elector/pkg/election"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // 1. Five electors over many terms, with graceful stops and network cuts of the leader:

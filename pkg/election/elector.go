@@ -35,8 +35,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/timing"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // ErrLeadershipLost is returned by Run when this replica lost its leadership and

@@ -16,9 +16,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"k8s.io/klog/v2"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redistest"
 	"github.com/elector/elector/pkg/election"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // evictionRun is one Elector ("job", identity "a") run against srv with its metrics, its

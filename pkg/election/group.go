@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"k8s.io/utils/clock"
 
-	"github.com/elector/elector/pkg/lease"
+	"github.com/elector/elector/internal/lease"
 )
 
 //go:embed scripts/members.lua

@@ -3,7 +3,7 @@ package election
 import (
 	"time"
 
-	"github.com/elector/elector/pkg/lease"
+	"github.com/elector/elector/internal/lease"
 )
 
 // ConfigOf returns e's configuration with its defaults filled in.

@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/timing"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // The Group's state machine, driven deterministically: a fake clock, fake effects (batches

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redistest"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // TestGroupEventsStayInTheirPrefix (issue 23, item 6): a Group whose key prefix holds a glob

@@ -9,9 +9,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"k8s.io/klog/v2"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/luaerr"
 	"github.com/elector/elector/internal/timing"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // groupRedis is the seam between a Group's run and Redis: the batch calls it needs. Each call

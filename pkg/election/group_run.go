@@ -10,9 +10,9 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redisfail"
 	"github.com/elector/elector/internal/timing"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // Run campaigns until ctx is cancelled. Then it asks every term to stop, keeps renewing

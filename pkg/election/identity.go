@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/elector/elector/pkg/lease"
+	"github.com/elector/elector/internal/lease"
 )
 
 // DefaultIdentity returns the identity a replica gets when Config.Identity (or

@@ -9,7 +9,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/elector/elector/pkg/lease"
+	"github.com/elector/elector/internal/lease"
 )
 
 // renewal is the outcome of one renew attempt.

@@ -9,8 +9,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redisfail"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // Change is one change of a lease's holder, as Elector.Observe reports it.

@@ -10,9 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/faultproxy"
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redistest"
 	"github.com/elector/elector/pkg/election"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // Observe reports the lease as found, then each change of its holder. Here the observing

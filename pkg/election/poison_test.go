@@ -11,9 +11,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/faultproxy"
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redistest"
 	"github.com/elector/elector/pkg/election"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // term is one term as its work saw it: from OnStartedLeading's start to the cancellation of

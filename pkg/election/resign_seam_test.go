@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elector/elector/pkg/lease"
+	"github.com/elector/elector/internal/lease"
 )
 
 func (s *fakeStore) resign(ctx context.Context, term lease.Record, _ string, _, _ time.Duration) error {

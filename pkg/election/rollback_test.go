@@ -11,9 +11,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redistest"
 	"github.com/elector/elector/pkg/election"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // Timing of the rollback tests: the review's. The old record must still be live in the

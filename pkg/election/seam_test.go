@@ -13,9 +13,9 @@ import (
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redisfail"
 	"github.com/elector/elector/internal/timing"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // Deterministic tests of campaign and lead: the Elector runs against a fake store (the seam

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/sim"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // simGroupRedis is the groupRedis seam of one Group over the simulator's network: the batches

@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"k8s.io/utils/clock"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/sim"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // What a replica's OnStartedLeading does with its term.

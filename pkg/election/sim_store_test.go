@@ -9,13 +9,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/sim"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // simStore is the store seam of one Elector over the simulator's network: it runs the
-// project's own scripts (read from pkg/lease/scripts) on the simulated Redis with the keys and
-// arguments pkg/lease sends, and decodes their replies as pkg/lease does.
+// project's own scripts (read from internal/lease/scripts) on the simulated Redis with the keys and
+// arguments internal/lease sends, and decodes their replies as internal/lease does.
 type simStore struct {
 	node    *sim.Node
 	scripts sim.Scripts

@@ -13,8 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/sim"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // The deterministic simulator (issue 24, docs/MODEL.md): N replicas run the production

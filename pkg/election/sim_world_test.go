@@ -12,8 +12,8 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/sim"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // The world features of issue 24 that came last (docs/MODEL.md, "Deterministic simulator"):

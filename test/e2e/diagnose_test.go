@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redistest"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // slowTiming overrides the test timing of leaseArgs (the last value of a flag wins) where a

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redistest"
 	"github.com/elector/elector/internal/testbin"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // snippetMain is the program around README.md's library snippet: the snippet is main's body,

@@ -12,9 +12,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/elector/elector/internal/faultproxy"
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redistest"
 	"github.com/elector/elector/internal/wakeprobe"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // statusJSON is the output of `elector status -o json`.

@@ -13,10 +13,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/redistest"
 	"github.com/elector/elector/pkg/election"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // electorACL is everything an elector (packages lease and election, default key prefix) needs:

@@ -9,12 +9,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/redistest"
 	timingrules "github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/election"
 	"github.com/elector/elector/pkg/fence"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // The longest lease name and identity the library accepts, as lease.ValidateName and

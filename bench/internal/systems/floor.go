@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/pkg/lease"
+	"github.com/elector/elector/internal/lease"
 )
 
 // PubSubFloorKind is the least any election woken by pub/sub can do, in raw go-redis: a

@@ -15,7 +15,7 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/pkg/lease"
+	"github.com/elector/elector/internal/lease"
 )
 
 // PrimitiveTTL is the lease time used by the primitive benchmarks.
@@ -85,7 +85,7 @@ var Raw = Primitive{
 	},
 }
 
-// Elector is pkg/lease, configured as pkg/election uses it (renewals are announced).
+// Elector is internal/lease, configured as pkg/election uses it (renewals are announced).
 var Elector = Primitive{
 	Name: "elector",
 	Cycle: func(c redis.UniversalClient, key string) (Op, error) {

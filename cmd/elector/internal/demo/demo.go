@@ -22,11 +22,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"k8s.io/klog/v2"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/election"
 	"github.com/elector/elector/pkg/fence"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // The demo's election timing (short, so that a crash takeover at lease expiry is over in two

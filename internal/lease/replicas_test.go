@@ -10,9 +10,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redistest"
 	"github.com/elector/elector/internal/wakeprobe"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // startReplicated starts a master and one replica of it and waits until the replica is in sync.

@@ -8,9 +8,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redisfail"
 	"github.com/elector/elector/internal/redistest"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // TestLeaseOfChannel: the parser of events channels accepts only its own prefix's channels.

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/elector/elector/pkg/lease"
+	"github.com/elector/elector/internal/lease"
 )
 
 // TestKeysMatchProtocol checks KeysFor against the key table of docs/PROTOCOL.md: every
@@ -41,13 +41,13 @@ func TestKeysMatchProtocol(t *testing.T) {
 	}
 }
 
-// TestKeysHaveOneOwner fails when Go code of the repository outside pkg/lease/keys.go builds a
+// TestKeysHaveOneOwner fails when Go code of the repository outside internal/lease/keys.go builds a
 // PREFIX:{NAME}:… name by hand, instead of asking KeysFor (tests excepted: they spell out the
 // names they expect).
 func TestKeysHaveOneOwner(t *testing.T) {
 	handmade := regexp.MustCompile(`":\{"|"\}:"|"\{\*\}:|":(lease|token|terms|events|members)"`)
 	allowed := map[string]string{
-		"pkg/lease/keys.go": "the owner",
+		"internal/lease/keys.go": "the owner",
 	}
 	root, err := filepath.Abs("../..")
 	if err != nil {

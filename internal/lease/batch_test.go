@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redistest"
-	"github.com/elector/elector/pkg/lease"
 )
 
 func testBatch(t *testing.T, c redis.UniversalClient) {

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redistest"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // TestOneLeaseFromManyGoroutines uses one Lease from several goroutines at once, as

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redistest"
-	"github.com/elector/elector/pkg/lease"
 )
 
 // TestDoneMarkFenced writes done marks against a real Redis: the holder's term writes one
