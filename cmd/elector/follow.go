@@ -30,7 +30,7 @@ func observeLease(co *commonOptions, client redis.UniversalClient) (*election.El
 func changeStatus(name, key string, c election.Change) leaseStatus {
 	switch c.Kind {
 	case "held", "acquired", "renewed":
-		return newLeaseStatus(name, key, lease.Status{Held: true, Record: c.Record, TTL: c.TTL})
+		return newLeaseStatus(name, key, lease.Status{Held: true, Record: lease.Record(c.Record), TTL: c.TTL})
 	case "released", "expired":
 		return leaseStatus{Lease: name, Key: key, Holder: c.Record.Identity, Token: c.Record.Token}
 	}

@@ -145,7 +145,7 @@ func (r *resigner) run(ctx context.Context, e *election.Elector) (leaseStatus, i
 			if code, err := r.request(ctx, change); err != nil {
 				return leaseStatus{}, code, err
 			}
-		case change.Kind == "released" && change.Record == r.old:
+		case change.Kind == "released" && lease.Record(change.Record) == r.old:
 			r.released, r.why = true, whyNotTarget(r.ro, true)
 			klog.V(2).InfoS("The holder released the lease", "lease", name, "token", r.old.Token, "after", time.Since(start))
 		case change.Kind == "acquired" && change.Record.Token > r.old.Token:
@@ -163,7 +163,7 @@ func (r *resigner) request(ctx context.Context, first election.Change) (int, err
 	if first.Kind != "held" {
 		return exitNoLeader, fmt.Errorf("lease %q has no holder: nothing to resign", name)
 	}
-	r.old, r.why = first.Record, whyNotTarget(r.ro, false)
+	r.old, r.why = lease.Record(first.Record), whyNotTarget(r.ro, false)
 	if code, err := r.checkSuccessor(ctx); err != nil {
 		return code, err
 	}

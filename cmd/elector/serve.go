@@ -25,6 +25,7 @@ import (
 	"github.com/elector/elector/internal/readonly"
 	"github.com/elector/elector/internal/version"
 	"github.com/elector/elector/pkg/election"
+	publease "github.com/elector/elector/pkg/lease"
 )
 
 // Flag names of the endpoints of run and sidecar.
@@ -336,7 +337,7 @@ func startReplica(co *commonOptions, so *serveOptions, cb election.Callbacks, ex
 		ReleaseOnCancel: true,
 		Recampaign:      !exitOnLost,
 		Metrics:         metrics,
-		ReplicaAck:      co.ack,
+		ReplicaAck:      publease.ReplicaAck(co.ack),
 	})
 	if err != nil {
 		l.close()

@@ -17,8 +17,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/pkg/fence"
+	"github.com/elector/elector/pkg/lease"
 )
 
 func main() {
@@ -58,7 +58,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil || !ok {
 		return fmt.Errorf("pod-a could not acquire (holder %+v): %v", st.Record, err)
 	}
-	tokenA := st.Record.Token
+	termA := st.Record
+	tokenA := termA.Token
 	fmt.Fprintf(out, "pod-a leads with token %d and writes\n", tokenA)
 	if err := store.Set(ctx, tokenA, key, "written by pod-a"); err != nil {
 		return err
@@ -83,7 +84,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("the stale write was not refused: %v", err)
 	}
 	fmt.Fprintf(out, "refused: %v\n", err)
-	if renewed, _ := a.Renew(ctx, lease.Record{Token: tokenA, Instance: a.Instance(), Identity: "pod-a"}, *ttl); !renewed {
+	if renewed, _ := a.Renew(ctx, termA, *ttl); !renewed {
 		fmt.Fprintln(out, "pod-a's next renew fails too: it steps down")
 	}
 	v, err := client.Get(ctx, key).Result()

@@ -8,8 +8,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/lease"
+	ilease "github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/timing"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // Defaults, the same as client-go's leaderelection.
@@ -118,11 +119,11 @@ func (c *Config) validate() error {
 	if c.Client == nil {
 		return errors.New("election config: Client must be set")
 	}
-	if err := lease.ValidateName(c.LeaseName); err != nil {
+	if err := ilease.ValidateName(c.LeaseName); err != nil {
 		return fmt.Errorf("election config: LeaseName %q %w", c.LeaseName, err)
 	}
 	if c.KeyPrefix != "" {
-		if err := lease.ValidateName(c.KeyPrefix); err != nil {
+		if err := ilease.ValidateName(c.KeyPrefix); err != nil {
 			return fmt.Errorf("election config: KeyPrefix %q %w", c.KeyPrefix, err)
 		}
 	}

@@ -95,7 +95,7 @@ func New(cfg Config) (*Elector, error) {
 		Identity:         cfg.Identity,
 		AnnounceRenewals: true,
 		ResignRequests:   true,
-		ReplicaAck:       cfg.ReplicaAck,
+		ReplicaAck:       lease.ReplicaAck(cfg.ReplicaAck),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("election config: %w", err)

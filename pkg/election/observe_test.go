@@ -13,6 +13,7 @@ import (
 	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redistest"
 	"github.com/elector/elector/pkg/election"
+	publease "github.com/elector/elector/pkg/lease"
 )
 
 // Observe reports the lease as found, then each change of its holder. Here the observing
@@ -128,7 +129,7 @@ func TestObserveReportsEveryChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := wantChange(t, ch, 10*time.Second, "acquired", "a"); c.Record != st.Record || c.Cause != "event" || c.TTL != time.Minute {
+	if c := wantChange(t, ch, 10*time.Second, "acquired", "a"); c.Record != publease.Record(st.Record) || c.Cause != "event" || c.TTL != time.Minute {
 		t.Fatalf("acquired %+v, want %+v for 1m from the event", c, st.Record)
 	}
 	if ok, err := a.Renew(ctx, st.Record, time.Minute); err != nil || !ok {
@@ -166,7 +167,7 @@ func TestObserveReportsEveryChange(t *testing.T) {
 		won, _, err := b.Acquire(ctx, time.Minute)
 		return err == nil && won
 	})
-	if c := wantChange(t, ch, 10*time.Second, "expired", "a"); c.Record != st.Record {
+	if c := wantChange(t, ch, 10*time.Second, "expired", "a"); c.Record != publease.Record(st.Record) {
 		t.Fatalf("expired %+v, want a's term %+v", c, st.Record)
 	}
 	wantChange(t, ch, 10*time.Second, "acquired", "b")

@@ -10,9 +10,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redistest"
 	"github.com/elector/elector/pkg/fence"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // redisAddr is the address of the redis-server that TestMain starts for the examples.

@@ -10,8 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/faultproxy"
-	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // startWithReplicas starts a master and n replicas of it. With linkDelay > 0 every replica

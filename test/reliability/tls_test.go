@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/redistest"
 	"github.com/elector/elector/internal/testcert"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // startTLS starts a redis-server with a TLS port besides its plain port (redistest probes the
