@@ -29,6 +29,7 @@ import (
 	gocronv2 "github.com/go-co-op/gocron/v2"
 	"k8s.io/klog/v2"
 
+	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/election"
 )
 
@@ -89,7 +90,7 @@ func NewElector(ctx context.Context, cfg election.Config) (*Elector, error) {
 	}()
 	wait := cfg.RenewDeadline
 	if wait <= 0 {
-		wait = election.DefaultRenewDeadline
+		wait = timing.DefaultRenewDeadline
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
@@ -110,10 +111,11 @@ func NewElector(ctx context.Context, cfg election.Config) (*Elector, error) {
 // unreachable), in which skipping is the answer; a wait here would hold gocron's run (its ctx
 // lives as long as the job) and start it whenever the gap ends.
 func (el *Elector) IsLeader(context.Context) error {
-	if el.e.IsLeader() {
+	st := el.e.Status() // one snapshot: the leader named is the one that made this replica follow
+	if st.IsLeader {
 		return nil
 	}
-	leader := el.e.Leader()
+	leader := st.Name
 	if leader == "" {
 		return fmt.Errorf("lease %q: %w: no leader is known", el.lease, ErrNotLeader)
 	}
@@ -121,7 +123,7 @@ func (el *Elector) IsLeader(context.Context) error {
 }
 
 // Token returns the fencing token of the current term, or 0 when this replica does not lead.
-func (el *Elector) Token() int64 { return el.e.Token() }
+func (el *Elector) Token() int64 { return el.e.Status().Token }
 
 // Election returns the underlying elector, for its status, health check and metrics.
 func (el *Elector) Election() *election.Elector { return el.e }

@@ -13,7 +13,6 @@ import (
 	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/timing"
-	"github.com/elector/elector/pkg/election"
 )
 
 // Flag names shared by run, sidecar and status.
@@ -40,9 +39,9 @@ func (o *leaseOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.name, flagLeaseName, "", "`name` of the lease the replicas compete for (required)")
 	fs.StringVar(&o.prefix, flagKeyPrefix, lease.DefaultPrefix, "`prefix` of the lease's Redis keys: PREFIX:{NAME}:lease, PREFIX:{NAME}:token")
 	fs.StringVar(&o.identity, flagIdentity, "", "this replica's `name` in the lease (default $POD_NAME, else the host name)")
-	fs.DurationVar(&o.leaseDuration, flagLeaseDuration, election.DefaultLeaseDuration, "how long a lease lasts without renewal: a crashed leader is replaced after this")
-	fs.DurationVar(&o.renewDeadline, flagRenewDeadline, election.DefaultRenewDeadline, "a leader steps down when it could not renew for this long; must be shorter than --lease-duration")
-	fs.DurationVar(&o.retryPeriod, flagRetryPeriod, election.DefaultRetryPeriod, "interval between renewals, and between attempts while Redis fails; --renew-deadline must exceed 1.2 × this")
+	fs.DurationVar(&o.leaseDuration, flagLeaseDuration, timing.DefaultLeaseDuration, "how long a lease lasts without renewal: a crashed leader is replaced after this")
+	fs.DurationVar(&o.renewDeadline, flagRenewDeadline, timing.DefaultRenewDeadline, "a leader steps down when it could not renew for this long; must be shorter than --lease-duration")
+	fs.DurationVar(&o.retryPeriod, flagRetryPeriod, timing.DefaultRetryPeriod, "interval between renewals, and between attempts while Redis fails; --renew-deadline must exceed 1.2 × this")
 }
 
 // addObserverFlags registers only --lease-name and --key-prefix, for commands that read a
@@ -51,7 +50,7 @@ func (o *leaseOptions) addObserverFlags(fs *pflag.FlagSet) {
 	o.observer = true
 	fs.StringVar(&o.name, flagLeaseName, "", "`name` of the lease to read (required)")
 	fs.StringVar(&o.prefix, flagKeyPrefix, lease.DefaultPrefix, "`prefix` of the lease's Redis keys: PREFIX:{NAME}:lease, PREFIX:{NAME}:token")
-	o.leaseDuration, o.renewDeadline, o.retryPeriod = election.DefaultLeaseDuration, election.DefaultRenewDeadline, election.DefaultRetryPeriod
+	o.leaseDuration, o.renewDeadline, o.retryPeriod = timing.DefaultLeaseDuration, timing.DefaultRenewDeadline, timing.DefaultRetryPeriod
 }
 
 // complete fills in the default identity: $POD_NAME, else the host name.

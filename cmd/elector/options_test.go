@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/elector/elector/pkg/election"
+	"github.com/elector/elector/internal/timing"
 )
 
 // TestValidateTimingNamesFlags checks that the library's timing check, applied to the flags,
@@ -28,7 +28,7 @@ func TestValidateTimingNamesFlags(t *testing.T) {
 			t.Errorf("validateTiming(%v, %v, %v) = %v, want %q", tc.ld, tc.rd, tc.rp, err, tc.want)
 		}
 	}
-	if err := validateTiming(election.DefaultLeaseDuration, election.DefaultRenewDeadline, election.DefaultRetryPeriod); err != nil {
+	if err := validateTiming(timing.DefaultLeaseDuration, timing.DefaultRenewDeadline, timing.DefaultRetryPeriod); err != nil {
 		t.Errorf("defaults rejected: %v", err)
 	}
 }

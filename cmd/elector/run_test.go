@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/elector/elector/pkg/election"
+	"github.com/elector/elector/internal/timing"
 )
 
 // TestKillGraceBound checks the bound of the --kill-grace warning, drift margin included, and
@@ -17,7 +17,7 @@ func TestKillGraceBound(t *testing.T) {
 	for _, tc := range []struct {
 		lease, renew, want time.Duration
 	}{
-		{election.DefaultLeaseDuration, election.DefaultRenewDeadline, 4848 * time.Millisecond},
+		{timing.DefaultLeaseDuration, timing.DefaultRenewDeadline, 4848 * time.Millisecond},
 		{time.Second, 600 * time.Millisecond, 388 * time.Millisecond},
 		{40 * time.Second, 15 * time.Second, 24598 * time.Millisecond},
 	} {
@@ -33,7 +33,7 @@ func TestKillGraceBound(t *testing.T) {
 	if err := fs.Parse(nil); err != nil {
 		t.Fatal(err)
 	}
-	lo := &leaseOptions{leaseDuration: election.DefaultLeaseDuration, renewDeadline: election.DefaultRenewDeadline}
+	lo := &leaseOptions{leaseDuration: timing.DefaultLeaseDuration, renewDeadline: timing.DefaultRenewDeadline}
 	if o.killGrace != 4*time.Second || o.killGrace > killGraceBound(lo) {
 		t.Errorf("default --kill-grace %v, want 4s, within the bound %v of the default timing", o.killGrace, killGraceBound(lo))
 	}

@@ -429,7 +429,7 @@ func resignHandler(e *election.Elector, policy string, followers followerCount) 
 			http.Error(w, warning, http.StatusConflict)
 			return
 		}
-		token := e.Token()
+		token := e.Status().Token
 		ctx, cancel := context.WithTimeout(r.Context(), resignTimeoutHTTP)
 		defer cancel()
 		err := e.ResignTo(ctx, to)
@@ -466,16 +466,17 @@ func resignHandler(e *election.Elector, policy string, followers followerCount) 
 // refused (the known candidates: none), and one without ?to is warned about. A follower, a bad
 // ?to and a failed count are left to ResignTo.
 func checkTarget(ctx context.Context, e *election.Elector, to string, followers followerCount) (warning string, refuse bool) {
-	if followers == nil || !e.IsLeader() || to == e.Identity() || (to != "" && lease.ValidateIdentity(to) != nil) {
+	st := e.Status()
+	if followers == nil || !st.IsLeader || to == st.Identity || (to != "" && lease.ValidateIdentity(to) != nil) {
 		return "", false
 	}
 	n, err := followers(ctx)
 	switch {
 	case err != nil:
-		klog.V(2).InfoS("Cannot count the replicas that follow the lease; resigning anyway", "lease", e.Name(), "err", err)
+		klog.V(2).InfoS("Cannot count the replicas that follow the lease; resigning anyway", "lease", st.Lease, "err", err)
 		return "", false
 	case n == 0 && to != "":
-		return fmt.Sprintf("no replica but this one (%q) follows lease %q: known candidates: none (nobody is subscribed to its events channel), so %q cannot take over; nothing was done", e.Identity(), e.Name(), to), true
+		return fmt.Sprintf("no replica but this one (%q) follows lease %q: known candidates: none (nobody is subscribed to its events channel), so %q cannot take over; nothing was done", st.Identity, st.Lease, to), true
 	case n == 0:
 		return "no replica but this one follows the lease: nobody leads until this replica takes it again after the hold-off", false
 	case to != "":

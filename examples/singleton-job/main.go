@@ -1,5 +1,5 @@
 // Command singleton-job is the in-process variant of job.sh: a periodic job that runs only on
-// the replica that leads, written with election.RunOrDie. Start it on several machines (or
+// the replica that leads, written with election.New and Run. Start it on several machines (or
 // several shells) against one Redis: one runs the job, the others wait; Ctrl-C on the leader
 // hands the job over in about a millisecond.
 //
@@ -44,7 +44,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	client := redis.NewClient(&redis.Options{Addr: *addr, ContextTimeoutEnabled: true})
 	defer client.Close()
 
-	election.RunOrDie(ctx, election.Config{
+	e, err := election.New(election.Config{
 		Client:          client,
 		LeaseName:       "example-singleton-job",
 		Identity:        *identity,
@@ -66,5 +66,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			OnStoppedLeading: func() { fmt.Fprintf(out, "%s: stopped\n", *identity) },
 		},
 	})
-	return nil
+	if err != nil {
+		return err
+	}
+	return e.Run(ctx)
 }

@@ -13,9 +13,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/redistest"
-	"github.com/elector/elector/internal/lease"
 )
 
 func TestMain(m *testing.M) {

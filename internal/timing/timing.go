@@ -1,4 +1,4 @@
-// Package timing holds the timing rules of an election: the clock-drift margin, client-go's
+// Package timing holds the timing rules of an election: the default durations, the clock-drift margin, client-go's
 // jitter factor, the check that ties LeaseDuration, RenewDeadline and RetryPeriod together,
 // the timeout of one Redis call, and how long a subscription stays silent before it pings.
 // package election enforces them; the CLI checks its flags with the same Check (naming the
@@ -11,6 +11,14 @@ package timing
 import (
 	"fmt"
 	"time"
+)
+
+// The defaults of LeaseDuration, RenewDeadline and RetryPeriod, the same as client-go's
+// leaderelection: package election takes them for zero durations, the CLI for its flags.
+const (
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
 )
 
 // JitterFactor is client-go's: RenewDeadline must exceed JitterFactor × RetryPeriod, so that a

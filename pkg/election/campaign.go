@@ -92,12 +92,12 @@ func (f *follower) attempt(ctx context.Context) (attempt, bool) {
 			break
 		}
 		if d.late {
-			e.errs.failed(f.logger, e.cfg.Metrics, e.cfg.Name, "acquire", fmt.Errorf("token %d: %w", st.Record.Token, errLateReply), e.clock.Now())
+			e.errs.failed(f.logger, e.cfg.Metrics, e.cfg.LeaseName, "acquire", fmt.Errorf("token %d: %w", st.Record.Token, errLateReply), e.clock.Now())
 		}
 		e.release(base, f.logger, st.Record)
 	case ctx.Err() != nil:
 	case d.verdict == verdictFailed:
-		e.errs.failed(f.logger, e.cfg.Metrics, e.cfg.Name, "acquire", err, e.clock.Now())
+		e.errs.failed(f.logger, e.cfg.Metrics, e.cfg.LeaseName, "acquire", err, e.clock.Now())
 	case d.verdict == verdictStart:
 		e.errs.succeeded(f.logger)
 		a.term, a.won = st.Record, true
@@ -269,7 +269,7 @@ func (w *watch) ensure(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		w.e.cfg.Metrics.redisError(w.e.cfg.Name, "subscribe", err)
+		w.e.cfg.Metrics.redisError(w.e.cfg.LeaseName, "subscribe", err)
 		if !w.failing {
 			w.failing = true
 			kv := []any{"reason", redisfail.Reason(err)}

@@ -13,13 +13,6 @@ import (
 	"github.com/elector/elector/pkg/lease"
 )
 
-// Defaults, the same as client-go's leaderelection.
-const (
-	DefaultLeaseDuration = 15 * time.Second
-	DefaultRenewDeadline = 10 * time.Second
-	DefaultRetryPeriod   = 2 * time.Second
-)
-
 // Callbacks are the functions an Elector calls as leadership changes. Each one is never run
 // concurrently with itself.
 type Callbacks struct {
@@ -62,18 +55,20 @@ type Config struct {
 	LeaseName string
 	// KeyPrefix starts the Redis keys of the lease; lease.DefaultPrefix when empty.
 	KeyPrefix string
-	// Identity names this replica, e.g. the pod name. Empty: DefaultIdentity ($POD_NAME, else
-	// the host name).
+	// Identity names this replica, e.g. the pod name. Empty: $POD_NAME (set it from the
+	// Kubernetes downward API, metadata.name), else the host name.
 	Identity string
 
 	// LeaseDuration is how long a lease lasts without renewal: followers wait this long
-	// after a leader stopped renewing (crash) before taking over.
+	// after a leader stopped renewing (crash) before taking over. 15s when zero.
 	LeaseDuration time.Duration
 	// RenewDeadline is how long a leader keeps leading without a successful renew; then it
 	// steps down, at least LeaseDuration - RenewDeadline before any other replica can acquire.
+	// 10s when zero.
 	RenewDeadline time.Duration
 	// RetryPeriod is the interval between a leader's renewals, and between attempts while
-	// Redis fails or the lease channel is unavailable.
+	// Redis fails or the lease channel is unavailable. 2s when zero. (The defaults are
+	// client-go's.)
 	RetryPeriod time.Duration
 
 	// Callbacks are called as leadership changes.
@@ -108,8 +103,6 @@ type Config struct {
 	// stop the election; keep Timeout well below RetryPeriod.
 	ReplicaAck lease.ReplicaAck
 
-	// Name labels metrics and logs; LeaseName when empty.
-	Name string
 	// Metrics, when set, receive this elector's figures (see NewMetrics).
 	Metrics *Metrics
 }
@@ -153,9 +146,6 @@ func (c *Config) validate() error {
 	if c.Callbacks.OnStoppedLeading == nil {
 		return errors.New("election config: Callbacks.OnStoppedLeading must be set")
 	}
-	if c.Name == "" {
-		c.Name = c.LeaseName
-	}
 	return nil
 }
 
@@ -167,9 +157,9 @@ func applyTiming(what string, leaseDuration, renewDeadline, retryPeriod *time.Du
 		v     *time.Duration
 		def   time.Duration
 	}{
-		{"LeaseDuration", leaseDuration, DefaultLeaseDuration},
-		{"RenewDeadline", renewDeadline, DefaultRenewDeadline},
-		{"RetryPeriod", retryPeriod, DefaultRetryPeriod},
+		{"LeaseDuration", leaseDuration, timing.DefaultLeaseDuration},
+		{"RenewDeadline", renewDeadline, timing.DefaultRenewDeadline},
+		{"RetryPeriod", retryPeriod, timing.DefaultRetryPeriod},
 	} {
 		if *d.v == 0 {
 			*d.v = d.def

@@ -231,7 +231,7 @@ func TestRedisDataLossEndsTheTerm(t *testing.T) {
 	// 1.65s, not 250ms, on a loaded machine.
 	c := newCluster(t, 2, func(cfg *election.Config) { cfg.LeaseDuration = 2 * time.Second })
 	l := c.leader(10 * testLease)
-	old := l.e.Token()
+	old := l.e.Status().Token
 	// The case under test is a follower that heard of the term and listens (it then sleeps
 	// until the expiry it heard of). One that heard nothing may start early, as documented:
 	// under load the restart could otherwise come before the follower's first attempt or
@@ -245,7 +245,7 @@ func TestRedisDataLossEndsTheTerm(t *testing.T) {
 	admin := c.srv.Client(t)
 	waitUntil(t, 10*time.Second, "the follower to hear of the leader and listen", func() bool {
 		list, err := admin.Do(context.Background(), "CLIENT", "LIST", "TYPE", "pubsub").Text()
-		return follower.e.Leader() == l.name && err == nil && strings.Count(list, "\n") == 1
+		return follower.e.Status().Name == l.name && err == nil && strings.Count(list, "\n") == 1
 	})
 	from := len(c.tl.snapshot())
 	probe := wakeprobe.Start(t)
@@ -347,7 +347,7 @@ func TestRunReturnsErrLeadershipLost(t *testing.T) {
 	case <-time.After(10 * testLease):
 		t.Fatal("Run did not return after the lease was deleted")
 	}
-	if l.e.IsLeader() || l.e.Token() != 0 {
+	if l.e.IsLeader() || l.e.Status().Token != 0 {
 		t.Fatalf("still leader after Run returned")
 	}
 }
@@ -392,7 +392,7 @@ func TestNoGoroutineLeaks(t *testing.T) {
 				leaders++
 			}
 		}
-		return leaders == 1 && es[0].Leader() != "" && es[0].Leader() == es[1].Leader() && es[1].Leader() == es[2].Leader()
+		return leaders == 1 && es[0].Status().Name != "" && es[0].Status().Name == es[1].Status().Name && es[1].Status().Name == es[2].Status().Name
 	})
 	cancel()
 	for range es {
@@ -417,7 +417,7 @@ func TestConfigValidation(t *testing.T) {
 	}
 	if e, err := election.New(valid()); err != nil {
 		t.Fatalf("valid config: %v", err)
-	} else if got := election.ConfigOf(e); got.LeaseDuration != 15*time.Second || got.RenewDeadline != 10*time.Second || got.RetryPeriod != 2*time.Second || got.Name != "job" {
+	} else if got := election.ConfigOf(e); got.LeaseDuration != 15*time.Second || got.RenewDeadline != 10*time.Second || got.RetryPeriod != 2*time.Second {
 		t.Fatalf("defaults not applied: %+v", got)
 	}
 	for _, tc := range []struct {
@@ -446,15 +446,6 @@ func TestConfigValidation(t *testing.T) {
 			t.Errorf("%s: err = %v, want it to mention %q", tc.name, err, tc.want)
 		}
 	}
-	// RunOrDie panics on a bad config, like client-go's.
-	defer func() {
-		if recover() == nil {
-			t.Error("RunOrDie did not panic on a bad config")
-		}
-	}()
-	bad := valid()
-	bad.LeaseName = ""
-	election.RunOrDie(context.Background(), bad)
 }
 
 func contains(s, sub string) bool {
@@ -504,7 +495,7 @@ func TestLeaderKeepsTermWhenRoundTripExceedsRetryPeriod(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	token := e.Token()
+	token := e.Status().Token
 	// One renew first: the renew script's first call is EVALSHA, NOSCRIPT, EVAL (two round trips).
 	first := *e.Status().LastRenew
 	for e.Status().LastRenew != nil && e.Status().LastRenew.Equal(first) {
@@ -516,8 +507,8 @@ func TestLeaderKeepsTermWhenRoundTripExceedsRetryPeriod(t *testing.T) {
 		t.Fatalf("stepped down with a 300ms round trip (token %d)", token)
 	case <-time.After(3 * 2 * time.Second): // three renew deadlines
 	}
-	if !e.IsLeader() || e.Token() != token {
-		t.Fatalf("leader %v token %d, want the term %d kept", e.IsLeader(), e.Token(), token)
+	if !e.IsLeader() || e.Status().Token != token {
+		t.Fatalf("leader %v token %d, want the term %d kept", e.IsLeader(), e.Status().Token, token)
 	}
 }
 
@@ -581,7 +572,7 @@ func TestLateAcquireReplyNeverStartsATerm(t *testing.T) {
 		tl.waitFor(t, from, 10*time.Second, "B's term", func(ev event) bool { return ev.kind == "start" && ev.who == "pod-b" })
 		// A hears of B's term only after its own late reply came (same 400ms path): by
 		// then A has decided what that reply meant.
-		waitUntil(t, 10*time.Second, "A to hear of B's term", func() bool { return a.e.Leader() == "pod-b" })
+		waitUntil(t, 10*time.Second, "A to hear of B's term", func() bool { return a.e.Status().Name == "pod-b" })
 		b.stop()
 		a.stop()
 	}

@@ -3,7 +3,7 @@
 // OnStartedLeading.
 //
 // Its shape is client-go's tools/leaderelection — a Config validated up front, callbacks,
-// RunOrDie, a health check, the leader_election_master_status metric — with three changes that
+// a health check, the leader_election_master_status metric — with three changes that
 // make it faster and safer on Redis:
 //
 //   - Followers do not poll. A follower learns from each acquire attempt, and from the
@@ -108,16 +108,6 @@ func New(cfg Config) (*Elector, error) {
 	return e, nil
 }
 
-// RunOrDie creates an Elector from cfg and runs it until ctx is cancelled or leadership is
-// lost. It panics when cfg is invalid, like client-go's RunOrDie.
-func RunOrDie(ctx context.Context, cfg Config) {
-	e, err := New(cfg)
-	if err != nil {
-		panic(err)
-	}
-	_ = e.Run(ctx)
-}
-
 // Run campaigns for the lease and, while this replica leads, runs OnStartedLeading. It
 // returns nil when ctx is cancelled (after OnStartedLeading returned and, with
 // ReleaseOnCancel, the lease was released), or, when Config.Recampaign is off, an error
@@ -132,10 +122,10 @@ func RunOrDie(ctx context.Context, cfg Config) {
 // OnStartedLeading.
 func (e *Elector) Run(ctx context.Context) error {
 	if !e.running.CompareAndSwap(false, true) {
-		return fmt.Errorf("run elector %q: already running", e.cfg.Name)
+		return fmt.Errorf("run elector %q: already running", e.cfg.LeaseName)
 	}
 	defer e.running.Store(false)
-	logger := klog.FromContext(ctx).WithValues("lease", e.cfg.Name, "identity", e.cfg.Identity)
+	logger := klog.FromContext(ctx).WithValues("lease", e.cfg.LeaseName, "identity", e.cfg.Identity)
 	ctx = klog.NewContext(ctx, logger)
 	defer e.checkEviction(ctx)() // once per Run, off the campaign's path (eviction.go)
 
@@ -156,10 +146,10 @@ func (e *Elector) Run(ctx context.Context) error {
 			return nil
 		}
 		if !e.cfg.Recampaign && reason == reasonResigned {
-			return fmt.Errorf("run elector %q: %w", e.cfg.Name, ErrResigned)
+			return fmt.Errorf("run elector %q: %w", e.cfg.LeaseName, ErrResigned)
 		}
 		if !e.cfg.Recampaign {
-			return fmt.Errorf("run elector %q: %w: %s", e.cfg.Name, ErrLeadershipLost, reason)
+			return fmt.Errorf("run elector %q: %w: %s", e.cfg.LeaseName, ErrLeadershipLost, reason)
 		}
 	}
 }
@@ -193,7 +183,7 @@ func (e *Elector) release(ctx context.Context, logger klog.Logger, term lease.Re
 	switch {
 	case err != nil:
 		logger.Error(err, "Failed to release the lease; followers take over when it expires", "token", term.Token)
-		e.cfg.Metrics.redisError(e.cfg.Name, "release", err)
+		e.cfg.Metrics.redisError(e.cfg.LeaseName, "release", err)
 	case !released:
 		logger.Info("Lease was already gone at release", "token", term.Token)
 	default:
@@ -235,7 +225,7 @@ func (e *Elector) setLeading(term lease.Record, sent time.Time, ctl *termControl
 	e.leading, e.term, e.lastRenw, e.ctl = true, term, sent, ctl
 	e.mu.Unlock()
 	e.observe(term, false)
-	e.cfg.Metrics.setLeading(e.cfg.Name, true, term.Token)
+	e.cfg.Metrics.setLeading(e.cfg.LeaseName, true, term.Token)
 }
 
 // renewed records a successful renew sent at sent.
@@ -253,7 +243,7 @@ func (e *Elector) setFollowing() {
 		e.leader = ""
 	}
 	e.mu.Unlock()
-	e.cfg.Metrics.setLeading(e.cfg.Name, false, 0)
+	e.cfg.Metrics.setLeading(e.cfg.LeaseName, false, 0)
 }
 
 // observe records news of a term: that rec holds the lease, or that it was released. News
@@ -291,31 +281,6 @@ func (e *Elector) IsLeader() bool {
 	defer e.mu.Unlock()
 	return e.leading
 }
-
-// Leader returns the identity of the last leader observed, this replica's when it leads, or
-// "" when none is known (before the first observation, after a release).
-func (e *Elector) Leader() string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.leader
-}
-
-// Token returns the fencing token of the current term, or 0 when this replica does not lead.
-// Hand it to resources that can reject stale leaders (package fence).
-func (e *Elector) Token() int64 {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if !e.leading {
-		return 0
-	}
-	return e.term.Token
-}
-
-// Identity returns this replica's identity.
-func (e *Elector) Identity() string { return e.cfg.Identity }
-
-// Name returns the name used in metrics and logs.
-func (e *Elector) Name() string { return e.cfg.Name }
 
 // Release releases the term with token that this Elector began, if Redis still holds it, and
 // announces the release, so that a follower takes over at once. It is for a process that
@@ -465,7 +430,7 @@ func contextTimeoutOff(client redis.UniversalClient) bool {
 func warnContextTimeout(cfg *Config) {
 	if contextTimeoutOff(cfg.Client) {
 		klog.InfoS("Warning: the Redis client has ContextTimeoutEnabled off, so a call to Redis is bounded by the client's read and write timeouts, not by the elector's deadline; set ContextTimeoutEnabled in its options",
-			"lease", cfg.Name)
+			"lease", cfg.LeaseName)
 	}
 }
 

@@ -72,7 +72,7 @@ func (e *Elector) checkEviction(ctx context.Context) (stop func()) {
 			v, err := readEviction(ctx, e.cfg.Client, e.callTimeout())
 			if err == nil || isRefusal(err) {
 				e.evict.set(v)
-				reportEviction(klog.FromContext(ctx), e.cfg.Metrics, e.cfg.Name, v, err)
+				reportEviction(klog.FromContext(ctx), e.cfg.Metrics, e.cfg.LeaseName, v, err)
 				return
 			}
 			// The real clock, not e.clock: this wait is no part of the algorithm, and a timer

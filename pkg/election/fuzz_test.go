@@ -56,7 +56,7 @@ func FuzzValidateTiming(f *testing.F) {
 			}
 			return d
 		}
-		dl, dr, dp := def(lease, election.DefaultLeaseDuration), def(renew, election.DefaultRenewDeadline), def(retry, election.DefaultRetryPeriod)
+		dl, dr, dp := def(lease, timing.DefaultLeaseDuration), def(renew, timing.DefaultRenewDeadline), def(retry, timing.DefaultRetryPeriod)
 		switch {
 		case lease < 0 || renew < 0 || retry < 0:
 			if err == nil || !strings.Contains(err.Error(), "must be positive") {

@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,8 +46,8 @@ type GroupConfig struct {
 	Group string
 	// KeyPrefix starts every Redis key; lease.DefaultPrefix when empty.
 	KeyPrefix string
-	// Identity names this replica, e.g. the pod name. Empty: DefaultIdentity ($POD_NAME, else
-	// the host name).
+	// Identity names this replica, e.g. the pod name. Empty: $POD_NAME (set it from the
+	// Kubernetes downward API, metadata.name), else the host name.
 	Identity string
 	// Leases are the lease names to campaign for; Add and Remove change them at run time.
 	Leases []string
@@ -266,18 +265,6 @@ func (g *Group) Held() map[string]int64 {
 		held[name] = t.token
 	}
 	return held
-}
-
-// Names returns the leases the group campaigns for, sorted.
-func (g *Group) Names() []string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	names := make([]string, 0, len(g.names))
-	for n := range g.names {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
 }
 
 // Members returns the number of live replicas of the group seen by the last heartbeat.

@@ -1,6 +1,8 @@
 package election
 
 import (
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/elector/elector/internal/lease"
@@ -21,3 +23,10 @@ func GroupMaxLag(g *Group) time.Duration { return time.Duration(g.maxLag.Load())
 
 // ResetGroupMaxLag starts a new measurement of GroupMaxLag.
 func ResetGroupMaxLag(g *Group) { g.maxLag.Store(0) }
+
+// GroupNames returns the leases g campaigns for, sorted.
+func GroupNames(g *Group) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Sorted(maps.Keys(g.names))
+}

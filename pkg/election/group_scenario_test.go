@@ -410,7 +410,7 @@ func TestGroupAddAfterRemoveWhileReleasing(t *testing.T) {
 		}
 	}
 	assertLoopNotHeld(t, lag, control, holdBack) // the held-back batch blocks at least one way
-	if got := a.Names(); len(got) != len(xs) {
+	if got := election.GroupNames(a); len(got) != len(xs) {
 		t.Errorf("A campaigns for %v, want %v", got, xs)
 	}
 }

@@ -299,7 +299,7 @@ func TestGroupAddRemoveAndCap(t *testing.T) {
 	if err := g.Add("f", "bad name"); err == nil {
 		t.Fatal("Add accepted a name with a space")
 	}
-	for _, n := range g.Names() {
+	for _, n := range election.GroupNames(g) {
 		if n == removed {
 			t.Fatalf("Names still lists removed %q", removed)
 		}

@@ -160,8 +160,8 @@ func (c *cluster) add(name string, opts ...option) *replica {
 	r := &replica{name: name, proxy: proxy, client: client}
 	cfg.Callbacks.OnStartedLeading = func(ctx context.Context) {
 		token := election.TokenFrom(ctx)
-		if token != r.e.Token() || token == 0 {
-			panic(fmt.Sprintf("TokenFrom(ctx) = %d, Elector.Token() = %d", token, r.e.Token()))
+		if token != r.e.Status().Token || token == 0 {
+			panic(fmt.Sprintf("TokenFrom(ctx) = %d, Elector.Token() = %d", token, r.e.Status().Token))
 		}
 		tl.add(event{who: name, kind: "start", token: token})
 		<-ctx.Done()

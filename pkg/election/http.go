@@ -77,7 +77,7 @@ func (h *HealthzAdaptor) Check(*http.Request) error {
 	age, leading := h.e.sinceRenew()
 	if limit := h.e.cfg.RenewDeadline + h.tolerance; leading && age > limit {
 		return fmt.Errorf("elector %q leads but its last successful renew was %v ago (limit %v)",
-			h.e.cfg.Name, age.Round(time.Millisecond), limit)
+			h.e.cfg.LeaseName, age.Round(time.Millisecond), limit)
 	}
 	return nil
 }

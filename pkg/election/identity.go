@@ -7,10 +7,10 @@ import (
 	"github.com/elector/elector/internal/lease"
 )
 
-// DefaultIdentity returns the identity a replica gets when Config.Identity (or
+// defaultIdentity returns the identity a replica gets when Config.Identity (or
 // GroupConfig.Identity) is empty, as the elector command does: $POD_NAME (set it from the
 // Kubernetes downward API, metadata.name), else the host name.
-func DefaultIdentity() (string, error) {
+func defaultIdentity() (string, error) {
 	if pod := os.Getenv("POD_NAME"); pod != "" {
 		return pod, nil
 	}
@@ -21,12 +21,12 @@ func DefaultIdentity() (string, error) {
 	return host, nil
 }
 
-// resolveIdentity returns id, or DefaultIdentity when id is empty, checked as a lease
+// resolveIdentity returns id, or defaultIdentity when id is empty, checked as a lease
 // identity.
 func resolveIdentity(id string) (string, error) {
 	if id == "" {
 		var err error
-		if id, err = DefaultIdentity(); err != nil {
+		if id, err = defaultIdentity(); err != nil {
 			return "", err
 		}
 	}

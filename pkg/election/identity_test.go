@@ -29,9 +29,6 @@ func TestIdentityDefault(t *testing.T) {
 		if err != nil || election.ConfigOf(e).Identity != tc.want {
 			t.Errorf("POD_NAME=%q: New: %v, identity %q; want %q", tc.pod, err, identityOf(e), tc.want)
 		}
-		if got, err := election.DefaultIdentity(); err != nil || got != tc.want {
-			t.Errorf("POD_NAME=%q: DefaultIdentity() = %q, %v; want %q", tc.pod, got, err, tc.want)
-		}
 		g, err := election.NewGroup(election.GroupConfig{Client: client, Group: "g", Leases: []string{"a"}, Callbacks: gcb})
 		if err != nil || g == nil {
 			t.Errorf("POD_NAME=%q: NewGroup without Identity: %v", tc.pod, err)

@@ -221,7 +221,7 @@ func (p *indPair) waitSettled(t *testing.T) (leader, follower *indReplica) {
 	waitUntil(t, 10*time.Second, "one leader, observed by the other", func() bool {
 		for i, r := range p.r {
 			o := p.r[1-i]
-			if r.e.IsLeader() && r.flag.Load() && !o.e.IsLeader() && o.e.Leader() == r.name {
+			if r.e.IsLeader() && r.flag.Load() && !o.e.IsLeader() && o.e.Status().Name == r.name {
 				leader, follower = r, o
 				return true
 			}
@@ -244,7 +244,7 @@ func TestBlockingStoppedLeadingDelaysOnlyTheHandover(t *testing.T) {
 	a.run(t)
 	waitUntil(t, 10*time.Second, "a leads", a.e.IsLeader)
 	b.run(t)
-	waitUntil(t, 10*time.Second, "b observes a", func() bool { return b.e.Leader() == "a" })
+	waitUntil(t, 10*time.Second, "b observes a", func() bool { return b.e.Status().Name == "a" })
 	a.cancel()
 	<-entered
 	waitUntil(t, 10*indLease, "b takes over at the lease's expiry", bStarted.Load)

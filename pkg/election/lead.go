@@ -157,7 +157,7 @@ func (l *leadership) renewed(r renewal) (reason string, over bool) {
 	}
 	switch {
 	case r.err != nil:
-		e.errs.failed(l.logger, e.cfg.Metrics, e.cfg.Name, "renew", r.err, e.clock.Now())
+		e.errs.failed(l.logger, e.cfg.Metrics, e.cfg.LeaseName, "renew", r.err, e.clock.Now())
 		resetTimer(l.tick, l.retry.next())
 	case !r.ok:
 		return reasonLost, true
@@ -167,7 +167,7 @@ func (l *leadership) renewed(r renewal) (reason string, over bool) {
 		l.lastOK = r.sent
 		mutantDeadlineFromReply(l) // mutant 8 (elector_mutants builds only)
 		e.renewed(r.sent)
-		e.cfg.Metrics.renewed(e.cfg.Name, r.took)
+		e.cfg.Metrics.renewed(e.cfg.LeaseName, r.took)
 		l.logger.V(4).Info("Renewed the lease", "token", l.term.Token, "took", r.took)
 		now := e.clock.Now()
 		resetTimer(l.deadline, l.lastOK.Add(e.cfg.RenewDeadline).Sub(now))
@@ -253,26 +253,26 @@ func (e *Elector) Resign(ctx context.Context) error { return e.ResignTo(ctx, "")
 func (e *Elector) ResignTo(ctx context.Context, identity string) error {
 	if identity != "" {
 		if err := lease.ValidateIdentity(identity); err != nil {
-			return fmt.Errorf("resign lease %q: target identity %q %w", e.cfg.Name, identity, err)
+			return fmt.Errorf("resign lease %q: target identity %q %w", e.cfg.LeaseName, identity, err)
 		}
 		if identity == e.cfg.Identity {
-			return fmt.Errorf("resign lease %q: %w: %q is this replica", e.cfg.Name, lease.ErrTargetIsHolder, identity)
+			return fmt.Errorf("resign lease %q: %w: %q is this replica", e.cfg.LeaseName, lease.ErrTargetIsHolder, identity)
 		}
 	}
 	e.mu.Lock()
 	leading, term, ctl := e.leading, e.term, e.ctl
 	e.mu.Unlock()
 	if !leading {
-		return fmt.Errorf("resign lease %q: %w", e.cfg.Name, ErrNotLeader)
+		return fmt.Errorf("resign lease %q: %w", e.cfg.LeaseName, ErrNotLeader)
 	}
 	rctx, cancel := context.WithTimeout(ctx, e.callTimeout())
 	err := e.store.resign(rctx, term, identity, e.cfg.ResignHoldOff, e.cfg.LeaseDuration)
 	cancel()
 	switch {
 	case errors.Is(err, lease.ErrOtherTerm):
-		return fmt.Errorf("resign lease %q: %w: %w", e.cfg.Name, ErrNotLeader, err)
+		return fmt.Errorf("resign lease %q: %w: %w", e.cfg.LeaseName, ErrNotLeader, err)
 	case err != nil:
-		return fmt.Errorf("resign lease %q: %w", e.cfg.Name, err)
+		return fmt.Errorf("resign lease %q: %w", e.cfg.LeaseName, err)
 	}
 	select {
 	case ctl.wake <- struct{}{}:

@@ -121,11 +121,11 @@ func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
 // add makes e's state visible, starting its series at "not leading".
 func (m *Metrics) add(e *Elector) {
 	m.mu.Lock()
-	m.electors[e.cfg.Name] = e
+	m.electors[e.cfg.LeaseName] = e
 	m.mu.Unlock()
-	m.setLeading(e.cfg.Name, false, 0)
-	m.transitions.WithLabelValues(e.cfg.Name)
-	e.errs.metrics, e.errs.name = m, e.cfg.Name // elector_redis_up from the first call on
+	m.setLeading(e.cfg.LeaseName, false, 0)
+	m.transitions.WithLabelValues(e.cfg.LeaseName)
+	e.errs.metrics, e.errs.name = m, e.cfg.LeaseName // elector_redis_up from the first call on
 }
 
 func (m *Metrics) setLeading(name string, leading bool, token int64) {

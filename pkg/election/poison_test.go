@@ -175,7 +175,7 @@ func TestFailedReleaseOfAnotherTokenKeepsTheRecordUntrusted(t *testing.T) {
 		waitUntil(t, 10*time.Second, "A's term", func() bool { return ts.started("pod-a") > startedA })
 		r := a.e.Status()
 		b.start()
-		waitUntil(t, 10*time.Second, "B to follow A", func() bool { return b.e.Leader() == "pod-a" })
+		waitUntil(t, 10*time.Second, "B to follow A", func() bool { return b.e.Status().Name == "pod-a" })
 
 		proxy.SetLatency(delay)
 		a.stop() // ReleaseOnCancel: the release of R times out, and is still on its way
@@ -192,7 +192,7 @@ func TestFailedReleaseOfAnotherTokenKeepsTheRecordUntrusted(t *testing.T) {
 		a.start() // resumes R before the late release lands
 		inconclusive := false
 		waitUntil(t, 10*time.Second, "B's term after the late release", func() bool {
-			if tok := a.e.Token(); tok != 0 && tok != r.Token {
+			if tok := a.e.Status().Token; tok != 0 && tok != r.Token {
 				// The late release landed before A's acquire (a loaded machine): A won a new
 				// record, and the round tests nothing. Another round is run instead.
 				t.Logf("round %d: A leads with a new token %d: the late release landed before A's acquire; inconclusive", round, tok)
@@ -208,7 +208,7 @@ func TestFailedReleaseOfAnotherTokenKeepsTheRecordUntrusted(t *testing.T) {
 		}
 		conclusive++
 		// A learns at its next renew (or acquire) that R is gone; wait for it to settle.
-		waitUntil(t, 10*time.Second, "A to step down or follow B", func() bool { return !a.e.IsLeader() && a.e.Leader() == "pod-b" })
+		waitUntil(t, 10*time.Second, "A to step down or follow B", func() bool { return !a.e.IsLeader() && a.e.Status().Name == "pod-b" })
 		b.stop()
 		a.stop()
 	}

@@ -24,7 +24,7 @@ func withHoldOff(d time.Duration) option {
 func currentLeader(t *testing.T, c *cluster) (*replica, event, int) {
 	t.Helper()
 	r := c.leader(10 * testLease)
-	tok := r.e.Token()
+	tok := r.e.Status().Token
 	start, i := c.tl.waitFor(t, 0, 10*testLease, "the leader's start", func(ev event) bool {
 		return ev.who == r.name && ev.kind == "start" && ev.token == tok
 	})
@@ -174,7 +174,7 @@ func benchResign(b *testing.B, named bool) {
 	for range b.N {
 		b.StopTimer()
 		old := c.leader(10 * testLease)
-		tok := old.e.Token()
+		tok := old.e.Status().Token
 		_, si := c.tl.waitFor(b, 0, 10*testLease, "the leader's start", func(ev event) bool {
 			return ev.who == old.name && ev.kind == "start" && ev.token == tok
 		})

@@ -77,7 +77,7 @@ func leadAlone(d *simDriver, a *simReplica) (older, current int64, ok bool) {
 	if !d.waitFor(limit, a.e.IsLeader) {
 		return 0, 0, false
 	}
-	older = a.e.Token()
+	older = a.e.Status().Token
 	d.settle(d.dur(0, d.timing.retry))
 	d.w.Tracef("scenario: cancel Run of %s (release token %d), run again", a.node.Name(), older)
 	a.cancel()
@@ -85,10 +85,10 @@ func leadAlone(d *simDriver, a *simReplica) (older, current int64, ok bool) {
 		return 0, 0, false
 	}
 	a.startRun()
-	if !d.waitFor(limit, func() bool { return a.e.IsLeader() && a.e.Token() > older }) {
+	if !d.waitFor(limit, func() bool { return a.e.IsLeader() && a.e.Status().Token > older }) {
 		return 0, 0, false
 	}
-	return older, a.e.Token(), true
+	return older, a.e.Status().Token, true
 }
 
 // startOthers runs every replica but a.
@@ -125,7 +125,7 @@ func scenarioFailedReleases(d *simDriver, a *simReplica) bool {
 	startOthers(d, a)
 	scenarioNoise(d, a)
 	d.settle(d.dur(d.timing.retry, d.timing.lease))
-	if !a.e.IsLeader() || a.e.Token() != cur {
+	if !a.e.IsLeader() || a.e.Status().Token != cur {
 		return false
 	}
 	c := d.callTimeout()
@@ -170,7 +170,7 @@ func scenarioRollback(d *simDriver, a *simReplica) bool {
 	if !d.waitFor(limit, a.e.IsLeader) {
 		return false
 	}
-	r1 := a.e.Token()
+	r1 := a.e.Status().Token
 	d.settle(d.dur(0, d.timing.retry))
 	snap := d.w.Snapshot()
 	d.w.Tracef("scenario: snapshot with token %d; cancel Run of %s, run again", r1, a.node.Name())
@@ -179,7 +179,7 @@ func scenarioRollback(d *simDriver, a *simReplica) bool {
 		return false
 	}
 	a.startRun()
-	if !d.waitFor(d.timing.lease/2, func() bool { return a.e.IsLeader() && a.e.Token() > r1 }) {
+	if !d.waitFor(d.timing.lease/2, func() bool { return a.e.IsLeader() && a.e.Status().Token > r1 }) {
 		return false
 	}
 	if d.rng.IntN(2) == 0 {

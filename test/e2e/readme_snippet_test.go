@@ -45,7 +45,7 @@ func reconcile(ctx context.Context, token int64) {
 
 // The snippet's imports, used here too, so that the program builds whichever of them the
 // snippet happens to use: the test is about its behaviour.
-var _, _, _ = redis.Nil, klog.InfoS, election.DefaultRenewDeadline
+var _, _, _ = redis.Nil, klog.InfoS, election.ErrNotLeader
 `
 
 // TestREADMELibrarySnippet builds README.md's library snippet as written (only its Redis

@@ -3,6 +3,7 @@ package reliability
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -89,11 +90,11 @@ func TestBadInput(t *testing.T) {
 		_, err = election.New(electionConfig(client, func(c *election.Config) { c.Identity = tc.identity }))
 		checkErr(t, "election.New Identity", err, "Identity", tc.want)
 	}
-	// An empty Identity takes election.DefaultIdentity ($POD_NAME, else the host name).
+	// An empty Identity takes $POD_NAME, else the host name.
 	if e, err := election.New(electionConfig(client, func(c *election.Config) { c.Identity = "" })); err != nil {
 		t.Errorf("election.New without Identity: %v, want the default identity", err)
-	} else if want, _ := election.DefaultIdentity(); e.Identity() != want {
-		t.Errorf("election.New without Identity: identity %q, want the default %q", e.Identity(), want)
+	} else if want := defaultIdentity(); e.Status().Identity != want {
+		t.Errorf("election.New without Identity: identity %q, want the default %q", e.Status().Identity, want)
 	}
 	for _, ok := range []string{long(maxIdentityLen), "ns/pod:with:colons and spaces", "ünïcode-pod"} {
 		if _, err := election.New(electionConfig(client, func(c *election.Config) { c.Identity = ok })); err != nil {
@@ -216,4 +217,14 @@ func TestFenceRefusesNonPositiveTokens(t *testing.T) {
 			t.Errorf("fenced write with token %d wrote the protected key", token)
 		}
 	}
+}
+
+// defaultIdentity is the identity election.New gives a Config without one: $POD_NAME, else the
+// host name.
+func defaultIdentity() string {
+	if pod := os.Getenv("POD_NAME"); pod != "" {
+		return pod
+	}
+	host, _ := os.Hostname()
+	return host
 }

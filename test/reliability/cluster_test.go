@@ -155,7 +155,7 @@ func TestClusterReshardingKeepsTheLeader(t *testing.T) {
 				dst = nodes[(j+1+i%2)%len(nodes)]
 			}
 		}
-		term := leaders[name].e.Token()
+		term := leaders[name].e.Status().Token
 		before := errorStats(t, src)
 		probe := wakeprobe.Start(t)
 		began := time.Now()
@@ -172,16 +172,16 @@ func TestClusterReshardingKeepsTheLeader(t *testing.T) {
 		// two pauses (1.2 s against a 3 s renew deadline); on a machine so loaded that the
 		// migration's own commands or the renews' scheduling (the same run's wake-up probe)
 		// took up the rest of the deadline, a step-down is the product working, not a failure.
-		if inconclusive := done.Sub(began)+lag >= tm.renew-tm.retry; inconclusive && (next != leaders[name] || next.e.Token() != term) {
+		if inconclusive := done.Sub(began)+lag >= tm.renew-tm.retry; inconclusive && (next != leaders[name] || next.e.Status().Token != term) {
 			t.Logf("%s: the migration took %v and the probe woke up to %v late, against a %v renew deadline: the leader (%s → %s) could not renew meanwhile; inconclusive",
 				name, done.Sub(began).Round(time.Millisecond), lag.Round(time.Millisecond), tm.renew, leaders[name].name, next.name)
 			leaders[name] = next
 			handedOver++
 			continue
 		}
-		if next != leaders[name] || next.e.Token() != term {
+		if next != leaders[name] || next.e.Status().Token != term {
 			t.Errorf("%s: after resharding slot %d from %s to %s, %s leads with token %d; want %s to keep token %d",
-				name, slot, src.srv.Addr(), dst.srv.Addr(), next.name, next.e.Token(), leaders[name].name, term)
+				name, slot, src.srv.Addr(), dst.srv.Addr(), next.name, next.e.Status().Token, leaders[name].name, term)
 		}
 		if got := owner(t, nodes, slot); got != dst {
 			t.Fatalf("%s: slot %d is served by %s after the migration, want %s", name, slot, got.srv.Addr(), dst.srv.Addr())
@@ -194,7 +194,7 @@ func TestClusterReshardingKeepsTheLeader(t *testing.T) {
 			t.Errorf("%s: the source node answered no ASK while the lease key was on the target: the half-migrated state was not exercised", name)
 		}
 		t.Logf("%s: slot %d moved from %s to %s (%d keys; the source answered %d ASK and %d TRYAGAIN meanwhile); %s kept token %d and renewed %v after",
-			name, slot, src.srv.Addr(), dst.srv.Addr(), moved, asks, tryagains, next.name, next.e.Token(), next.e.Status().LastRenew.Sub(done).Round(time.Millisecond))
+			name, slot, src.srv.Addr(), dst.srv.Addr(), moved, asks, tryagains, next.name, next.e.Status().Token, next.e.Status().LastRenew.Sub(done).Round(time.Millisecond))
 	}
 	// Every other lease kept its leader too.
 	time.Sleep(2 * tm.retry)

@@ -141,7 +141,7 @@ func startElector(t testing.TB, client redis.UniversalClient, leaseName, identit
 		Recampaign:      true,
 		Callbacks: election.Callbacks{
 			OnStartedLeading: func(ctx context.Context) {
-				end := led.begin(leaseName, identity, r.e.Token(), time.Now())
+				end := led.begin(leaseName, identity, r.e.Status().Token, time.Now())
 				<-ctx.Done()
 				end(time.Now())
 			},

@@ -22,7 +22,7 @@ type Timing struct {
 }
 
 // DefaultTiming is client-go's default (and elector's).
-var DefaultTiming = Timing{election.DefaultLeaseDuration, election.DefaultRenewDeadline, election.DefaultRetryPeriod}
+var DefaultTiming = Timing{timing.DefaultLeaseDuration, timing.DefaultRenewDeadline, timing.DefaultRetryPeriod}
 
 // Scale divides every duration of t by div.
 func (t Timing) Scale(div int64) Timing {
