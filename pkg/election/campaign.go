@@ -248,28 +248,27 @@ func resetTimer(t clock.Timer, d time.Duration) {
 // without it the follower polls every RetryPeriod, so a failure is logged once and retried
 // at most every RetryPeriod.
 type watch struct {
-	e       *Elector
-	sub     subscription
-	lastTry time.Time
-	failing bool
-	closing sync.WaitGroup // subscriptions being closed in the background
+	clock     clock.Clock
+	every     time.Duration                                   // RetryPeriod: how often a failed subscribe is tried again
+	subscribe func(ctx context.Context) (subscription, error) // Elector.subscribe
+	sub       subscription
+	lastTry   time.Time
+	failing   bool
+	closing   sync.WaitGroup // subscriptions being closed in the background
 }
 
 // ensure subscribes if there is no subscription and the last failed try is RetryPeriod old.
 func (w *watch) ensure(ctx context.Context) {
-	if w.sub != nil || (!w.lastTry.IsZero() && w.e.clock.Since(w.lastTry) < w.e.cfg.RetryPeriod) {
+	if w.sub != nil || (!w.lastTry.IsZero() && w.clock.Since(w.lastTry) < w.every) {
 		return
 	}
-	w.lastTry = w.e.clock.Now()
-	sctx, cancel := context.WithTimeout(ctx, w.e.callTimeout())
-	defer cancel()
-	sub, err := w.e.store.subscribe(sctx)
+	w.lastTry = w.clock.Now()
+	sub, err := w.subscribe(ctx)
 	logger := logr.FromContextOrDiscard(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return
 		}
-		w.e.cfg.Metrics.redisError(w.e.cfg.LeaseName, "subscribe", err)
 		if !w.failing {
 			w.failing = true
 			kv := []any{"reason", redisfail.Reason(err)}
@@ -285,7 +284,22 @@ func (w *watch) ensure(ctx context.Context) {
 		logger.Info("Subscribed to lease events again")
 	}
 	w.sub = sub
-	w.e.subscriptions.Add(1)
+}
+
+// subscribe is a follower's subscription to the lease's events, each try bounded as the
+// Elector's calls are, counted when Redis confirmed it and reported when it failed.
+func (e *Elector) subscribe(ctx context.Context) (subscription, error) {
+	sctx, cancel := context.WithTimeout(ctx, e.callTimeout())
+	defer cancel()
+	sub, err := e.store.subscribe(sctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			e.cfg.Metrics.redisError(e.cfg.LeaseName, "subscribe", err)
+		}
+		return nil, err
+	}
+	e.subscriptions.Add(1)
+	return sub, nil
 }
 
 // events returns the channel of events, nil (blocking forever) without a subscription.

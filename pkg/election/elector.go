@@ -131,7 +131,7 @@ func (e *Elector) Run(ctx context.Context) error {
 
 	e.notify = startNotifier(e.cfg.Callbacks.OnNewLeader)
 	defer e.notify.stop()
-	w := &watch{e: e}
+	w := &watch{clock: e.clock, every: e.cfg.RetryPeriod, subscribe: e.subscribe}
 	defer w.wait()
 
 	for {

@@ -60,13 +60,14 @@ func newLeaderBody(e *Elector) leaderBody {
 // RenewDeadline + tolerance: the step-down should have happened by then, so the elector is
 // wedged and a restart is the safe way out. It never fails a follower.
 type HealthzAdaptor struct {
-	e         *Elector
-	tolerance time.Duration
+	lease      string
+	limit      time.Duration                // RenewDeadline + tolerance
+	sinceRenew func() (time.Duration, bool) // Elector.sinceRenew
 }
 
 // HealthzAdaptor returns the elector's health check with the given tolerance.
 func (e *Elector) HealthzAdaptor(tolerance time.Duration) *HealthzAdaptor {
-	return &HealthzAdaptor{e: e, tolerance: tolerance}
+	return &HealthzAdaptor{lease: e.cfg.LeaseName, limit: e.cfg.RenewDeadline + tolerance, sinceRenew: e.sinceRenew}
 }
 
 // Name returns "leaderElection", the name client-go's adaptor uses.
@@ -74,10 +75,9 @@ func (h *HealthzAdaptor) Name() string { return "leaderElection" }
 
 // Check returns an error when the leader's renewals are overdue beyond the tolerance.
 func (h *HealthzAdaptor) Check(*http.Request) error {
-	age, leading := h.e.sinceRenew()
-	if limit := h.e.cfg.RenewDeadline + h.tolerance; leading && age > limit {
+	if age, leading := h.sinceRenew(); leading && age > h.limit {
 		return fmt.Errorf("elector %q leads but its last successful renew was %v ago (limit %v)",
-			h.e.cfg.LeaseName, age.Round(time.Millisecond), limit)
+			h.lease, age.Round(time.Millisecond), h.limit)
 	}
 	return nil
 }
