@@ -23,10 +23,11 @@ import (
 	impl "github.com/elector/elector/internal/lease"
 )
 
-// DefaultPrefix is the key prefix used when Options.Prefix is empty.
+// DefaultPrefix ("elector") is the key prefix used when Options.Prefix is empty.
 const DefaultPrefix = impl.DefaultPrefix
 
-// NoExpiry is the TTL reported for a lease key that exists without an expiry (set by hand).
+// NoExpiry (-1ns) is the TTL reported for a lease key that exists without an expiry (set by
+// hand).
 const NoExpiry = impl.NoExpiry
 
 // ErrNotReplicated is matched (errors.Is) by the error of a write that the master applied but
