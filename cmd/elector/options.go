@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
 
+	"github.com/elector/elector/internal/identity"
 	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/timing"
@@ -59,15 +60,11 @@ func (o *leaseOptions) complete(c *cli) error {
 	if o.identity != "" || o.observer {
 		return nil
 	}
-	if pod := c.getenv("POD_NAME"); pod != "" {
-		o.identity, o.identitySource = pod, "--"+flagIdentity+" (from $POD_NAME)"
-		return nil
+	id, source, err := identity.Default(c.getenv, c.hostname)
+	if err != nil {
+		return fmt.Errorf("--%s: not set, %w; set --%s", flagIdentity, err, flagIdentity)
 	}
-	host, err := c.hostname()
-	if err != nil || host == "" {
-		return fmt.Errorf("--%s: not set, $POD_NAME is empty and the host name is unknown (%v); set --%s", flagIdentity, err, flagIdentity)
-	}
-	o.identity, o.identitySource = host, "--"+flagIdentity+" (from the host name)"
+	o.identity, o.identitySource = id, "--"+flagIdentity+" (from "+string(source)+")"
 	return nil
 }
 
