@@ -103,7 +103,10 @@ type Config struct {
 	// stop the election; keep Timeout well below RetryPeriod.
 	ReplicaAck lease.ReplicaAck
 
-	// Metrics, when set, receive this elector's figures (see NewMetrics).
+	// Metrics, when set, receive this elector's figures (see NewMetrics), labelled
+	// name=LeaseName: electors that share one Metrics need distinct lease names (for the same
+	// name under two KeyPrefixes, give each a Metrics on its own prometheus.Registerer, e.g.
+	// prometheus.WrapRegistererWith a prefix label).
 	Metrics *Metrics
 }
 
