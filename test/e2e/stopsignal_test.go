@@ -125,6 +125,10 @@ func TestRunStopSignalKillsTree(t *testing.T) {
 					if holderOf(leaseValue(t, client, name)) == to {
 						to = ids[1]
 					}
+					// The other replica must follow (be subscribed to the lease's events),
+					// else resign refuses --to: on a loaded machine it may not even have
+					// started yet, or not yet resubscribed after the last handover.
+					waitFollowers(t, client, name, 1)
 					if code, _, stderr := resignCLI(t, srv.Addr(), name, 20*time.Second, "--to", to); code != 0 {
 						t.Fatalf("elector resign --to %s: exit %d\n%s", to, code, stderr)
 					}
