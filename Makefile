@@ -4,7 +4,7 @@ GOFLAGS ?=
 export GOFLAGS
 
 .PHONY: test test-deps lint build check-static helm-test bench-quick adapters-test fuzz-smoke demo ci \
-	ci-tests ci-lane prebuild \
+	ci-tests ci-lane \
 	test-under-load model compat k8s-e2e check-adapters flake-hunt
 
 ## test: install redis-server/sentinel/cli if missing (as root, with apt-get), then run every
@@ -42,11 +42,9 @@ bench-quick:
 ## With -trimpath, as hack/check-adapters.sh builds them from its own module cache: a
 ## package's directory is then not part of its build cache key, so check-adapters reuses
 ## these compiled client-go packages instead of compiling them again (about 200 s).
-CLIENTGO_FLAGS = -trimpath
-GOCRON_FLAGS = -race
 adapters-test: test-deps
-	cd adapters/clientgo && $(GO) vet $(CLIENTGO_FLAGS) ./... && $(GO) test $(CLIENTGO_FLAGS) -count=1 -timeout 15m ./...
-	cd adapters/gocron && $(GO) vet ./... && $(GO) test $(GOCRON_FLAGS) -count=1 ./...
+	cd adapters/clientgo && $(GO) vet -trimpath ./... && $(GO) test -trimpath -count=1 -timeout 15m ./...
+	cd adapters/gocron && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 
 ## check-adapters: build each adapter with GOWORK=off against the core from a file:// proxy
 ## of the tree, as a user's `go get` does.
@@ -125,17 +123,10 @@ demo:
 
 ## ci: every check of the main module and its satellite modules. .ci/run runs it in two parts
 ## side by side: ci-tests, whose tests and benchmark guards are timing-sensitive, in the
-## foreground, and ci-lane at the lowest CPU priority beside it: what is CPU-bound and
-## timing-free (compiling the satellite modules' tests, the fuzz targets, the spin models,
-## the simulator's seeds), so that it fills the cores the timing tests leave idle.
+## foreground, and ci-lane at the lowest CPU priority beside it: what is CPU-bound, timing-free
+## and not needed by ci-tests (the fuzz targets, the spin models, the simulator's seeds), so
+## that it fills the cores the timing tests leave idle.
 ci: ci-tests fuzz-smoke
 ci-tests: lint test build adapters-test check-adapters helm-test bench-quick
 ci-lane: SIM_REDIS = 0
-ci-lane: prebuild fuzz-smoke model sim
-
-## prebuild: compile the satellite modules' test binaries, with the flags their targets use,
-## and run none: the build cache then has what helm-test and adapters-test compile.
-prebuild:
-	cd test/helm && $(GO) test -count=1 -exec true ./... >/dev/null
-	cd adapters/clientgo && $(GO) vet $(CLIENTGO_FLAGS) ./... && $(GO) test $(CLIENTGO_FLAGS) -count=1 -exec true ./... >/dev/null
-	cd adapters/gocron && $(GO) vet ./... && $(GO) test $(GOCRON_FLAGS) -count=1 -exec true ./... >/dev/null
+ci-lane: fuzz-smoke model sim
