@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # flake-hunt: runs the timing-sensitive test packages N times under the load of a cold CI
-# machine — two busy loops and a CPU-heavy compile loop at nice 19, as the background
-# Kubernetes build is in .ci/run — against each Redis server found (the Debian one and the
+# machine — two busy loops and a CPU-heavy compile loop at nice 19 — against each Redis server found (the Debian one and the
 # compat builds cached by hack/compat.sh), prints each failing test's failure count and
 # exits non-zero on any failure.
 #
@@ -65,7 +64,11 @@ done
 log "compiled $(wc -l <"$work/bins") test binaries in $((SECONDS - start)) s"
 
 # 2. The load: busy loops, and a compile loop at nice 19 with a cache of its own (-a: it
-# never finishes early). Each in its own process group, killed at exit.
+# never finishes early). Each in its own process group, killed at exit. Each setsid is also
+# its own scheduling autogroup, and autogroups share the CPU fairly whatever the nice value:
+# the compile loop gets a full share, as .ci/run's background build did before its lanes set
+# their autogroup's nice (docs/CI.md). Harsher than CI now, on purpose: a hunt should
+# over-load.
 for ((i = 0; i < ${FLAKE_BUSY:-2}; i++)); do
 	setsid bash -c 'while :; do :; done' &
 	pids+=($!)
