@@ -44,7 +44,7 @@ func (e usageError) Error() string { return e.msg }
 
 func run(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageError{"want a subcommand: record or readme"}
+		return usageError{"want a subcommand: record, failures or readme"}
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -89,6 +89,27 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%s %s: %d problem(s), the row says fail where they were", r.Server, r.Version, len(sum.Problems))
 		}
 		return nil
+	case "failures":
+		lines := fs.Int("lines", 6, "the most `lines` of each failed test's own output to print")
+		if err := fs.Parse(args[1:]); err != nil {
+			return usageError{err.Error()}
+		}
+		if fs.NArg() == 0 || *lines < 1 {
+			return usageError{"failures: want -lines of at least 1 and at least one go test -json file"}
+		}
+		for _, name := range fs.Args() {
+			f, err := os.Open(name)
+			if err != nil {
+				return err
+			}
+			tr, err := ParseTestJSON(f)
+			_ = f.Close()
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			tr.Failures(stdout, *lines)
+		}
+		return nil
 	case "readme":
 		readme := fs.String("readme", "README.md", "the `file` with the table's markers")
 		check := fs.Bool("check", false, "only check that the table is the generated one")
@@ -118,6 +139,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		return os.WriteFile(*readme, []byte(out), 0o644)
 	default:
-		return usageError{fmt.Sprintf("unknown subcommand %q: want record or readme", args[0])}
+		return usageError{fmt.Sprintf("unknown subcommand %q: want record, failures or readme", args[0])}
 	}
 }

@@ -168,3 +168,45 @@ func TestUsage(t *testing.T) {
 		}
 	}
 }
+
+// The digest shows what a failing test itself wrote and its name, not the thousands of log
+// lines of the code under test (a soak's intentional panics drowned the failure of CI stop 35
+// in them), nor a parent whose subtest failed, nor the output of passing tests.
+func TestFailures(t *testing.T) {
+	var lines [][3]string
+	lines = append(lines,
+		[3]string{"run", "TestSoak", ""},
+		[3]string{"run", "TestClock", ""},
+		[3]string{"run", "TestClock/offset=2s", ""},
+		[3]string{"output", "TestClock/offset=2s", "    clock_test.go:128: the replica's TIME is 2s ahead"},
+		[3]string{"output", "TestClock/offset=2s", "    clock_test.go:239: the lease ended 2.04s early, want 2s"},
+	)
+	for i := 0; i < 50; i++ {
+		lines = append(lines, [3]string{"output", "TestSoak", `E1203 group_run.go:299] User callback panicked, err=panic: soak`})
+	}
+	lines = append(lines,
+		[3]string{"output", "TestSoak", "    group_soak_test.go:47: seed 1"},
+		[3]string{"pass", "TestSoak", ""},
+		[3]string{"output", "TestClock/offset=2s", "--- FAIL: TestClock/offset=2s (15.66s)"},
+		[3]string{"fail", "TestClock/offset=2s", ""},
+		[3]string{"fail", "TestClock", ""},
+		[3]string{"fail", "", ""},
+	)
+	var b strings.Builder
+	parse(t, stream("p", lines...)).Failures(&b, 1)
+	want := "--- FAIL: TestClock/offset=2s (p)\n    clock_test.go:239: the lease ended 2.04s early, want 2s\n"
+	if b.String() != want {
+		t.Errorf("Failures wrote\n%s\nwant\n%s", b.String(), want)
+	}
+
+	// A package that panicked outside a test: its last lines.
+	b.Reset()
+	parse(t, stream("q",
+		[3]string{"output", "", "panic: boom"},
+		[3]string{"output", "", "goroutine 1 [running]:"},
+		[3]string{"fail", "", ""},
+	)).Failures(&b, 1)
+	if want := "FAIL package q\ngoroutine 1 [running]:\n"; b.String() != want {
+		t.Errorf("Failures wrote\n%s\nwant\n%s", b.String(), want)
+	}
+}

@@ -25,6 +25,8 @@ type TestRun struct {
 	Tests map[string]*Test
 	// FailedPackages are packages that failed (including build failures and panics).
 	FailedPackages []string
+	// pkgOutput is each package's output outside its tests (a panic, a timeout's dump).
+	pkgOutput map[string][]string
 }
 
 // Test is one test or subtest.
@@ -33,6 +35,7 @@ type Test struct {
 	Action        string              // pass, fail or skip; "" when the stream ended first
 	Started       map[started]bool    // what internal/redistest logged that it started
 	children      map[string]struct{} // names of direct subtests
+	output        []string            // the test's output lines
 }
 
 // started is one "redistest: started MODE (SERVER VERSION)" line.
@@ -43,7 +46,7 @@ var startedRE = regexp.MustCompile(`redistest: started (standalone|sentinel|clus
 
 // ParseTestJSON reads a `go test -json` stream.
 func ParseTestJSON(r io.Reader) (*TestRun, error) {
-	tr := &TestRun{Tests: map[string]*Test{}}
+	tr := &TestRun{Tests: map[string]*Test{}, pkgOutput: map[string][]string{}}
 	get := func(pkg, name string) *Test {
 		k := pkg + " " + name
 		t := tr.Tests[k]
@@ -78,15 +81,20 @@ func ParseTestJSON(r io.Reader) (*TestRun, error) {
 		case ev.Action == "build-fail":
 			tr.FailedPackages = append(tr.FailedPackages, ev.Package+" (build)")
 		case ev.Test == "":
-			if ev.Action == "fail" {
+			switch ev.Action {
+			case "fail":
 				tr.FailedPackages = append(tr.FailedPackages, ev.Package)
+			case "output":
+				tr.pkgOutput[ev.Package] = append(tr.pkgOutput[ev.Package], strings.TrimRight(ev.Output, "\n"))
 			}
 		case ev.Action == "run":
 			get(ev.Package, ev.Test)
 		case ev.Action == "output":
+			t := get(ev.Package, ev.Test)
 			if m := startedRE.FindStringSubmatch(ev.Output); m != nil {
-				get(ev.Package, ev.Test).Started[started{m[1], m[2], m[3]}] = true
+				t.Started[started{m[1], m[2], m[3]}] = true
 			}
+			t.output = append(t.output, strings.TrimRight(ev.Output, "\n"))
 		case ev.Action == "pass" || ev.Action == "fail" || ev.Action == "skip":
 			get(ev.Package, ev.Test).Action = ev.Action
 		}
@@ -221,4 +229,61 @@ func (s Summary) Report(r Row) string {
 		fmt.Fprintf(&b, "  problem: %s\n", p)
 	}
 	return b.String()
+}
+
+// testFileLineRE matches a line a test wrote with t.Error, t.Fatal or t.Log (go test indents
+// it and names the test file and line).
+var testFileLineRE = regexp.MustCompile(`^\s+\S+_test\.go:\d+: `)
+
+// Failures writes a digest of what failed, for a CI log of which only the end may be shown: for
+// each failed test without a failed subtest, its last perTest lines written by the test
+// itself (file_test.go:N:, so not the logs of the code under test, which a failing test may
+// print by the thousand) after its "--- FAIL" line, as go test prints them; for a failed package without a failed test
+// (a panic, a timeout, a build failure), its last perTest lines of output.
+func (tr *TestRun) Failures(w io.Writer, perTest int) {
+	keys := make([]string, 0, len(tr.Tests))
+	for k, t := range tr.Tests {
+		if t.Action == "fail" || t.Action == "" {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	failedTest := map[string]bool{}
+	for _, k := range keys {
+		t := tr.Tests[k]
+		failedTest[t.Package] = true
+		leaf := true
+		for c := range t.children {
+			if a := tr.Tests[t.Package+" "+c].Action; a == "fail" || a == "" {
+				leaf = false
+			}
+		}
+		if !leaf {
+			continue
+		}
+		var lines []string
+		for _, l := range t.output {
+			if testFileLineRE.MatchString(l) {
+				lines = append(lines, l)
+			}
+		}
+		state := "FAIL"
+		if t.Action == "" {
+			state = "FAIL (unfinished: the package panicked or timed out)"
+		}
+		fmt.Fprintf(w, "--- %s: %s (%s)\n", state, t.Name, t.Package)
+		for _, l := range lines[max(0, len(lines)-perTest):] {
+			fmt.Fprintln(w, l)
+		}
+	}
+	for _, p := range tr.FailedPackages {
+		if failedTest[strings.TrimSuffix(p, " (build)")] {
+			continue
+		}
+		fmt.Fprintf(w, "FAIL package %s\n", p)
+		out := tr.pkgOutput[strings.TrimSuffix(p, " (build)")]
+		for _, l := range out[max(0, len(out)-perTest):] {
+			fmt.Fprintln(w, l)
+		}
+	}
 }
