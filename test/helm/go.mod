@@ -202,4 +202,8 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
 
+// hack/k8s-e2e.sh builds the helm CLI from this module (go build helm.sh/helm/v4/cmd/helm), so
+// that helm and these tests share one module graph and their compiled packages. For the same
+// reason client-go's dependencies are at the versions test/k8s and adapters/clientgo select
+// (github.com/spf13/pflag and k8s.io/utils at the core's): see docs/CI.md.
 tool helm.sh/helm/v4/cmd/helm
