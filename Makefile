@@ -30,8 +30,11 @@ build:
 	hack/check-static.sh bin/elector
 
 ## helm-test: lint and render the chart, decode every object strictly (own Go module).
+## CGO off and -trimpath, as hack/k8s-e2e.sh builds helm from this module and the test modules,
+## and as adapters-test: with the same flags and module versions, helm's packages, client-go
+## and the Kubernetes API types are compiled once for all of them.
 helm-test:
-	cd test/helm && $(GO) test -count=1 ./...
+	cd test/helm && CGO_ENABLED=0 $(GO) vet -trimpath ./... && CGO_ENABLED=0 $(GO) test -trimpath -count=1 ./...
 
 ## bench-quick: the peer comparison in its quick mode, so that it cannot rot.
 bench-quick:
@@ -39,11 +42,12 @@ bench-quick:
 
 ## adapters-test: each adapter module against real Redis and its framework (own modules).
 ## client-go's packages are compiled without -race here: instrumenting them takes minutes.
-## With -trimpath, as hack/check-adapters.sh builds them from its own module cache: a
-## package's directory is then not part of its build cache key, so check-adapters reuses
-## these compiled client-go packages instead of compiling them again (about 200 s).
+## With -trimpath and CGO off, as hack/check-adapters.sh builds them from its own module cache
+## (a package's directory is then not part of its build cache key, so check-adapters reuses
+## these compiled client-go packages instead of compiling them again, about 200 s), and as
+## helm-test and hack/k8s-e2e.sh build theirs: one compile of client-go serves them all.
 adapters-test: test-deps
-	cd adapters/clientgo && $(GO) vet -trimpath ./... && $(GO) test -trimpath -count=1 -timeout 15m ./...
+	cd adapters/clientgo && CGO_ENABLED=0 $(GO) vet -trimpath ./... && CGO_ENABLED=0 $(GO) test -trimpath -count=1 -timeout 15m ./...
 	cd adapters/gocron && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 
 ## check-adapters: build each adapter with GOWORK=off against the core from a file:// proxy

@@ -18,8 +18,10 @@ shared=$(go env GOMODCACHE)
 # builds would get a stale tree) nor be served from it. Other modules come from the shared
 # cache's download directory, which is a proxy directory itself, then from the usual proxy.
 # -trimpath keeps the private cache's directories out of the build cache keys, so that the
-# packages compiled by make adapters-test (also with -trimpath) and by earlier runs are reused.
+# packages compiled by make adapters-test (also with -trimpath and CGO off) and by earlier runs
+# are reused; CGO off as there (a different CGO setting changes every package's cache key).
 export GOMODCACHE="$work/modcache" GOWORK=off GONOSUMDB="$core" GOFLAGS="-mod=mod -modcacherw -trimpath"
+export CGO_ENABLED=0
 export GOPROXY="file://$work/proxy,file://$shared/cache/download,$upstream"
 # The tree as git sees it (tracked and untracked files, not ignored ones: no bin/, no .git).
 mkdir "$work/tree"

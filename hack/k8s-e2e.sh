@@ -14,14 +14,17 @@
 #
 # Environment (all optional):
 #   K8S_VERSION    Kubernetes version to build (default v1.37.2)
-#   HELM_VERSION   helm version to build (default v3.22.0)
+#   HELM_VERSION   helm v4 version to build (default the one test/helm's go.mod requires, v4.3.2)
 #   E2E_CACHE      cache dir (default ${XDG_CACHE_HOME:-$HOME/.cache}/elector-e2e)
 #   E2E_RUN        -run pattern for the test module
 set -euo pipefail
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
-HELM_VERSION=${HELM_VERSION:-v3.22.0}
+# helm is built from test/helm's module, where helm.sh/helm/v4/cmd/helm is a tool: the version its
+# go.mod requires is the default, so that one module graph serves both.
+helm_module_version=$(cd "$repo_root/test/helm" && GOWORK=off go list -m -f '{{.Version}}' helm.sh/helm/v4)
+HELM_VERSION=${HELM_VERSION:-$helm_module_version}
 cache=${E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/elector-e2e}
 k8s_bin=$cache/k8s-$K8S_VERSION/bin
 helm_bin=$cache/helm-$HELM_VERSION/bin
@@ -85,17 +88,22 @@ build_helm() {
 	fi
 	log "helm $HELM_VERSION: building into $helm_bin"
 	local t0=$SECONDS
-	local minor=${K8S_VERSION#v1.}
-	minor=${minor%%.*}
-	local ld="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
-	# helm's default Kubernetes version for `helm template` comes from these.
-	ld+=" -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1"
-	ld+=" -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$minor"
-	ld+=" -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1"
-	ld+=" -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$minor"
+	# helm v4 stamps its version here (its Makefile does the same). Its default Kubernetes
+	# version for `helm template` and lint has no variable any more: helm derives it from the
+	# k8s.io/client-go version in the binary's build info (v0.37.x gives v1.37.0).
+	local ld="-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION"
 	mkdir -p "$helm_bin"
-	CGO_ENABLED=0 GOBIN="$helm_bin" GOWORK=off GOFLAGS=-mod=mod \
-		go install -trimpath -ldflags "$ld" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+	if [[ $HELM_VERSION == "$helm_module_version" ]]; then
+		# From test/helm's module, with the flags of make helm-test and the test modules
+		# (-trimpath, CGO off): helm's packages and client-go come from one module graph, so
+		# they are compiled once for helm, test/helm, test/k8s and adapters/clientgo.
+		(cd "$repo_root/test/helm" && CGO_ENABLED=0 GOWORK=off \
+			go build -trimpath -ldflags "$ld" -o "$helm_bin/helm" helm.sh/helm/v4/cmd/helm)
+	else
+		# Another version: its own module graph, which shares nothing with the tests.
+		CGO_ENABLED=0 GOBIN="$helm_bin" GOWORK=off GOFLAGS=-mod=mod \
+			go install -trimpath -ldflags "$ld" "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
+	fi
 	"$helm_bin/helm" version
 	log "helm $HELM_VERSION: built in $((SECONDS - t0)) s"
 }
@@ -143,22 +151,23 @@ run_tests() {
 	export E2E_K8S_BIN=$k8s_bin E2E_HELM=$helm_bin/helm E2E_CACHE=$cache E2E_REPO=$repo_root
 	export E2E_K8S_VERSION=$K8S_VERSION E2E_HELM_VERSION=$HELM_VERSION
 	export E2E_RESULTS=${E2E_RESULTS:-$cache/results.json}
-	(cd "$repo_root/hack/image" && go vet ./... && go test -count=1 ./...)
-	cd "$repo_root/test/k8s"
-	# CGO off for the test binary too: the programs it builds into images are static, and
-	# with one setting they share the build cache (client-go is compiled once).
+	# CGO off and -trimpath for every build here, as for helm, make helm-test and make
+	# adapters-test: the programs built into images are static, and with one setting all of
+	# them share the build cache (client-go and the standard library are compiled once).
 	export CGO_ENABLED=0
-	go vet ./...
+	(cd "$repo_root/hack/image" && go vet -trimpath ./... && go test -trimpath -count=1 ./...)
+	cd "$repo_root/test/k8s"
+	go vet -trimpath ./...
 	trap backstop EXIT
-	go test -count=1 -v -timeout 20m ${E2E_RUN:+-run "$E2E_RUN"} ./...
+	go test -trimpath -count=1 -v -timeout 20m ${E2E_RUN:+-run "$E2E_RUN"} ./...
 }
 
 # prebuild_tests compiles what run_tests compiles (the test modules' dependencies, client-go
 # among them), with the same settings, so that the tests start from a warm build cache.
 prebuild_tests() {
 	local t0=$SECONDS
-	(cd "$repo_root/hack/image" && go vet ./...)
-	(cd "$repo_root/test/k8s" && CGO_ENABLED=0 go vet ./...)
+	(cd "$repo_root/hack/image" && CGO_ENABLED=0 go vet -trimpath ./...)
+	(cd "$repo_root/test/k8s" && CGO_ENABLED=0 go vet -trimpath ./...)
 	log "test modules compiled in $((SECONDS - t0)) s"
 }
 

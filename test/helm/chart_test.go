@@ -14,10 +14,10 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/lint"
-	"helm.sh/helm/v3/pkg/lint/support"
+	"helm.sh/helm/v4/pkg/chart/common"
+	"helm.sh/helm/v4/pkg/chart/v2/lint"
+	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
 )
 
 // scenario is one set of values the chart is rendered with, and what the
@@ -114,13 +114,13 @@ func TestLint(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			vals := map[string]any{}
 			for _, f := range files {
-				v, err := chartutil.ReadValuesFile(filepath.Join(chartDir, f))
+				v, err := common.ReadValuesFile(filepath.Join(chartDir, f))
 				if err != nil {
 					t.Fatal(err)
 				}
 				vals = mergeMaps(vals, v)
 			}
-			linter := lint.AllWithKubeVersion(chartDir, vals, "default", kv)
+			linter := lint.RunAll(chartDir, vals, "default", lint.WithKubeVersion(kv))
 			for _, m := range linter.Messages {
 				// INFO is advice such as "icon is recommended"; --strict
 				// fails on warnings and errors.

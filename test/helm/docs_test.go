@@ -7,11 +7,11 @@ import (
 	"strings"
 	"testing"
 
-	"helm.sh/helm/v3/pkg/action"
-	"helm.sh/helm/v3/pkg/cli/values"
-	"helm.sh/helm/v3/pkg/getter"
-	"helm.sh/helm/v3/pkg/lint"
-	"helm.sh/helm/v3/pkg/lint/support"
+	"helm.sh/helm/v4/pkg/action"
+	"helm.sh/helm/v4/pkg/chart/v2/lint"
+	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
+	"helm.sh/helm/v4/pkg/cli/values"
+	"helm.sh/helm/v4/pkg/getter"
 )
 
 // repoRoot is the repository, relative to this package.
@@ -142,8 +142,9 @@ type helmInvocation struct {
 }
 
 // parseHelmArgs parses the arguments of a documented helm command with the
-// flags of helm v3 that the documentation may use. An unknown flag is an
-// error: the documentation must not show what helm would reject.
+// flags of helm v4 that the documentation may use. An unknown flag is an
+// error: the documentation must not show what helm would reject, nor a flag
+// helm v4 deprecates (--atomic, now --rollback-on-failure).
 func parseHelmArgs(args []string) (*helmInvocation, error) {
 	if len(args) == 0 {
 		return nil, fmt.Errorf("no helm subcommand")
@@ -163,7 +164,7 @@ func parseHelmArgs(args []string) (*helmInvocation, error) {
 		"--version":      func(string) {},
 	}
 	boolean := map[string]bool{
-		"--wait": true, "--atomic": true, "--create-namespace": true, "--install": true, "-i": true,
+		"--wait": true, "--rollback-on-failure": true, "--create-namespace": true, "--install": true, "-i": true,
 		"--dry-run": true, "--debug": true, "--strict": true, "--reuse-values": true,
 	}
 	for i := 1; i < len(args); i++ {
@@ -185,6 +186,10 @@ func parseHelmArgs(args []string) (*helmInvocation, error) {
 			continue
 		}
 		if ok := boolean[name]; ok && !hasValue {
+			continue
+		}
+		// helm v4's --wait alone means --wait=watcher; it takes a strategy too.
+		if name == "--wait" && (value == "watcher" || value == "hookOnly" || value == "legacy") {
 			continue
 		}
 		return nil, fmt.Errorf("flag %s is not one the test knows of helm %s", a, inv.sub)
@@ -270,7 +275,7 @@ func runDocumented(c docCommand) error {
 		if err != nil {
 			return err
 		}
-		linter := lint.AllWithKubeVersion(chart, vals, "default", kv)
+		linter := lint.RunAll(chart, vals, "default", lint.WithKubeVersion(kv))
 		for _, m := range linter.Messages {
 			if m.Severity > support.InfoSev {
 				return fmt.Errorf("lint: %s", m)
@@ -278,7 +283,7 @@ func runDocumented(c docCommand) error {
 		}
 		return nil
 	case "show":
-		out, err := action.NewShow(action.ShowOutputFormat(inv.release)).Run(chart)
+		out, err := action.NewShow(action.ShowOutputFormat(inv.release), quietConfig()).Run(chart)
 		if err != nil {
 			return err
 		}
@@ -324,6 +329,30 @@ func TestShellWords(t *testing.T) {
 		got, err := shellWords(in)
 		if err != nil || strings.Join(got, "|") != want {
 			t.Errorf("shellWords(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+}
+
+// TestParseHelmArgs checks the flags the documented commands may use: those of
+// helm v4, not the ones it deprecates or rejects.
+func TestParseHelmArgs(t *testing.T) {
+	for _, ok := range []string{
+		"upgrade a charts/elector --wait",
+		"upgrade a charts/elector --wait=legacy --timeout 5m",
+		"install a charts/elector --rollback-on-failure --wait=watcher",
+	} {
+		if _, err := parseHelmArgs(strings.Fields(ok)); err != nil {
+			t.Errorf("%q: %v, want it accepted", ok, err)
+		}
+	}
+	for _, bad := range []string{
+		"upgrade a charts/elector --atomic",      // deprecated in helm v4
+		"upgrade a charts/elector --wait=always", // not a wait strategy
+		"upgrade a charts/elector --wait=",
+		"install a charts/elector --no-such-flag",
+	} {
+		if _, err := parseHelmArgs(strings.Fields(bad)); err == nil {
+			t.Errorf("%q accepted, want an error", bad)
 		}
 	}
 }

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"helm.sh/helm/v3/pkg/action"
-	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v4/pkg/action"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
 )
 
 // TestChartReadme keeps the values table of the chart's README (what `helm
@@ -32,7 +32,7 @@ func TestChartReadme(t *testing.T) {
 	} else if readme != want {
 		t.Errorf("%s: the values table differs from values.yaml; run `go test -run TestChartReadme -update` in test/helm and review the diff", path)
 	}
-	shown, err := action.NewShow(action.ShowReadme).Run(chartDir)
+	shown, err := action.NewShow(action.ShowReadme, quietConfig()).Run(chartDir)
 	if err != nil {
 		t.Fatal(err)
 	}

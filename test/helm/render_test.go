@@ -2,6 +2,7 @@ package helm
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -9,10 +10,11 @@ import (
 	"strings"
 	"testing"
 
-	"helm.sh/helm/v3/pkg/action"
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/releaseutil"
+	"helm.sh/helm/v4/pkg/action"
+	"helm.sh/helm/v4/pkg/chart/common"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	release "helm.sh/helm/v4/pkg/release/v1"
+	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
 	"sigs.k8s.io/yaml"
 )
 
@@ -63,7 +65,7 @@ func renderChart(opts renderOptions) (*rendered, error) {
 		if !filepath.IsAbs(f) {
 			f = filepath.Join(chartDir, f)
 		}
-		v, err := chartutil.ReadValuesFile(f)
+		v, err := common.ReadValuesFile(f)
 		if err != nil {
 			return nil, fmt.Errorf("read values %s: %w", f, err)
 		}
@@ -84,9 +86,10 @@ func renderChart(opts renderOptions) (*rendered, error) {
 		return nil, err
 	}
 
-	install := action.NewInstall(&action.Configuration{Log: func(string, ...any) {}})
-	install.DryRun = true
-	install.ClientOnly = true
+	install := action.NewInstall(quietConfig())
+	// A client-side dry run is what `helm template` does: the install action
+	// puts a fake cluster and in-memory release storage in the configuration.
+	install.DryRunStrategy = action.DryRunClient
 	install.Replace = true
 	install.ReleaseName = opts.releaseName
 	if install.ReleaseName == "" {
@@ -97,18 +100,33 @@ func renderChart(opts renderOptions) (*rendered, error) {
 		install.Namespace = "default"
 	}
 	install.KubeVersion = kv
-	rel, err := install.Run(chrt, vals)
+	released, err := install.Run(chrt, vals)
 	if err != nil {
 		return nil, fmt.Errorf("render: %w", err)
 	}
-	return &rendered{manifest: rel.Manifest, notes: rel.Info.Notes}, nil
+	// Helm 4's actions return an interface that holds a release of the
+	// chart's API version: a v2 chart gives a v1 release.
+	rel, ok := released.(*release.Release)
+	if !ok {
+		return nil, fmt.Errorf("render: helm returned a %T, want a *release.Release (v1)", released)
+	}
+	// `helm template` prints the manifest trimmed, then a newline: Helm 4 ends
+	// every document of the release's manifest with a blank line, the last
+	// one too.
+	return &rendered{manifest: strings.TrimSpace(rel.Manifest) + "\n", notes: rel.Info.Notes}, nil
 }
 
-func parseKubeVersion(v string) (*chartutil.KubeVersion, error) {
+// quietConfig is the configuration of an action that talks to no cluster, with
+// Helm's log discarded (Helm 4 logs through slog, by default to stderr).
+func quietConfig() *action.Configuration {
+	return action.NewConfiguration(action.ConfigurationSetLogger(slog.DiscardHandler))
+}
+
+func parseKubeVersion(v string) (*common.KubeVersion, error) {
 	if v == "" {
 		v = defaultKubeVersion
 	}
-	kv, err := chartutil.ParseKubeVersion(v)
+	kv, err := common.ParseKubeVersion(v)
 	if err != nil {
 		return nil, fmt.Errorf("parse kube version %q: %w", v, err)
 	}

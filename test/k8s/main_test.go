@@ -163,15 +163,18 @@ func (e *env) prepare(ctx context.Context, work string) error {
 		return fmt.Errorf("hack/build.sh: %w: %s", err, out)
 	}
 	for _, p := range []string{"pause", "worker", "clientgo-elector"} {
-		// Without -trimpath and with CGO off, as the test binary: the build cache is shared.
-		cmd := exec.CommandContext(ctx, "go", "build", "-ldflags=-s -w", "-o", filepath.Join(binDir, p), "./cmd/"+p)
+		// With -trimpath and CGO off, as the test binary (hack/k8s-e2e.sh): the build cache is
+		// shared.
+		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(binDir, p), "./cmd/"+p)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("build %s: %w: %s", p, err, out)
 		}
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(binDir, "image"), ".")
+	// The flags hack/k8s-e2e.sh vets and tests hack/image with, so that it is not compiled again.
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", filepath.Join(binDir, "image"), ".")
 	cmd.Dir = filepath.Join(e.repo, "hack", "image")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build hack/image: %w: %s", err, out)
 	}
