@@ -62,18 +62,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if r.Key == "" || r.Server == "" || r.Version == "" || r.Source == "" || fs.NArg() == 0 {
 			return usageError{"record: -key, -server, -version, -source and at least one go test -json file are required"}
 		}
-		var runs []*TestRun
-		for _, name := range fs.Args() {
-			f, err := os.Open(name)
-			if err != nil {
-				return err
-			}
-			tr, err := ParseTestJSON(f)
-			_ = f.Close()
-			if err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
-			runs = append(runs, tr)
+		runs, err := parseFiles(fs.Args())
+		if err != nil {
+			return err
 		}
 		sum := Summarize(runs, r.Server, r.Version)
 		fmt.Fprint(stdout, sum.Report(r))
@@ -97,16 +88,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if fs.NArg() == 0 || *lines < 1 {
 			return usageError{"failures: want -lines of at least 1 and at least one go test -json file"}
 		}
-		for _, name := range fs.Args() {
-			f, err := os.Open(name)
-			if err != nil {
-				return err
-			}
-			tr, err := ParseTestJSON(f)
-			_ = f.Close()
-			if err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
+		runs, err := parseFiles(fs.Args())
+		if err != nil {
+			return err
+		}
+		for _, tr := range runs {
 			tr.Failures(stdout, *lines)
 		}
 		return nil
@@ -141,4 +127,22 @@ func run(args []string, stdout, stderr io.Writer) error {
 	default:
 		return usageError{fmt.Sprintf("unknown subcommand %q: want record, failures or readme", args[0])}
 	}
+}
+
+// parseFiles reads `go test -json` files.
+func parseFiles(names []string) ([]*TestRun, error) {
+	var runs []*TestRun
+	for _, name := range names {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		tr, err := ParseTestJSON(f)
+		_ = f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		runs = append(runs, tr)
+	}
+	return runs, nil
 }
