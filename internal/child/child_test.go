@@ -37,10 +37,16 @@ func TestMain(m *testing.M) {
 		// A test binary started with SIGHUP ignored (nohup, some CI runners) passes that on
 		// to every child it execs, and a shell cannot trap a signal ignored on entry:
 		// TestSignalForwarding's child never exited on its SIGHUP (CI, run under nohup: its
-		// /proc status showed SigIgn bit 1). Handling the signal here (and dropping it)
-		// gives the children the default disposition back, as exec resets handled signals.
-		if signal.Ignored(syscall.SIGHUP) {
-			signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
+		// /proc status showed SigIgn bit 1). Likewise SIGINT and SIGQUIT, which a
+		// non-interactive shell ignores in the commands it starts with `&`:
+		// TestStopWithReceivedSignal's child ignored its SIGINT under a flake hunt started
+		// that way, and was killed after the grace. Handling the signal here (and dropping
+		// it) gives the children the default disposition back, as exec resets handled
+		// signals.
+		for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT} {
+			if signal.Ignored(sig) {
+				signal.Notify(make(chan os.Signal, 1), sig)
+			}
 		}
 		goleak.VerifyTestMain(m)
 	case "pdeathsig":
