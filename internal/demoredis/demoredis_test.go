@@ -55,10 +55,9 @@ func TestKeysExpireInRealTime(t *testing.T) {
 	_, client := start(t)
 	ctx := testCtx(t)
 
-	// Wall-clock readings (Round(0) drops the monotonic one): the server's TTLs run on the wall
-	// clock, which a host being corrected runs at another rate than the monotonic one
-	// (hack/clockstep; 5 ms/s made a PX 300 key look gone after 298 ms by the monotonic clock).
-	now := func() time.Time { return time.Now().Round(0) }
+	// Wall-clock readings: the server's TTLs run on the wall clock (redistest.WallClock; with
+	// it 5 ms/s ahead, a PX 300 key looked gone after 298 ms by the monotonic clock).
+	now := func() time.Time { return redistest.WallClock(time.Now()) }
 	set := now()
 	ok, err := client.SetNX(ctx, "lease", "me", 300*time.Millisecond).Result()
 	if err != nil || !ok {

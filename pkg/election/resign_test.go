@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elector/elector/internal/redistest"
 	"github.com/elector/elector/pkg/election"
 )
 
@@ -103,10 +104,9 @@ func TestResignToAbsent(t *testing.T) {
 	_, _, from, before := resignLeader(t, c, "absent")
 	next, _ := c.tl.waitFor(t, from, hold+20*testLease, "a term after the hold-off", func(ev event) bool { return ev.kind == "start" })
 	// The reservation began at the release, after before; Redis expires keys to the ms, on
-	// the wall clock: measured there (Round(0) drops the monotonic reading), since a host
-	// whose clock is being corrected runs the two apart (hack/clockstep: 5 ms/s made the
-	// hold-off look 7 ms short on the monotonic clock).
-	if gap := next.at.Round(0).Sub(before.Round(0)); gap < hold-5*time.Millisecond {
+	// the wall clock, so the gap is measured there (redistest.WallClock; with it 5 ms/s
+	// ahead, the hold-off looked 7 ms short on the monotonic clock).
+	if gap := redistest.WallClock(next.at).Sub(redistest.WallClock(before)); gap < hold-5*time.Millisecond {
 		t.Fatalf("%s led %v after ResignTo(absent), within the hold-off %v; timeline:\n%s", next.who, gap, hold, c.tl)
 	}
 	c.tl.checkNoOverlap(t)

@@ -158,7 +158,7 @@ func failoverToClockAhead(t *testing.T, lib string, tm timing, margin time.Durat
 		for deadline := time.Now().Add(10 * tm.retry); ; {
 			st := a.e.Status()
 			if st.LastRenew != nil && before != nil && st.LastRenew.After(*before) {
-				sent, seen = wallClock(*st.LastRenew), wallClock(time.Now())
+				sent, seen = redistest.WallClock(*st.LastRenew), redistest.WallClock(time.Now())
 				break
 			}
 			if time.Now().After(deadline) {
@@ -176,13 +176,13 @@ func failoverToClockAhead(t *testing.T, lib string, tm timing, margin time.Durat
 		if record, err = rc.Get(ctx, key).Result(); err != nil { // A's record, replicated
 			t.Fatalf("GET %s on the replica: %v", key, err)
 		}
-		if last := a.e.Status().LastRenew; last != nil && wallClock(*last).Equal(sent) {
+		if last := a.e.Status().LastRenew; last != nil && redistest.WallClock(*last).Equal(sent) {
 			break
 		}
 	}
 	old := s.Master.Addr()
 	s.Master.Stop()
-	if last := a.e.Status().LastRenew; last == nil || !wallClock(*last).Equal(sent) {
+	if last := a.e.Status().LastRenew; last == nil || !redistest.WallClock(*last).Equal(sent) {
 		t.Fatalf("A renewed again (%v) in the microseconds before the kill; its expiry on the replica is unknown", last)
 	}
 
@@ -195,10 +195,10 @@ func failoverToClockAhead(t *testing.T, lib string, tm timing, margin time.Durat
 	go func() {
 		var lastHit time.Time
 		for pctx.Err() == nil {
-			at := wallClock(time.Now())
+			at := redistest.WallClock(time.Now())
 			v, err := rc.Get(pctx, key).Result()
 			if errors.Is(err, redis.Nil) || (err == nil && v != record) {
-				gone <- [2]time.Time{lastHit, wallClock(time.Now())}
+				gone <- [2]time.Time{lastHit, redistest.WallClock(time.Now())}
 				return
 			}
 			if err == nil {
@@ -226,7 +226,7 @@ func failoverToClockAhead(t *testing.T, lib string, tm timing, margin time.Durat
 	// The record's expiry E on the replica's clock is exec+LeaseDuration with exec, the
 	// renew's execution on the master, between sent and seen; E in real time lies between the
 	// last poll that found the record and the first that did not. All four are wall-clock
-	// readings (see wallClock).
+	// readings (see redistest.WallClock).
 	low := sent.Add(tm.lease).Sub(bounds[1])
 	high := seen.Add(tm.lease).Sub(bounds[0])
 	shortening := (low + high) / 2
@@ -280,13 +280,6 @@ func failoverToClockAhead(t *testing.T, lib string, tm timing, margin time.Durat
 		t.Logf("the failover took longer than A's trust (%v): no overlap to show this time", aTerm.end.Sub(sent))
 	}
 }
-
-// wallClock strips t's monotonic reading, so that differences of its results are taken on
-// the wall clock, the clock Redis keeps expiries in (an absolute PEXPIREAT, replicated). A
-// host whose wall clock is being corrected (NTP, a hypervisor's time sync) runs it at another
-// rate than the monotonic clock for a while: one CI run measured 5 ms/s, which made a lease of
-// this test end 25–40 ms off the offset on the monotonic clock, exact on the wall clock.
-func wallClock(t time.Time) time.Time { return t.Round(0) }
 
 // clockSkew returns how far the server's clock (TIME) is ahead of the local one.
 func clockSkew(ctx context.Context, c *redis.Client) (time.Duration, error) {
