@@ -23,7 +23,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 GO=${GO:-go}
 n=${FLAKE_N:-10}
-pkgs=${FLAKE_PKGS:-./pkg/election ./internal/lease ./internal/child ./test/e2e ./test/reliability}
+pkgs=${FLAKE_PKGS:-./pkg/election ./pkg/lease ./internal/lease ./internal/child ./test/e2e ./test/reliability}
 adapters=${FLAKE_ADAPTERS:-adapters/gocron adapters/clientgo}
 [[ $pkgs == none ]] && pkgs=""
 [[ $adapters == none ]] && adapters=""
@@ -104,9 +104,10 @@ for ((r = 1; r <= n; r++)); do
 		while IFS=$'\t' read -r dir bin; do
 			runs=$((runs + 1))
 			out=$work/out.$runs
-			rc=0
+			rc=0 t0=$SECONDS
 			(cd "$dir" && ELECTOR_REDIS_SERVER=$server ELECTOR_REDIS_SENTINEL=$sdir/$family-sentinel \
 				ELECTOR_REDIS_CLI=$sdir/$family-cli "$bin" -test.count=1 -test.v -test.timeout 20m) >"$out" 2>&1 || rc=$?
+			printf '%s %s\t%d\n' "$(basename "$bin" .test)" "$(basename "$server")" $((SECONDS - t0)) >>"$work/times"
 			sed -n 's/^ *--- FAIL: \([^ ]*\).*/\1/p' "$out" | sed "s|^|$(basename "$bin" .test) $(basename "$server")\t|" >>"$work/failures"
 			if [[ $rc -ne 0 ]]; then
 				failed_runs=$((failed_runs + 1))
@@ -121,6 +122,8 @@ for ((r = 1; r <= n; r++)); do
 done
 
 # 4. The summary: failures per test (and server); non-zero on any failure.
+echo "flake-hunt: seconds per binary and server, all rounds (binary server<TAB>seconds):"
+awk -F'\t' '{ t[$1] += $2 } END { for (k in t) printf "  %s\t%d\n", k, t[k] }' "$work/times" | sort
 echo "flake-hunt: $runs runs of $(wc -l <"$work/bins") binaries, $n rounds, $failed_runs failed, $((SECONDS - start)) s"
 if [[ -s $work/failures ]]; then
 	echo "failures per test (binary server<TAB>test):"
