@@ -71,7 +71,8 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./internal/envflag
 
 ## test-under-load: the timing-sensitive packages (election and Group, lease, the e2e tests)
-## under the race detector while two busy loops load both cores (hack/under-load.sh).
+## under the race detector while two busy loops load both cores (hack/under-load.sh; in CI,
+## while its builds lane still runs, the lane is the load instead: UNDER_LOAD_LANE).
 LOAD_PKGS ?= ./pkg/election/... ./internal/lease/... ./test/e2e/...
 test-under-load: test-deps
 	hack/under-load.sh $(GO) test -race -count=1 -timeout 20m $(LOAD_PKGS)
