@@ -110,7 +110,7 @@ func (f *follower) attempt(ctx context.Context) (attempt, bool) {
 		f.retry.reset()
 		e.observe(st.Record, false)
 		f.logger.V(4).Info("Lease is held", "holder", st.Record.Identity, "token", st.Record.Token, "ttl", st.TTL)
-		e.twin.saw(f.logger, e.cfg.Identity, e.lease.Instance(), st.Record, st.TTL, false, e.clock.Now())
+		e.twin.saw(f.logger, e.cfg.Identity, e.lease.Instance(), st.Record, st.TTL, false, a.sent, e.clock.Now())
 	}
 	return a, ctx.Err() == nil
 }
@@ -124,28 +124,33 @@ func (f *follower) attempt(ctx context.Context) (attempt, bool) {
 type twinWatch struct {
 	mu     sync.Mutex
 	rec    lease.Record // the other instance's record last seen
-	expiry time.Time    // rec's expiry as first seen, by the local clock
+	seen   time.Time    // when rec was first seen, by the local clock
+	expiry time.Time    // rec's expiry as first seen, by the local clock: the latest it can be
 	warned lease.Record // the record warned about (once each)
 }
 
 // saw takes a record rec held for ttl, as an acquire reply found it or, live, as an acquired
-// or renewed event announced it.
-func (w *twinWatch) saw(logger klog.Logger, identity, instance string, rec lease.Record, ttl time.Duration, live bool, now time.Time) {
+// or renewed event announced it; the request was sent at sent, its reply taken at now.
+func (w *twinWatch) saw(logger klog.Logger, identity, instance string, rec lease.Record, ttl time.Duration, live bool, sent, now time.Time) {
 	if rec.Identity != identity || rec.Instance == instance || ttl == lease.NoExpiry {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if rec != w.rec {
-		w.rec, w.expiry = rec, now.Add(ttl)
+		w.rec, w.seen, w.expiry = rec, now, now.Add(ttl)
 		if !live {
 			return
 		}
 	}
 	// Found by a reply after the expiry first seen, the record is a twin's only if that expiry
 	// moved (it was renewed): a dead record may still be found a moment after it, as Redis
-	// counts its TTL in whole milliseconds and the follower comes back at that expiry.
-	renewed := now.After(w.expiry) && now.Add(ttl).After(w.expiry.Add(timing.DriftMargin(ttl)))
+	// counts its TTL in whole milliseconds and on its own clock, and the follower comes back at
+	// that expiry. So the new expiry at its earliest (Redis took ttl after sent) must pass the
+	// first one at its latest by more than the two clocks can drift apart since it was seen
+	// (on a host whose wall clock ran 0.5 % slow, a record set for 800 ms was still there
+	// 4 ms after its expiry by the local clock).
+	renewed := now.After(w.expiry) && sent.Add(ttl).After(w.expiry.Add(timing.DriftMargin(sent.Add(ttl).Sub(w.seen))))
 	if (live || renewed) && w.warned != rec {
 		w.warned = rec
 		logger.Info("Warning: another process campaigns under this replica's identity: it holds the lease and renews it; give every replica its own identity (--identity, $POD_NAME; two electors on one host both default to the host name), or a resign of either shuts both out",
@@ -180,7 +185,8 @@ func (f *follower) sleep(ctx context.Context) bool {
 			}
 			f.logger.V(4).Info("Lease event", "event", ev.Kind, "holder", ev.Record.Identity, "token", ev.Record.Token)
 			if ev.Kind == lease.Acquired || ev.Kind == lease.Renewed { // only a live process sends these
-				f.e.twin.saw(f.logger, f.e.cfg.Identity, f.e.lease.Instance(), ev.Record, ev.TTL, true, f.e.clock.Now())
+				now := f.e.clock.Now()
+				f.e.twin.saw(f.logger, f.e.cfg.Identity, f.e.lease.Instance(), ev.Record, ev.TTL, true, now, now)
 			}
 			wake, rearm := f.e.onEvent(ev)
 			if wake {
