@@ -34,12 +34,18 @@ type runs struct {
 
 func (r *runs) add(scheduler string, token int64) {
 	at := time.Now()
-	// gocron's timers never fire early; a run that fires late still belongs to the last
-	// scheduled run before it (a run later than a whole interval would be misnamed).
-	tick := int(at.Sub(r.start) / r.interval)
+	// gocron schedules on the wall clock (its now() strips the monotonic reading): so do the
+	// ticks, or a wall clock running fast (a host whose clock is being corrected) names
+	// the run after a run still due a moment ago. Its timers never fire early by the clock
+	// they were set by, but the wall clock may be stepped while one waits (make flake-hunt
+	// steps it 5 ms every second): a run up to a tenth of an interval early by the wall clock
+	// is still that run. A run that fires late belongs to the last scheduled run before it
+	// (a run later than nine tenths of an interval would be misnamed).
+	since := at.Round(0).Sub(r.start.Round(0))
+	tick := int((since + r.interval/10) / r.interval)
 	r.mu.Lock()
 	r.list = append(r.list, run{tick: tick, scheduler: scheduler, token: token, at: at,
-		late: at.Sub(r.start.Add(time.Duration(tick) * r.interval))})
+		late: since - time.Duration(tick)*r.interval})
 	r.mu.Unlock()
 }
 
