@@ -101,19 +101,23 @@ for ((r = 1; r <= n; r++)); do
 	for server in $FLAKE_SERVERS; do
 		sdir=$(dirname "$server")
 		family=$(basename "$server" -server)
+		# The server's name and version (redis-7.0.15, valkey-8.0.1): Debian's and the compat
+		# build of Redis are both redis-server.
+		label=$("$server" --version 2>/dev/null | sed -n 's/^\([A-Za-z]*\) server v=\([^ ]*\).*/\1-\2/p' | tr 'A-Z' 'a-z')
+		label=${label:-$(basename "$server")}
 		while IFS=$'\t' read -r dir bin; do
 			runs=$((runs + 1))
 			out=$work/out.$runs
 			rc=0 t0=$SECONDS
 			(cd "$dir" && ELECTOR_REDIS_SERVER=$server ELECTOR_REDIS_SENTINEL=$sdir/$family-sentinel \
 				ELECTOR_REDIS_CLI=$sdir/$family-cli "$bin" -test.count=1 -test.v -test.timeout 20m) >"$out" 2>&1 || rc=$?
-			printf '%s %s\t%d\n' "$(basename "$bin" .test)" "$(basename "$server")" $((SECONDS - t0)) >>"$work/times"
-			sed -n 's/^ *--- FAIL: \([^ ]*\).*/\1/p' "$out" | sed "s|^|$(basename "$bin" .test) $(basename "$server")\t|" >>"$work/failures"
+			printf '%s %s\t%d\n' "$(basename "$bin" .test)" "$label" $((SECONDS - t0)) >>"$work/times"
+			sed -n 's/^ *--- FAIL: \([^ ]*\).*/\1/p' "$out" | sed "s|^|$(basename "$bin" .test) $label\t|" >>"$work/failures"
 			if [[ $rc -ne 0 ]]; then
 				failed_runs=$((failed_runs + 1))
 				mkdir -p "$logs"
-				cp "$out" "$logs/$(basename "$bin" .test).$r.$(basename "$server").log"
-				log "round $r, $(basename "$server"), $(basename "$bin" .test): FAILED (exit $rc); output in $logs"
+				cp "$out" "$logs/$(basename "$bin" .test).$r.$label.log"
+				log "round $r, $label, $(basename "$bin" .test): FAILED (exit $rc); output in $logs"
 				grep -E -e '--- FAIL|panic:' "$out" | head -n 10 >&2 || true
 			fi
 		done <"$work/bins"
