@@ -6,9 +6,13 @@
 # with helm and runs the scenarios, tearing everything down by PID at the end, even when a
 # test fails.
 #
-# Usage: hack/k8s-e2e.sh [build|test|all]   (default all)
+# Usage: hack/k8s-e2e.sh [build [kubernetes|tools]|test|all]   (default all)
 #   build  Kubernetes, helm (cached) and the test modules' dependencies (the Go build cache),
-#          concurrently; needs no root, so CI can start it early, in the background
+#          concurrently; needs no root, so CI can start it early, in the background.
+#          "build kubernetes" builds only Kubernetes, "build tools" only helm and the test
+#          modules: CI builds the tools after make ci-tests, which compiles client-go and
+#          helm's packages with the same flags (two builds of one package at once each
+#          compile it: Go's build cache does not wait for the other)
 #   test   the test module's scenarios on a fresh cluster (root)
 #   all    the Debian packages, build, test
 #
@@ -29,6 +33,7 @@ cache=${E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/elector-e2e}
 k8s_bin=$cache/k8s-$K8S_VERSION/bin
 helm_bin=$cache/helm-$HELM_VERSION/bin
 mode=${1:-all}
+part=${2:-}
 
 log() { printf '%s k8s-e2e: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
@@ -188,7 +193,14 @@ build_all() {
 
 start=$(date +%s)
 case "$mode" in
-build) build_all ;;
+build)
+	case "$part" in
+	"") build_all ;;
+	kubernetes) build_k8s ;;
+	tools) build_helm && prebuild_tests ;;
+	*) echo "usage: $0 build [kubernetes|tools]" >&2; exit 2 ;;
+	esac
+	;;
 test) run_tests ;;
 all) install_packages; build_all; run_tests ;;
 *) echo "usage: $0 [build|test|all]" >&2; exit 2 ;;
