@@ -38,6 +38,46 @@ part=${2:-}
 log() { printf '%s k8s-e2e: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
 k8s_binaries=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
+k8s_cmds=("${k8s_binaries[@]/#/./cmd/}")
+
+# align_deps SRC raises every module whose packages both the Kubernetes build and test/helm's
+# (helm, client-go: the versions of the test modules and adapters/clientgo too) compile to
+# test/helm's version where that is higher: patch and minor releases of x/net, x/sys, protobuf, go-openapi, prometheus and
+# the like. A package's build cache key includes its dependencies', so only then does the
+# Kubernetes build compile client-go, the API types and their dependencies exactly as make
+# ci-tests, helm and the test modules do (CGO off, -trimpath): once for all of them.
+align_deps() {
+	local src=$1 edits
+	# The module of every package the builds compile (not the whole module graph: raising a
+	# module neither side compiles would only risk the Kubernetes build).
+	local f='{{if not .Standard}}{{with .Module}}{{if not .Main}}{{.Path}} {{.Version}}{{end}}{{end}}{{end}}'
+	edits=$(
+		{
+			(cd "$repo_root/test/helm" && CGO_ENABLED=0 GOWORK=off go list -deps -test -f "$f" ./... helm.sh/helm/v4/cmd/helm |
+				sed 's/^/ours /')
+			(cd "$src" && CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=mod go list -deps -f "$f" "${k8s_cmds[@]}" |
+				sed 's/^/theirs /')
+		} | sort -u | awk '
+			# newer A B: A is a higher semantic version than B (vMAJOR.MINOR.PATCH[-pre]; a
+			# pre-release, such as a pseudo-version, is lower than its release).
+			function newer(a, b,   x, y, i, pa, pb) {
+				pa = index(a, "-") ? substr(a, index(a, "-") + 1) : ""
+				pb = index(b, "-") ? substr(b, index(b, "-") + 1) : ""
+				split(substr(a, 2), x, /[.-]/); split(substr(b, 2), y, /[.-]/)
+				for (i = 1; i <= 3; i++) if (x[i] + 0 != y[i] + 0) return x[i] + 0 > y[i] + 0
+				if (pa == pb) return 0
+				if (pa == "") return 1
+				if (pb == "") return 0
+				return pa > pb
+			}
+			$1 == "ours" { ours[$2] = $3; next }
+			$2 in ours && newer(ours[$2], $3) { print "-require=" $2 "@" ours[$2] }
+		'
+	)
+	[[ -z $edits ]] && return
+	log "kubernetes $K8S_VERSION: dependencies raised to test/helm's versions: ${edits//-require=/}"
+	(cd "$src" && GOWORK=off go mod edit $edits)
+}
 
 build_k8s() {
 	local missing=0 b
@@ -69,6 +109,7 @@ build_k8s() {
 		{ print }
 	' "$src/go.mod" >"$src/go.mod.new"
 	mv "$src/go.mod.new" "$src/go.mod"
+	align_deps "$src"
 	local major=1 minor_n=${minor%%.*}
 	local ld="-s -w"
 	local p
@@ -78,8 +119,7 @@ build_k8s() {
 	done
 	mkdir -p "$k8s_bin.tmp"
 	(cd "$src" && CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=mod go build -trimpath -ldflags "$ld" \
-		-o "$k8s_bin.tmp/" ./cmd/kube-apiserver ./cmd/kube-controller-manager \
-		./cmd/kube-scheduler ./cmd/kubelet ./cmd/kube-proxy ./cmd/kubectl)
+		-o "$k8s_bin.tmp/" "${k8s_cmds[@]}")
 	rm -rf "$k8s_bin" && mv "$k8s_bin.tmp" "$k8s_bin"
 	rm -rf "$src"
 	"$k8s_bin/kubectl" version --client
