@@ -75,7 +75,8 @@ align_deps() {
 		'
 	)
 	[[ -z $edits ]] && return
-	log "kubernetes $K8S_VERSION: dependencies raised to test/helm's versions: ${edits//-require=/}"
+	local list=${edits//-require=/}
+	log "kubernetes $K8S_VERSION: dependencies raised to test/helm's versions: ${list//$'\n'/ }"
 	(cd "$src" && GOWORK=off go mod edit $edits)
 }
 
