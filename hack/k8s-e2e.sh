@@ -42,10 +42,11 @@ k8s_cmds=("${k8s_binaries[@]/#/./cmd/}")
 
 # align_deps SRC raises every module whose packages both the Kubernetes build and test/helm's
 # (helm, client-go: the versions of the test modules and adapters/clientgo too) compile to
-# test/helm's version where that is higher: patch and minor releases of x/net, x/sys, protobuf, go-openapi, prometheus and
-# the like. A package's build cache key includes its dependencies', so only then does the
-# Kubernetes build compile client-go, the API types and their dependencies exactly as make
-# ci-tests, helm and the test modules do (CGO off, -trimpath): once for all of them.
+# test/helm's version where that is higher: patch and minor releases of x/net, x/sys,
+# protobuf, go-openapi, Prometheus and the like. A package's build cache key includes its
+# dependencies', so only then does the Kubernetes build compile client-go, the API types and
+# their dependencies exactly as make ci-tests, helm and the test modules do (CGO off,
+# -trimpath): once for all of them.
 align_deps() {
 	local src=$1 edits
 	# The module of every package the builds compile (not the whole module graph: raising a
