@@ -8,7 +8,7 @@
 #
 # Usage: hack/k8s-e2e.sh [build [kubernetes|tools]|test|all]   (default all)
 #   build  Kubernetes, helm (cached) and the test modules' dependencies (the Go build cache),
-#          concurrently; needs no root, so CI can start it early, in the background.
+#          one after another; needs no root, so CI can start it early, in the background.
 #          "build kubernetes" builds only Kubernetes, "build tools" only helm and the test
 #          modules: CI builds the tools after make ci-tests, which compiles client-go and
 #          helm's packages with the same flags (two builds of one package at once each
@@ -218,19 +218,12 @@ prebuild_tests() {
 	log "test modules compiled in $((SECONDS - t0)) s"
 }
 
-# build_all builds helm and the test modules beside Kubernetes: the Kubernetes build leaves a
-# core idle while it downloads modules, waits on its large packages and links its six
-# binaries, which the other builds fill.
+# build_all builds Kubernetes, then helm and the test modules: since align_deps they share
+# client-go's closure, and two builds compiling one package at once each compile it.
 build_all() {
-	local helm_pid tests_pid rc=0
-	build_helm > >(sed -u 's/^/helm build: /' >&2) 2>&1 &
-	helm_pid=$!
-	prebuild_tests > >(sed -u 's/^/test build: /' >&2) 2>&1 &
-	tests_pid=$!
-	build_k8s || rc=$?
-	wait "$helm_pid" || { log "helm build failed"; rc=1; }
-	wait "$tests_pid" || { log "test modules do not compile"; rc=1; }
-	((rc == 0)) || exit "$rc"
+	build_k8s
+	build_helm
+	prebuild_tests
 }
 
 start=$(date +%s)
@@ -239,7 +232,7 @@ build)
 	case "$part" in
 	"") build_all ;;
 	kubernetes) build_k8s ;;
-	tools) build_helm && prebuild_tests ;;
+	tools) build_helm; prebuild_tests ;;
 	*) echo "usage: $0 build [kubernetes|tools]" >&2; exit 2 ;;
 	esac
 	;;
