@@ -18,6 +18,14 @@
 #   FLAKE_CLOCK_RATE=5ms the wall clock stepped that much each second, ahead for a minute and
 #                        back for the next (hack/clockstep), as on a host whose clock is being
 #                        corrected; the default when root, 0 otherwise (it sets the clock)
+#   FLAKE_PARALLEL=0     1: each server's rounds in a session of their own, side by side (each
+#                        its own autogroup: a third of the CPU each in place of half, a harsher
+#                        load, and a round in about a third of the time when the CPU is shared)
+#   FLAKE_LEDGER=FILE    a record of every run, kept across hunts: a run is counted for the test
+#                        binary's checksum and the committed source (docs and *.md aside), and a
+#                        hunt runs only the rounds a binary still lacks against a server to reach
+#                        FLAKE_N, so a hunt longer than a session resumes where it stopped. Needs a
+#                        clean tree (uncommitted source changes disable it).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -59,7 +67,7 @@ compile() { # compile MODULE-DIR IMPORT-PATH RACE
 	[[ -x $out ]] || { log "$pkg has no tests"; return 0; }
 	printf '%s\t%s\n' "$dir" "$out" >>"$work/bins"
 }
-start=$SECONDS
+start=$(date +%s)
 for p in $( [[ -n $pkgs ]] && "$GO" list $pkgs); do compile . "$p" -race; done
 for a in $adapters; do
 	race=-race
@@ -67,7 +75,7 @@ for a in $adapters; do
 	for p in $(cd "$a" && "$GO" list ./...); do compile "$a" "$p" "$race"; done
 done
 [[ -s $work/bins ]] || { log "no test binaries"; exit 2; }
-log "compiled $(wc -l <"$work/bins") test binaries in $((SECONDS - start)) s"
+log "compiled $(wc -l <"$work/bins") test binaries in $(($(date +%s) - start)) s"
 
 # 2. The load: busy loops, and a compile loop at nice 19 with a cache of its own (-a: it
 # never finishes early). Each in its own process group, killed at exit. Each setsid is also
@@ -95,40 +103,94 @@ fi
 log "load: ${FLAKE_BUSY:-2} busy loops, compile loop at nice 19: ${FLAKE_NICE_LOAD:-1}, wall clock stepped by $clock_rate a second; $n rounds; servers: $FLAKE_SERVERS"
 
 # 3. N rounds of every binary against every server; -test.v lines record each test's result.
+# The ledger's key for a binary: its checksum and the committed source (test/e2e builds
+# cmd/elector from source when it runs, which the checksum does not cover).
+ledger=${FLAKE_LEDGER:-}
+if [[ -n $ledger ]]; then
+	if [[ -n $(git status --porcelain -- . ':(exclude)docs' ':(exclude)*.md') ]]; then
+		log "uncommitted source changes: FLAKE_LEDGER ignored"
+		ledger=""
+	else
+		stamp=$(git ls-files -s -- . ':(exclude)docs' ':(exclude)*.md' | sha256sum | cut -c1-16)
+		mkdir -p "$(dirname "$ledger")"
+		touch "$ledger"
+		log "ledger $ledger, source $stamp"
+	fi
+fi
+while IFS=$'\t' read -r dir bin; do
+	key=""
+	[[ -z $ledger ]] || key=$(sha256sum "$bin" | cut -c1-16)-$stamp
+	printf '%s\t%s\t%s\n' "$dir" "$bin" "$key"
+done <"$work/bins" >"$work/bins.keyed"
 export ELECTOR_REQUIRE_REDIS=1
-runs=0 failed_runs=0
-for ((r = 1; r <= n; r++)); do
-	for server in $FLAKE_SERVERS; do
-		sdir=$(dirname "$server")
-		family=$(basename "$server" -server)
-		# The server's name and version (redis-7.0.15, valkey-8.0.1): Debian's and the compat
-		# build of Redis are both redis-server.
-		label=$("$server" --version 2>/dev/null | sed -n 's/^\([A-Za-z]*\) server v=\([^ ]*\).*/\1-\2/p' | tr 'A-Z' 'a-z')
-		label=${label:-$(basename "$server")}
-		while IFS=$'\t' read -r dir bin; do
-			runs=$((runs + 1))
-			out=$work/out.$runs
-			rc=0 t0=$SECONDS
+
+# hunt SERVER: the rounds against one server. Each run appends binary, server, round, exit code
+# and seconds to $work/results (and the ledger), and its failing tests to $work/failures.
+hunt() {
+	local server=$1 sdir family label r dir bin key name out rc t0 done ran
+	sdir=$(dirname "$server")
+	family=$(basename "$server" -server)
+	# The server's name and version (redis-7.0.15, valkey-8.0.1): Debian's and the compat
+	# build of Redis are both redis-server.
+	label=$("$server" --version 2>/dev/null | sed -n 's/^\([A-Za-z]*\) server v=\([^ ]*\).*/\1-\2/p' | tr 'A-Z' 'a-z')
+	label=${label:-$(basename "$server")}
+	for ((r = 1; r <= n; r++)); do
+		ran=0
+		while IFS=$'\t' read -r dir bin key; do
+			name=$(basename "$bin" .test)
+			if [[ -n $key ]]; then
+				done=$(awk -F'\t' -v k="$key" -v l="$label" '$1 == k && $3 == l' "$ledger" | wc -l)
+				((done < r)) || continue # this round is on record
+			fi
+			out=$work/out.$name.$label.$r
+			rc=0 t0=$SECONDS ran=1
 			(cd "$dir" && ELECTOR_REDIS_SERVER=$server ELECTOR_REDIS_SENTINEL=$sdir/$family-sentinel \
-				ELECTOR_REDIS_CLI=$sdir/$family-cli "$bin" -test.count=1 -test.v -test.timeout 20m) >"$out" 2>&1 || rc=$?
-			printf '%s %s\t%d\n' "$(basename "$bin" .test)" "$label" $((SECONDS - t0)) >>"$work/times"
-			sed -n 's/^ *--- FAIL: \([^ ]*\).*/\1/p' "$out" | sed "s|^|$(basename "$bin" .test) $label\t|" >>"$work/failures"
+				ELECTOR_REDIS_CLI=$sdir/$family-cli "$bin" -test.count=1 -test.v -test.timeout 20m) </dev/null >"$out" 2>&1 || rc=$?
+			printf '%s\t%s\t%d\t%d\t%d\n' "$name" "$label" "$r" "$rc" $((SECONDS - t0)) >>"$work/results"
+			[[ -z $key ]] || printf '%s\t%s\t%s\t%d\t%d\t%s\n' "$key" "$name" "$label" "$rc" \
+				$((SECONDS - t0)) "$(date -u +%FT%TZ)" >>"$ledger"
+			sed -n 's/^ *--- FAIL: \([^ ]*\).*/\1/p' "$out" | sed "s|^|$name $label\t|" >>"$work/failures"
 			if [[ $rc -ne 0 ]]; then
-				failed_runs=$((failed_runs + 1))
 				mkdir -p "$logs"
-				cp "$out" "$logs/$(basename "$bin" .test).$r.$label.log"
-				log "round $r, $label, $(basename "$bin" .test): FAILED (exit $rc); output in $logs"
+				cp "$out" "$logs/$name.$r.$label.log"
+				log "round $r, $label, $name: FAILED (exit $rc); output in $logs"
 				grep -E -e '--- FAIL|panic:' "$out" | head -n 10 >&2 || true
 			fi
-		done <"$work/bins"
+			rm -f "$out"
+		done <"$work/bins.keyed"
+		((ran == 0)) || log "$label: round $r of $n done ($(($(date +%s) - start)) s)"
 	done
-	log "round $r of $n done ($((SECONDS - start)) s)"
-done
+}
+touch "$work/results" "$work/failures"
+if [[ ${FLAKE_PARALLEL:-0} == 1 ]]; then
+	streams=()
+	for server in $FLAKE_SERVERS; do
+		setsid bash -c "set -euo pipefail; $(declare -f hunt log); $(declare -p n work logs ledger start)
+			hunt \"\$1\"" _ "$server" &
+		pids+=($!) streams+=($!)
+	done
+	for p in "${streams[@]}"; do wait "$p" || true; done
+else
+	for server in $FLAKE_SERVERS; do hunt "$server"; done
+fi
 
-# 4. The summary: failures per test (and server); non-zero on any failure.
-echo "flake-hunt: seconds per binary and server, all rounds (binary server<TAB>seconds):"
-awk -F'\t' '{ t[$1] += $2 } END { for (k in t) printf "  %s\t%d\n", k, t[k] }' "$work/times" | sort
-echo "flake-hunt: $runs runs of $(wc -l <"$work/bins") binaries, $n rounds, $failed_runs failed, $((SECONDS - start)) s"
+# 4. The summary: seconds and failures per binary and server, this hunt's runs and, with a
+# ledger, every run on record for these binaries; non-zero on any failure.
+echo "flake-hunt: seconds per binary and server, this hunt's runs (binary server<TAB>seconds):"
+awk -F'\t' '{ t[$1 " " $2] += $5 } END { for (k in t) printf "  %s\t%d\n", k, t[k] }' "$work/results" | sort
+runs=$(wc -l <"$work/results")
+failed_runs=$(awk -F'\t' '$4 != 0' "$work/results" | wc -l)
+echo "flake-hunt: $runs runs of $(wc -l <"$work/bins") binaries, $n rounds, $failed_runs failed, $(($(date +%s) - start)) s"
+if [[ -n $ledger ]]; then
+	echo "flake-hunt: on record in $ledger for these binaries (binary server<TAB>runs<TAB>failed):"
+	awk -F'\t' 'NR == FNR { want[$3] = 1; next } want[$1] { k = $2 " " $3; runs[k]++; if ($4 != 0) bad[k]++ }
+		END { for (k in runs) printf "  %s\t%d\t%d\n", k, runs[k], bad[k] }' "$work/bins.keyed" "$ledger" | sort
+	if awk -F'\t' 'NR == FNR { want[$3] = 1; next } want[$1] && $4 != 0 { bad = 1 } END { exit !bad }' \
+		"$work/bins.keyed" "$ledger"; then
+		echo "a run of these binaries on record failed: see the ledger and the logs in $logs"
+		failed_runs=$((failed_runs + 1))
+	fi
+fi
 if [[ -s $work/failures ]]; then
 	echo "failures per test (binary server<TAB>test):"
 	sort "$work/failures" | uniq -c | sort -rn
