@@ -132,7 +132,7 @@ hunt() {
 	family=$(basename "$server" -server)
 	# The server's name and version (redis-7.0.15, valkey-8.0.1): Debian's and the compat
 	# build of Redis are both redis-server.
-	label=$("$server" --version 2>/dev/null | sed -n 's/^\([A-Za-z]*\) server v=\([^ ]*\).*/\1-\2/p' | tr 'A-Z' 'a-z')
+	label=$("$server" --version 2>/dev/null | sed -n 's/^\([A-Za-z]*\) server v=\([^ ]*\).*/\1-\2/p' | tr 'A-Z' 'a-z' || true)
 	label=${label:-$(basename "$server")}
 	for ((r = 1; r <= n; r++)); do
 		ran=0
@@ -169,7 +169,7 @@ if [[ ${FLAKE_PARALLEL:-0} == 1 ]]; then
 			hunt \"\$1\"" _ "$server" &
 		pids+=($!) streams+=($!)
 	done
-	for p in "${streams[@]}"; do wait "$p" || true; done
+	for p in "${streams[@]}"; do wait "$p" || { log "a server's stream failed (exit $?)"; stream_failed=1; }; done
 else
 	for server in $FLAKE_SERVERS; do hunt "$server"; done
 fi
@@ -179,7 +179,7 @@ fi
 echo "flake-hunt: seconds per binary and server, this hunt's runs (binary server<TAB>seconds):"
 awk -F'\t' '{ t[$1 " " $2] += $5 } END { for (k in t) printf "  %s\t%d\n", k, t[k] }' "$work/results" | sort
 runs=$(wc -l <"$work/results")
-failed_runs=$(awk -F'\t' '$4 != 0' "$work/results" | wc -l)
+failed_runs=$(($(awk -F'\t' '$4 != 0' "$work/results" | wc -l) + ${stream_failed:-0}))
 echo "flake-hunt: $runs runs of $(wc -l <"$work/bins") binaries, $n rounds, $failed_runs failed, $(($(date +%s) - start)) s"
 if [[ -n $ledger ]]; then
 	echo "flake-hunt: on record in $ledger for these binaries (binary server<TAB>runs<TAB>failed):"
