@@ -218,12 +218,16 @@ prebuild_tests() {
 	log "test modules compiled in $((SECONDS - t0)) s"
 }
 
-# build_all builds Kubernetes, then helm and the test modules: since align_deps they share
-# client-go's closure, and two builds compiling one package at once each compile it.
-build_all() {
-	build_k8s
+# build_tools builds helm and the test modules. They come after Kubernetes (build_all) and,
+# in CI, after make ci-tests: since align_deps all of them share client-go's closure, and two
+# builds compiling one package at once each compile it.
+build_tools() {
 	build_helm
 	prebuild_tests
+}
+build_all() {
+	build_k8s
+	build_tools
 }
 
 start=$(date +%s)
@@ -232,7 +236,7 @@ build)
 	case "$part" in
 	"") build_all ;;
 	kubernetes) build_k8s ;;
-	tools) build_helm; prebuild_tests ;;
+	tools) build_tools ;;
 	*) echo "usage: $0 build [kubernetes|tools]" >&2; exit 2 ;;
 	esac
 	;;
