@@ -20,7 +20,7 @@
 #                        corrected; the default when root, 0 otherwise (it sets the clock)
 #   FLAKE_PARALLEL=0     1: each server's rounds in a session of their own, side by side (each
 #                        its own autogroup: a third of the CPU each in place of half, a harsher
-#                        load, and a round in about a third of the time when the CPU is shared)
+#                        load, and a round in less than half the time: the suites mostly wait)
 #   FLAKE_LEDGER=FILE    a record of every run, kept across hunts: a run is counted for the test
 #                        binary's checksum and the committed source (docs and *.md aside), and a
 #                        hunt runs only the rounds a binary still lacks against a server to reach
@@ -57,15 +57,32 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-# 1. Compile every test binary once: dir<TAB>binary per line in $work/bins.
+# The ledger's key for a binary: its checksum and the committed source (test/e2e builds
+# cmd/elector from source when it runs, which the checksum does not cover).
+ledger=${FLAKE_LEDGER:-} stamp=""
+if [[ -n $ledger ]]; then
+	source_paths=(. ':(exclude)docs' ':(exclude)*.md')
+	if [[ -n $(git status --porcelain -- "${source_paths[@]}") ]]; then
+		log "uncommitted source changes: FLAKE_LEDGER ignored"
+		ledger=""
+	else
+		stamp=$(git ls-files -s -- "${source_paths[@]}" | sha256sum | cut -c1-16)
+		mkdir -p "$(dirname "$ledger")"
+		touch "$ledger"
+		log "ledger $ledger, source $stamp"
+	fi
+fi
+
+# 1. Compile every test binary once: dir<TAB>binary<TAB>ledger key per line in $work/bins.
 compile() { # compile MODULE-DIR IMPORT-PATH RACE
-	local mod=$1 pkg=$2 race=$3 out dir
+	local mod=$1 pkg=$2 race=$3 out dir key=""
 	out=$work/bin/$(echo "${pkg#github.com/elector/elector/}" | tr '/.' '__').test
 	mkdir -p "$work/bin"
 	dir=$(cd "$mod" && "$GO" list -f '{{.Dir}}' "$pkg")
 	(cd "$mod" && "$GO" test -c $race -o "$out" "$pkg")
 	[[ -x $out ]] || { log "$pkg has no tests"; return 0; }
-	printf '%s\t%s\n' "$dir" "$out" >>"$work/bins"
+	[[ -z $stamp ]] || key=$(sha256sum "$out" | cut -c1-16)-$stamp
+	printf '%s\t%s\t%s\n' "$dir" "$out" "$key" >>"$work/bins"
 }
 start=$(date +%s)
 for p in $( [[ -n $pkgs ]] && "$GO" list $pkgs); do compile . "$p" -race; done
@@ -103,25 +120,6 @@ fi
 log "load: ${FLAKE_BUSY:-2} busy loops, compile loop at nice 19: ${FLAKE_NICE_LOAD:-1}, wall clock stepped by $clock_rate a second; $n rounds; servers: $FLAKE_SERVERS"
 
 # 3. N rounds of every binary against every server; -test.v lines record each test's result.
-# The ledger's key for a binary: its checksum and the committed source (test/e2e builds
-# cmd/elector from source when it runs, which the checksum does not cover).
-ledger=${FLAKE_LEDGER:-}
-if [[ -n $ledger ]]; then
-	if [[ -n $(git status --porcelain -- . ':(exclude)docs' ':(exclude)*.md') ]]; then
-		log "uncommitted source changes: FLAKE_LEDGER ignored"
-		ledger=""
-	else
-		stamp=$(git ls-files -s -- . ':(exclude)docs' ':(exclude)*.md' | sha256sum | cut -c1-16)
-		mkdir -p "$(dirname "$ledger")"
-		touch "$ledger"
-		log "ledger $ledger, source $stamp"
-	fi
-fi
-while IFS=$'\t' read -r dir bin; do
-	key=""
-	[[ -z $ledger ]] || key=$(sha256sum "$bin" | cut -c1-16)-$stamp
-	printf '%s\t%s\t%s\n' "$dir" "$bin" "$key"
-done <"$work/bins" >"$work/bins.keyed"
 export ELECTOR_REQUIRE_REDIS=1
 
 # hunt SERVER: the rounds against one server. Each run appends binary, server, round, exit code
@@ -157,7 +155,7 @@ hunt() {
 				grep -E -e '--- FAIL|panic:' "$out" | head -n 10 >&2 || true
 			fi
 			rm -f "$out"
-		done <"$work/bins.keyed"
+		done <"$work/bins"
 		((ran == 0)) || log "$label: round $r of $n done ($(($(date +%s) - start)) s)"
 	done
 }
@@ -181,15 +179,13 @@ awk -F'\t' '{ t[$1 " " $2] += $5 } END { for (k in t) printf "  %s\t%d\n", k, t[
 runs=$(wc -l <"$work/results")
 failed_runs=$(($(awk -F'\t' '$4 != 0' "$work/results" | wc -l) + ${stream_failed:-0}))
 echo "flake-hunt: $runs runs of $(wc -l <"$work/bins") binaries, $n rounds, $failed_runs failed, $(($(date +%s) - start)) s"
+recorded_failures=0
 if [[ -n $ledger ]]; then
 	echo "flake-hunt: on record in $ledger for these binaries (binary server<TAB>runs<TAB>failed):"
 	awk -F'\t' 'NR == FNR { want[$3] = 1; next } want[$1] { k = $2 " " $3; runs[k]++; if ($4 != 0) bad[k]++ }
-		END { for (k in runs) printf "  %s\t%d\t%d\n", k, runs[k], bad[k] }' "$work/bins.keyed" "$ledger" | sort
-	if awk -F'\t' 'NR == FNR { want[$3] = 1; next } want[$1] && $4 != 0 { bad = 1 } END { exit !bad }' \
-		"$work/bins.keyed" "$ledger"; then
-		echo "a run of these binaries on record failed: see the ledger and the logs in $logs"
-		failed_runs=$((failed_runs + 1))
-	fi
+		END { for (k in runs) printf "  %s\t%d\t%d\n", k, runs[k], bad[k] }' "$work/bins" "$ledger" | sort >"$work/record"
+	cat "$work/record"
+	recorded_failures=$(awk -F'\t' '{ s += $3 } END { print s + 0 }' "$work/record")
 fi
 if [[ -s $work/failures ]]; then
 	echo "failures per test (binary server<TAB>test):"
@@ -198,6 +194,10 @@ if [[ -s $work/failures ]]; then
 fi
 if [[ $failed_runs -ne 0 ]]; then
 	echo "a run failed without a failing test (a build, a panic or a timeout): see the logs named above"
+	exit 1
+fi
+if [[ $recorded_failures -ne 0 ]]; then
+	echo "$recorded_failures run(s) of these binaries on record failed, in an earlier hunt: see the ledger and $logs"
 	exit 1
 fi
 echo "no test failed"
