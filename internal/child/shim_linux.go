@@ -172,6 +172,19 @@ func (s *shim) loop(sigs <-chan os.Signal, ctrl *bufio.Reader) int {
 	}()
 	requests := make(chan syscall.Signal, 16)
 	go readRequests(ctrl, requests)
+	// A forwarded signal's /proc walk, for descendants that left the command's group, runs
+	// here, in order, off the loop and at the lowest priority: a walk reads every process's
+	// stat file (milliseconds of CPU on a busy node), while the loop must see the command's
+	// exit the moment it comes, and the release and the next term's start follow it on the
+	// same few CPUs. Nothing waits for these walks.
+	walks := make(chan syscall.Signal, 64)
+	go func() {
+		runtime.LockOSThread() // nice applies to a thread: this one, until the shim exits
+		_ = syscall.Setpriority(syscall.PRIO_PROCESS, syscall.Gettid(), 19)
+		for n := range walks {
+			signalDescendants(s.self, n, s.cmd)
+		}
+	}()
 
 	var (
 		status  *syscall.WaitStatus
@@ -198,7 +211,7 @@ func (s *shim) loop(sigs <-chan os.Signal, ctrl *bufio.Reader) int {
 		default:
 			// The command is not reaped before killing starts: its group id is still its own.
 			_ = syscall.Kill(-s.cmd, n)
-			signalDescendants(s.self, n, s.cmd)
+			walks <- n
 		}
 	}
 	for {
