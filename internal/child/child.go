@@ -210,7 +210,11 @@ type Process struct {
 	pid    int        // the child: the shim, or the command without one
 	cmdPid int        // the command
 	pipes  *shimPipes // nil without a shim
-	tty    int        // the terminal whose foreground the child's group got, -1: none
+	// direct: the child's stdin, stdout and stderr are files (or nil), which exec.Cmd copies
+	// nothing to or from; a shim's report of the command's tree gone then finishes the
+	// Process without waiting for the shim's own exit (see finish).
+	direct bool
+	tty    int // the terminal whose foreground the child's group got, -1: none
 	done   chan struct{}
 
 	reportsDone chan struct{} // with a shim: closed when its reports have all been read
@@ -219,12 +223,13 @@ type Process struct {
 	cmdStarted  atomic.Bool   // with a shim: it reported the command started
 	treeGone    atomic.Bool   // the shim reported the command and its descendants reaped
 
-	mu      sync.Mutex
-	exited  bool // the child has exited: its pid and group may no longer be signalled
-	killed  bool // Stop escalated to SIGKILL while the child was running
-	status  ExitStatus
-	ctxStop func() bool // unregisters the stop-on-ctx-done callback
-	backup  *time.Timer // SIGKILL of the group should the shim not act on a kill request
+	mu       sync.Mutex
+	exited   bool // the child has exited, or the shim reported the command's tree gone: nothing is left to signal
+	finished bool // status is set and done closed
+	killed   bool // Stop escalated to SIGKILL while the child was running
+	status   ExitStatus
+	ctxStop  func() bool // unregisters the stop-on-ctx-done callback
+	backup   *time.Timer // SIGKILL of the group should the shim not act on a kill request
 
 	stopOnce sync.Once
 }
@@ -274,7 +279,8 @@ func newProcess(spec Spec) (*Process, error) {
 		Stderr:    spec.Stderr,
 		WaitDelay: waitDelay,
 	}
-	p := &Process{spec: spec, cmd: cmd, tty: -1, done: make(chan struct{})}
+	p := &Process{spec: spec, cmd: cmd, tty: -1, done: make(chan struct{}),
+		direct: isFile(spec.Stdin) && isFile(spec.Stdout) && isFile(spec.Stderr)}
 	if fd, ok := foregroundTerminal(spec.Stdin); ok {
 		p.tty = fd
 	}
@@ -381,9 +387,6 @@ func (p *Process) run(started chan<- error) {
 		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
 		treeErr = p.checkShimTree()
 	}
-	if p.tty >= 0 {
-		reclaimTerminal(p.tty)
-	}
 	err := p.cmd.Wait() // reaps, and finishes copying I/O
 	if waitErr != nil {
 		p.markExited()
@@ -399,18 +402,13 @@ func (p *Process) run(started chan<- error) {
 	if r := p.spec.Reaper; r != nil {
 		r.forget(p.pid)
 	}
-	p.mu.Lock()
-	killed := p.killed
-	p.mu.Unlock()
-	st := ExitStatus{Code: -1, Killed: killed}
+	st := ExitStatus{Code: 1}
 	if ps := p.cmd.ProcessState; ps != nil {
-		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			st.Signal = ws.Signal()
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
+			st = statusOf(ws)
 		} else {
 			st.Code = ps.ExitCode()
 		}
-	} else {
-		st.Code = 1
 	}
 	var exitErr *exec.ExitError
 	if err != nil && !errors.As(err, &exitErr) {
@@ -419,15 +417,52 @@ func (p *Process) run(started chan<- error) {
 	if treeErr != nil {
 		st.Err = errors.Join(st.Err, treeErr)
 	}
+	p.finish(st)
+}
 
+// statusOf is how a process that ended with ws ended.
+func statusOf(ws syscall.WaitStatus) ExitStatus {
+	if ws.Signaled() {
+		return ExitStatus{Code: -1, Signal: ws.Signal()}
+	}
+	return ExitStatus{Code: ws.ExitStatus()}
+}
+
+// finish records how the command ended and closes done, once: when the child has been
+// reaped, or, for a direct Process, as soon as its shim reports the command's tree gone
+// with the command's status. Nothing of the command is left then; the shim exits as the
+// command did a moment later, and its exit (the teardown of a Go process, 1-2 ms on a
+// small VM) is off the path of the release that follows. With I/O copied by exec.Cmd the
+// copy ends only with the shim's exit, so such a Process finishes then.
+func (p *Process) finish(st ExitStatus) {
 	p.mu.Lock()
+	if p.finished {
+		p.mu.Unlock()
+		return
+	}
+	p.finished, p.exited = true, true
+	st.Killed = p.killed
 	p.status = st
 	stop := p.ctxStop
 	p.mu.Unlock()
+	if p.tty >= 0 {
+		reclaimTerminal(p.tty) // before done: a next term may give the terminal to its command
+	}
 	close(p.done)
 	if stop != nil {
 		stop()
 	}
+}
+
+// isFile reports whether exec.Cmd passes f to the child as it is, copying nothing.
+func isFile(f any) bool {
+	switch f := f.(type) {
+	case nil:
+		return true
+	case *os.File:
+		return f != nil
+	}
+	return false
 }
 
 // errShimKilled is the status error of a shim that died before it reported the command's
@@ -489,7 +524,9 @@ func (p *Process) Shimmed() bool { return p.pipes != nil }
 func (p *Process) CommandPid() int { return p.cmdPid }
 
 // Done returns a channel that is closed when the child has exited and its
-// status is known.
+// status is known; with a shim and no I/O copied (Spec's Stdin, Stdout and Stderr
+// files or nil), as soon as the command and every descendant are gone, while the shim
+// itself may still be exiting.
 func (p *Process) Done() <-chan struct{} { return p.done }
 
 // Wait waits until the child has exited and returns how it ended.

@@ -45,7 +45,7 @@ const (
 	shimReportError     = "error"     // "error MESSAGE": CMD could not be started
 	shimReportStopped   = "stopped"   // "stopped PID SIGNAL": a child of the shim was stopped
 	shimReportContinued = "continued" // "continued PID": it runs again
-	shimReportGone      = "gone"      // "gone": the command and every descendant are reaped
+	shimReportGone      = "gone"      // "gone WAITSTATUS": the command and every descendant are reaped; the command's wait status
 )
 
 // shimPipes are the elector's ends of a shim's pipes, and the shim's ends until it started.
@@ -181,6 +181,9 @@ func (p *Process) readReports(r *bufio.Reader) {
 			klog.InfoS("A stopped process of the command runs again", "pid", pid, "commandPid", p.cmdPid)
 		case shimReportGone:
 			p.treeGone.Store(true)
+			if ws, err := strconv.ParseUint(rest, 10, 32); err == nil && p.direct {
+				p.finish(statusOf(syscall.WaitStatus(ws)))
+			}
 		}
 	}
 }

@@ -234,7 +234,7 @@ func (s *shim) loop(sigs <-chan os.Signal, ctrl *bufio.Reader) int {
 				if status == nil {
 					return 1 // cannot happen: the command is a child until reaped here
 				}
-				fmt.Fprintf(s.report, "%s\n", shimReportGone) // ECHILD: no descendant is left
+				fmt.Fprintf(s.report, "%s %d\n", shimReportGone, uint32(*status)) // ECHILD: no descendant is left
 				return exitAs(*status)
 			case w.ws.Stopped():
 				fmt.Fprintf(s.report, "%s %d %d\n", shimReportStopped, w.pid, int(w.ws.StopSignal()))
@@ -246,7 +246,7 @@ func (s *shim) loop(sigs <-chan os.Signal, ctrl *bufio.Reader) int {
 				if _, err := waitid(pAll, 0, syscall.WEXITED|syscall.WNOHANG|syscall.WNOWAIT); errors.Is(err, syscall.ECHILD) {
 					// No child, so no descendant (an orphan becomes the subreaper's child):
 					// the common exit of a handover needs no /proc walk.
-					fmt.Fprintf(s.report, "%s\n", shimReportGone)
+					fmt.Fprintf(s.report, "%s %d\n", shimReportGone, uint32(ws))
 					return exitAs(ws)
 				}
 				startKilling() // nothing the command started may outlive it

@@ -3,6 +3,7 @@
 package child
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -52,18 +53,35 @@ func shimSpec(env ...string) Spec {
 }
 
 // TestShimExitStatus checks that the shim passes the command's status on exactly: its exit
-// code, or the signal that killed it, including those the Go runtime handles itself.
+// code, or the signal that killed it, including those the Go runtime handles itself. With
+// files (or nothing) as stdio the status comes from the shim's report that the command's
+// tree is gone (see finish); with output copied through a pipe, from the shim's own exit,
+// after the copy is complete.
 func TestShimExitStatus(t *testing.T) {
-	for _, code := range []int{0, 3, 255} {
-		st := waitStatus(t, startSh(t, shimSpec(), fmt.Sprintf("exit %d", code)))
-		if st.Code != code || st.Signal != 0 || st.Err != nil {
-			t.Errorf("exit %d under the shim: %+v", code, st)
+	for _, copied := range []bool{false, true} {
+		start := func(script string) (*Process, *bytes.Buffer) {
+			spec, out := shimSpec(), &bytes.Buffer{}
+			if copied {
+				spec.Stdout = out
+			}
+			return startSh(t, spec, "echo out; "+script), out
 		}
-	}
-	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGQUIT, syscall.SIGSEGV, syscall.SIGPIPE} {
-		st := waitStatus(t, startSh(t, shimSpec(), fmt.Sprintf("kill -%d $$", int(sig))))
-		if st.Signal != sig || st.ExitCode() != 128+int(sig) {
-			t.Errorf("kill -%d under the shim: %+v, want killed by %v", int(sig), st, sig)
+		check := func(script string, ok func(ExitStatus) bool) {
+			t.Helper()
+			p, out := start(script)
+			st := waitStatus(t, p)
+			if !ok(st) || st.Err != nil || p.direct == copied {
+				t.Errorf("%q under the shim (output copied: %v, direct: %v): %+v", script, copied, p.direct, st)
+			}
+			if copied && out.String() != "out\n" {
+				t.Errorf("%q under the shim: output %q once the status was known, want %q", script, out.String(), "out\n")
+			}
+		}
+		for _, code := range []int{0, 3, 255} {
+			check(fmt.Sprintf("exit %d", code), func(st ExitStatus) bool { return st.Code == code && st.Signal == 0 })
+		}
+		for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGQUIT, syscall.SIGSEGV, syscall.SIGPIPE} {
+			check(fmt.Sprintf("kill -%d $$", int(sig)), func(st ExitStatus) bool { return st.Signal == sig && st.ExitCode() == 128+int(sig) })
 		}
 	}
 }
