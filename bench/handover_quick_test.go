@@ -57,10 +57,10 @@ const (
 )
 
 // runFiguresEnv makes TestQuickRunHandover measure for docs/PERFORMANCE.md: more trials, the
-// takeover after a crash too, and, when runBeforeEnv names another elector binary (e.g. one
-// built from an older commit), that binary's figures interleaved with this tree's:
+// takeover after a crash too, and, when runBeforeEnv names other elector binaries (e.g.
+// built from older commits; a list like PATH), their figures interleaved with this tree's:
 //
-//	ELECTOR_RUN_FIGURES=60 ELECTOR_RUN_BEFORE=/tmp/elector-old go test -count=1 -run QuickRunHandover -v .
+//	ELECTOR_RUN_FIGURES=60 ELECTOR_RUN_BEFORE=/tmp/elector-old:/tmp/elector-older go test -count=1 -run QuickRunHandover -v .
 const (
 	runFiguresEnv = "ELECTOR_RUN_FIGURES"
 	runBeforeEnv  = "ELECTOR_RUN_BEFORE"
@@ -99,8 +99,10 @@ func TestQuickRunHandover(t *testing.T) {
 		}
 	}()
 	pairs = append(pairs, newRunPair(t, "this tree", bin, worker, srv.Addr(), rdb, work))
-	if before := os.Getenv(runBeforeEnv); figures > 0 && before != "" {
-		pairs = append(pairs, newRunPair(t, before, before, worker, srv.Addr(), rdb, work))
+	if figures > 0 {
+		for _, before := range filepath.SplitList(os.Getenv(runBeforeEnv)) {
+			pairs = append(pairs, newRunPair(t, before, before, worker, srv.Addr(), rdb, work))
+		}
 	}
 	// Up to runGuardRounds rounds: the guard fails only when every round's median is above
 	// the bound, so that a burst of load in one round (CI runs beside other builds) does not
