@@ -30,7 +30,9 @@ const helperEnv = "ELECTOR_CHILD_TEST_HELPER"
 
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == ShimArg {
-		os.Exit(RunShim(os.Args[2:])) // Spec.Shim re-executes this test binary
+		code := RunShim(os.Args[2:]) // Spec.Shim re-executes this test binary
+		lingerUntil(os.Getenv(shimLingerEnv))
+		os.Exit(code)
 	}
 	switch mode := os.Getenv(helperEnv); mode {
 	case "":
@@ -60,6 +62,20 @@ func TestMain(m *testing.M) {
 	default:
 		fmt.Fprintf(os.Stderr, "unknown helper mode %q\n", mode)
 		os.Exit(2)
+	}
+}
+
+// shimLingerEnv names a file: a shim of this test binary that finds it in its environment
+// does not exit, once its work is done, before the file exists (TestShimFinishesAtGone).
+const shimLingerEnv = "ELECTOR_CHILD_TEST_SHIM_LINGER"
+
+// lingerUntil waits until path exists; "" waits for nothing.
+func lingerUntil(path string) {
+	for path != "" {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

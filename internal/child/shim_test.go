@@ -86,6 +86,43 @@ func TestShimExitStatus(t *testing.T) {
 	}
 }
 
+// TestShimFinishesAtGone: with files as stdio, a Process is done, with the command's status,
+// once the shim reports the command's tree gone, while the shim itself still runs (here it
+// lingers until the test lets it go); with output copied, only once the shim has exited and
+// the copy is complete.
+func TestShimFinishesAtGone(t *testing.T) {
+	for _, copied := range []bool{false, true} {
+		release := filepath.Join(t.TempDir(), "exit")
+		spec, out := shimSpec(shimLingerEnv+"="+release), &bytes.Buffer{}
+		if copied {
+			spec.Stdout = out
+		}
+		p := startSh(t, spec, "echo out; exit 7")
+		if !copied {
+			st := waitStatus(t, p)
+			if st.Code != 7 || st.Err != nil {
+				t.Errorf("status %+v, want exit code 7", st)
+			}
+			if !running(p.Pid()) {
+				t.Errorf("the shim %d had exited when the Process was done: done should come with its report of the tree gone, not with its exit", p.Pid())
+			}
+		} else {
+			waitGone(t, p.CommandPid(), "the command")
+			select {
+			case <-p.Done():
+				t.Errorf("done while the shim %d still runs and the output copy may not be complete", p.Pid())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		if err := os.WriteFile(release, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if st := waitStatus(t, p); st.Code != 7 || st.Err != nil || (copied && out.String() != "out\n") {
+			t.Errorf("output copied %v: status %+v, output %q; want exit code 7 and %q", copied, st, out.String(), "out\n")
+		}
+	}
+}
+
 // TestShimCommandPid checks that CommandPid is the command, a child of the shim, which
 // leads the process group.
 func TestShimCommandPid(t *testing.T) {
