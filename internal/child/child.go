@@ -456,11 +456,9 @@ func (p *Process) finish(st ExitStatus) {
 
 // isFile reports whether exec.Cmd passes f to the child as it is, copying nothing.
 func isFile(f any) bool {
-	switch f := f.(type) {
-	case nil:
+	switch f.(type) {
+	case nil, *os.File:
 		return true
-	case *os.File:
-		return f != nil
 	}
 	return false
 }
