@@ -15,7 +15,11 @@ import (
 
 // TestRunOnSuccessHold runs a job that succeeds on two replicas with --on-success=hold: the
 // job runs once, the replica that ran it keeps the lease for several lease durations (nobody
-// reruns it), and SIGTERM then releases the lease and exits 0.
+// reruns it), and SIGTERM then releases the lease and exits 0. A term lost while the job
+// still ran (a starved machine: the flake hunt once saw the renew deadline pass 0.5 s into
+// a job of 0.1 s) stops it before its success was seen, and the job rightly runs again in the
+// next term; such runs are counted from the electors' logs, and what must hold is that no
+// run follows the one whose success was seen.
 func TestRunOnSuccessHold(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
@@ -36,17 +40,29 @@ func TestRunOnSuccessHold(t *testing.T) {
 	})
 	// Five lease durations of the test timing: without hold, b would have run the job at once.
 	time.Sleep(5 * time.Second)
-	if n := log.checkWorkers(t); n != 1 {
-		t.Errorf("the job ran %d times, want once; worker log:\n%s", n, log.dump(t))
+	const holding = "holding the lease until SIGTERM or SIGINT (--on-success=hold)"
+	lost := strings.Count(a.stderr.String(), `reason="leadership lost"`) + strings.Count(b.stderr.String(), `reason="leadership lost"`)
+	if n := log.checkWorkers(t); n != 1+lost {
+		t.Errorf("the job ran %d times, want once after the %d runs stopped by a lost term; worker log:\n%s", n, lost, log.dump(t))
+	} else if lost > 0 {
+		t.Logf("%d runs of the job were stopped by a lost term (a starved machine) and ran again", lost)
 	}
 	if !a.running() || !b.running() {
 		t.Fatalf("an elector exited: a running %v, b running %v", a.running(), b.running())
 	}
-	if h := holderOf(leaseValue(t, client, name)); h != "a" {
-		t.Errorf("lease held by %q, want a holding it after its job succeeded", h)
+	holder := "a"
+	if lost > 0 && strings.Contains(b.stderr.String(), holding) {
+		holder = "b" // a lost the term while its job ran, and b's run succeeded
 	}
-	if !strings.Contains(a.stderr.String(), "holding the lease until SIGTERM or SIGINT (--on-success=hold)") {
-		t.Errorf("a does not say that it holds the lease; stderr:\n%s", a.stderr.String())
+	if h := holderOf(leaseValue(t, client, name)); h != holder {
+		t.Errorf("lease held by %q, want %s holding it after its job succeeded", h, holder)
+	}
+	holderOut, other := a.stderr.String(), b.stderr.String()
+	if holder == "b" {
+		holderOut, other = other, holderOut
+	}
+	if !strings.Contains(holderOut, holding) || strings.Contains(other, holding) {
+		t.Errorf("want %s alone to say that it holds the lease; its stderr:\n%s\nthe other's:\n%s", holder, holderOut, other)
 	}
 	b.signal(syscall.SIGTERM)
 	if code := b.wait(5 * time.Second); code != 0 {
