@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -40,29 +42,42 @@ func TestRunOnSuccessHold(t *testing.T) {
 	})
 	// Five lease durations of the test timing: without hold, b would have run the job at once.
 	time.Sleep(5 * time.Second)
-	const holding = "holding the lease until SIGTERM or SIGINT (--on-success=hold)"
-	lost := strings.Count(a.stderr.String(), `reason="leadership lost"`) + strings.Count(b.stderr.String(), `reason="leadership lost"`)
-	if n := log.checkWorkers(t); n != 1+lost {
-		t.Errorf("the job ran %d times, want once after the %d runs stopped by a lost term; worker log:\n%s", n, lost, log.dump(t))
-	} else if lost > 0 {
-		t.Logf("%d runs of the job were stopped by a lost term (a starved machine) and ran again", lost)
-	}
 	if !a.running() || !b.running() {
 		t.Fatalf("an elector exited: a running %v, b running %v", a.running(), b.running())
 	}
-	holder := "a"
-	if lost > 0 && strings.Contains(b.stderr.String(), holding) {
-		holder = "b" // a lost the term while its job ran, and b's run succeeded
+	// The replica that saw the job succeed says so, with the job's pid, and holds the lease.
+	succeeded := regexp.MustCompile(`"The command succeeded; holding the lease until SIGTERM or SIGINT \(--on-success=hold\)" pid=(\d+)`)
+	out := map[string]string{"a": a.stderr.String(), "b": b.stderr.String()}
+	lost := strings.Count(out["a"], `reason="leadership lost"`) + strings.Count(out["b"], `reason="leadership lost"`)
+	holder, pid := "", 0
+	for _, id := range []string{"a", "b"} {
+		if m := succeeded.FindStringSubmatch(out[id]); m != nil {
+			if holder != "" {
+				t.Errorf("both replicas say that their job succeeded and that they hold the lease")
+			}
+			pid, _ = strconv.Atoi(m[1]) // \d+
+			holder = id
+		}
+	}
+	if holder == "" || (lost == 0 && holder != "a") {
+		t.Fatalf("want a (or, after a lost term, whoever ran the job next) to say that its job succeeded and that it holds the lease; a:\n%s\nb:\n%s", out["a"], out["b"])
 	}
 	if h := holderOf(leaseValue(t, client, name)); h != holder {
 		t.Errorf("lease held by %q, want %s holding it after its job succeeded", h, holder)
 	}
-	holderOut, other := a.stderr.String(), b.stderr.String()
-	if holder == "b" {
-		holderOut, other = other, holderOut
+	// No run after the one whose success was seen; every other run was stopped by a lost term.
+	n := log.checkWorkers(t)
+	var lastStart workerEvent
+	for _, ev := range log.events(t) {
+		if isStart(ev) {
+			lastStart = ev
+		}
 	}
-	if !strings.Contains(holderOut, holding) || strings.Contains(other, holding) {
-		t.Errorf("want %s alone to say that it holds the lease; its stderr:\n%s\nthe other's:\n%s", holder, holderOut, other)
+	if lastStart.PID != pid || n > 1+lost {
+		t.Errorf("the job ran %d times, the last as pid %d; want once after the %d runs stopped by a lost term, the last the one that succeeded (pid %d); worker log:\n%s",
+			n, lastStart.PID, lost, pid, log.dump(t))
+	} else if lost > 0 {
+		t.Logf("%d runs of the job were stopped by a lost term (a starved machine) and ran again", lost)
 	}
 	b.signal(syscall.SIGTERM)
 	if code := b.wait(5 * time.Second); code != 0 {
