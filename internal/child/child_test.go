@@ -69,9 +69,11 @@ func TestMain(m *testing.M) {
 // does not exit, once its work is done, before the file exists (TestShimFinishesAtGone).
 const shimLingerEnv = "ELECTOR_CHILD_TEST_SHIM_LINGER"
 
-// lingerUntil waits until path exists; "" waits for nothing.
+// lingerUntil waits until path exists, or the test binary that started this shim is gone
+// (a test that failed or timed out must not leave the shim behind); "" waits for nothing.
 func lingerUntil(path string) {
-	for path != "" {
+	parent := os.Getppid()
+	for path != "" && os.Getppid() == parent {
 		if _, err := os.Stat(path); err == nil {
 			return
 		}
