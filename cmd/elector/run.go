@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -258,6 +259,10 @@ func (c *cli) supervise(ctx context.Context, rc *runConfig) int {
 	sigs, stopSignals := catchSignals(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer stopSignals()
 	sup := c.newSupervisor(rc)
+	// The orphans of a shim killed from outside come back here, to be killed before a release.
+	if err := child.BecomeSubreaper(); err != nil {
+		klog.ErrorS(err, "Cannot adopt the processes of a killed shim: should the shim be killed, run exits without releasing the lease")
+	}
 	reaperCtx, stopReaper := context.WithCancel(ctx)
 	defer stopReaper()
 	if child.NeedsReaper() {
@@ -278,6 +283,7 @@ func (c *cli) supervise(ctx context.Context, rc *runConfig) int {
 	// The callbacks exist before the Elector (New takes them), and --try-once's OnNewLeader
 	// asks it whether this replica leads: the one reference set after construction.
 	sup.elector = l.elector
+	sup.redis = l.client
 	if sup.once, err = newOncePeriod(rc, l.client); err != nil {
 		l.close()
 		return c.runtimeError(who, err)
@@ -346,7 +352,7 @@ func (s *supervisor) hooks() sessionHooks {
 		onAgain: s.killNow,
 		onOther: s.forward,
 		beforeClose: func(o *outcome) {
-			if o.lost {
+			if o.lost && !s.withheld.Load() {
 				s.releaseLast()
 			}
 			if st := s.stoppedStatus(); st != nil {
@@ -380,9 +386,11 @@ type supervisor struct {
 	hold      bool        // --on-success=hold
 	once      *oncePeriod // --once-per, nil without
 	elector   *election.Elector
+	redis     io.Closer   // the elector's Redis client: closed to withhold the release
 	ends      chan ending // the command's exit, a failed start and giving up, for the session
 
 	stopping atomic.Int32 // the signal the elector received (SIGTERM, SIGINT), 0 before
+	withheld atomic.Bool  // processes of a command may have survived it: no release, no term
 
 	mu       sync.Mutex
 	standby  *child.Standby // the next term's shim, started while a follower; nil: none
@@ -423,8 +431,8 @@ func (s *supervisor) killNow(sig syscall.Signal) {
 		klog.V(2).InfoS("Second signal received while no command runs", "signal", sig)
 		return
 	}
+	p.Kill() // before the log, which may block on a stalled stderr
 	klog.InfoS("Second signal received: killing the command now", "signal", sig, "pid", p.CommandPid())
-	p.Kill()
 }
 
 // lead is OnStartedLeading: it runs the command until the command exits or ctx ends, and
@@ -465,13 +473,49 @@ func (s *supervisor) runTerm(ctx context.Context, token int64) *child.Process {
 	case <-p.Done():
 	case <-ctx.Done():
 		if s.stop(p, spec, token, context.Cause(ctx)) {
+			if s.survived(p.Wait()) {
+				return nil
+			}
 			if s.stopping.Load() == 0 {
 				go s.prepare() // for the next term, off this release's path
 			}
 			return nil
 		}
 	}
+	if s.survived(p.Wait()) {
+		return nil
+	}
 	return p
+}
+
+// survived withholds the release (see withhold) when es says that processes of the
+// command may have outlived it (child.ErrSurvivors: its shim was killed from outside, and
+// what it left could not all be killed); false otherwise.
+func (s *supervisor) survived(es child.ExitStatus) bool {
+	if !errors.Is(es.Err, child.ErrSurvivors) {
+		return false
+	}
+	s.withhold(es.Err)
+	return true
+}
+
+// withhold ends the run without releasing the lease, because processes of the command may
+// still run (cause): the lease then expires by itself, LeaseDuration after the last renewal,
+// as if this replica had crashed, which is as long as the other replicas can be kept out.
+// It closes the Redis client before the term's OnStartedLeading returns, after which the
+// elector would release (on the end of the run, or at a resignation): neither that release
+// nor any renewal can then reach Redis, and no later term can begin here. The run ends with
+// an error.
+func (s *supervisor) withhold(cause error) {
+	if s.withheld.Swap(true) {
+		return
+	}
+	if s.redis != nil {
+		_ = s.redis.Close()
+	}
+	s.closeStandby()
+	klog.ErrorS(cause, "Not releasing the lease: processes of the command may still run; it expires by itself")
+	s.sendEnding(ending{err: fmt.Errorf("not releasing the lease, which expires by itself: %w", cause)})
 }
 
 // beginTerm records that the term with token begins here, unless run gave up (start false);
@@ -500,6 +544,10 @@ func (s *supervisor) start(token int64) (*child.Process, child.Spec) {
 		p, err = sb.Start(context.Background(), spec.Env)
 	} else {
 		p, err = child.Start(context.Background(), spec)
+	}
+	if errors.Is(err, child.ErrSurvivors) {
+		s.withhold(fmt.Errorf("start the command: %w", err))
+		return nil, spec
 	}
 	if err != nil {
 		klog.ErrorS(err, "Cannot start the command", "command", spec.Path)
@@ -596,6 +644,8 @@ func (s *supervisor) stop(p *child.Process, spec child.Spec, token int64, cause 
 	if n := s.stopping.Load(); n != 0 {
 		sig, reason = syscall.Signal(n), "elector stopping"
 	}
+	// The signal goes out before the log, which may block on a stalled stderr (issue 42).
+	p.BeginStop(sig)
 	klog.InfoS("Stopping the command", "pid", p.CommandPid(), "signal", sig, "reason", reason, "killGrace", spec.KillGrace)
 	es := p.StopWith(context.Background(), sig)
 	klog.InfoS("The command stopped", "pid", p.CommandPid(), "status", es.String(), "token", token)

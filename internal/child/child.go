@@ -27,8 +27,13 @@
 // of its children on a second pipe, which Process logs; it exits only once no
 // child is left (so no descendant is), reports that ("gone"), and exits as
 // the command did, with the same exit code or killed by the same signal. A
-// shim that ends without that report was killed from outside: Process then
-// SIGKILLs the command's group, logs an error and sets ExitStatus.Err.
+// shim that ends without that report was killed from outside: its orphans, the
+// command's processes outside the command's group among them, are then
+// re-parented to the nearest child subreaper above it. Process SIGKILLs the
+// command's group and, when this process is that subreaper (BecomeSubreaper),
+// every process the shim left, found by walking /proc for children of this
+// process that it did not start, and reaps them, before Done; it sets
+// ExitStatus.Err, to ErrSurvivors when it cannot make sure that none is left.
 //
 // The shim starts the command only on a go-ahead on its control pipe, which
 // carries the command's environment. Start sends it at once; Prepare starts a
@@ -344,7 +349,9 @@ func (p *Process) begin(env []string) (sent bool, err error) {
 		return false, fmt.Errorf("tell the shim to start the command: %w", err)
 	}
 	if err := <-p.startRes; err != nil {
-		p.Wait()
+		if st := p.Wait(); errors.Is(st.Err, ErrSurvivors) {
+			err = fmt.Errorf("%w (%w)", err, st.Err) // the shim may have started the command before it was killed
+		}
 		return true, err
 	}
 	return true, nil
@@ -388,6 +395,7 @@ func (p *Process) run(started chan<- error) {
 		treeErr = p.checkShimTree()
 	}
 	err := p.cmd.Wait() // reaps, and finishes copying I/O
+	forgetFork(p.pid)
 	if waitErr != nil {
 		p.markExited()
 	}
@@ -464,13 +472,32 @@ func isFile(f any) bool {
 }
 
 // errShimKilled is the status error of a shim that died before it reported the command's
-// tree gone.
-var errShimKilled = errors.New("the shim was killed before the command's processes were all gone: those that left its process group may still run")
+// tree gone, when this process killed and reaped every process the shim left (see
+// BecomeSubreaper).
+var errShimKilled = errors.New("the shim was killed before the command's processes were all gone; every process it left was killed")
 
-// checkShimTree waits, once a shim has exited, until its reports are read, and returns
-// errShimKilled if it never reported the command's tree gone: something outside the
-// elector killed it. The command's own process group is then SIGKILLed, the one thing
-// left to do; with no shim it returns nil.
+// ErrSurvivors is in ExitStatus.Err, and in the error of Start and Standby.Start, when the
+// shim was killed from outside (by pid, `kill -9 -1`, the OOM killer) before it reported
+// the command's tree gone, and this process could not make sure that every process the
+// command started is gone: it is not a child subreaper (BecomeSubreaper), /proc cannot be
+// read, or an adopted process did not die within adoptedKillTimeout. Some of them may still
+// run: whoever started the command must not let another one start elsewhere on the strength
+// of this exit (`elector run` then exits without releasing its lease, which expires).
+var ErrSurvivors = errors.New("the shim was killed before the command's processes were all gone, and they could not all be killed: some may still run")
+
+// adoptedKillTimeout bounds how long checkShimTree waits for the processes a killed shim
+// left, SIGKILLed, to die before it reports ErrSurvivors. A SIGKILLed process dies in
+// microseconds to milliseconds; one in uninterruptible sleep (a hung NFS read) may not die
+// at all.
+const adoptedKillTimeout = 5 * time.Second
+
+// checkShimTree waits, once a shim has exited, until its reports are read. If the shim
+// never reported the command's tree gone (something outside the elector killed it), it
+// SIGKILLs the command's own process group and every process the shim left, which this
+// process adopted as a child subreaper, and reaps them (killAdopted): errShimKilled once
+// none is left, ErrSurvivors when that cannot be made sure of. With no shim, or a shim that
+// reported the tree gone or never got the go-ahead, it returns nil. Nothing is logged
+// before the kills.
 func (p *Process) checkShimTree() error {
 	if p.pipes == nil {
 		return nil
@@ -480,7 +507,13 @@ func (p *Process) checkShimTree() error {
 		return nil // a shim that exits before the go-ahead started nothing
 	}
 	_ = syscall.Kill(-p.cmdPid, syscall.SIGKILL)
-	klog.ErrorS(errShimKilled, "The command's process supervisor ended early", "shimPid", p.pid, "commandPid", p.cmdPid)
+	// The shim is a zombie until cmd.Wait: its pid, and so its start time, are still its own.
+	if err := killAdopted(p.pid, adoptedKillTimeout); err != nil {
+		err = fmt.Errorf("%w: %w", ErrSurvivors, err)
+		klog.ErrorS(err, "The command's process supervisor was killed; processes of the command may still run", "shimPid", p.pid, "commandPid", p.cmdPid)
+		return err
+	}
+	klog.ErrorS(errShimKilled, "The command's process supervisor was killed", "shimPid", p.pid, "commandPid", p.cmdPid)
 	return errShimKilled
 }
 
@@ -498,14 +531,36 @@ func (p *Process) start() error {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 	}
+	forks.Lock()
+	defer forks.Unlock()
 	if err := p.cmd.Start(); err != nil {
 		return err
 	}
 	p.pid = p.cmd.Process.Pid
+	forks.pids[p.pid]++
 	if r := p.spec.Reaper; r != nil {
 		r.supervised[p.pid] = struct{}{}
 	}
 	return nil
+}
+
+// forks are the children this package started and has not reaped yet, by pid (a count, in
+// case a reaped pid is reused before it is forgotten). Every fork registers under the lock,
+// so that killAdopted, which holds it while it walks /proc, tells them from the orphans
+// this process adopted: any other child of this process must be one of those (as for the
+// Reaper, a child subreaper must start its children through this package).
+var forks = struct {
+	sync.Mutex
+	pids map[int]int
+}{pids: make(map[int]int)}
+
+// forgetFork unregisters pid once its Process reaped it.
+func forgetFork(pid int) {
+	forks.Lock()
+	defer forks.Unlock()
+	if forks.pids[pid]--; forks.pids[pid] <= 0 {
+		delete(forks.pids, pid)
+	}
 }
 
 // Pid returns the child's process id: the shim's with Spec.Shim (on Linux),
@@ -637,6 +692,20 @@ func (p *Process) Stop(ctx context.Context) ExitStatus {
 // signal the elector itself received (SIGTERM, SIGINT) with the same grace
 // period and escalation.
 func (p *Process) StopWith(ctx context.Context, sig syscall.Signal) ExitStatus {
+	p.BeginStop(sig)
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		p.kill()
+	}
+	return p.Wait()
+}
+
+// BeginStop is the start of StopWith without the wait: it sends sig (SIGCONT after it) and
+// arms SIGKILL after KillGrace, and returns at once, so that a caller can log the stop
+// after the signal went out rather than before. Like StopWith it acts once: a later
+// BeginStop, Stop or StopWith sends nothing more.
+func (p *Process) BeginStop(sig syscall.Signal) {
 	p.stopOnce.Do(func() {
 		if err := p.Signal(sig); err != nil {
 			if !errors.Is(err, os.ErrProcessDone) {
@@ -658,10 +727,4 @@ func (p *Process) StopWith(ctx context.Context, sig syscall.Signal) ExitStatus {
 			}
 		}()
 	})
-	select {
-	case <-p.done:
-	case <-ctx.Done():
-		p.kill()
-	}
-	return p.Wait()
 }

@@ -289,6 +289,7 @@ func signalDescendants(root int, sig syscall.Signal, skipGroup int) {
 // procEntry is a process as /proc/PID/stat shows it.
 type procEntry struct {
 	pid, ppid, pgid int
+	start           uint64 // start time, in clock ticks after boot
 }
 
 // descendants returns every process whose chain of parents reaches root, from /proc.
@@ -322,7 +323,7 @@ func descendants(root int) []procEntry {
 	return out
 }
 
-// readProcStat reads the parent and process group of pid.
+// readProcStat reads the parent, the process group and the start time of pid.
 func readProcStat(pid int) (procEntry, bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
@@ -334,16 +335,19 @@ func readProcStat(pid int) (procEntry, bool) {
 	if i < 0 {
 		return procEntry{}, false
 	}
+	// After it: state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt
+	// utime stime cutime cstime priority nice num_threads itrealvalue starttime ...
 	f := strings.Fields(s[i+1:])
-	if len(f) < 3 {
+	if len(f) < 20 {
 		return procEntry{}, false
 	}
 	ppid, err1 := strconv.Atoi(f[1])
 	pgid, err2 := strconv.Atoi(f[2])
-	if err1 != nil || err2 != nil {
+	start, err3 := strconv.ParseUint(f[19], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
 		return procEntry{}, false
 	}
-	return procEntry{pid: pid, ppid: ppid, pgid: pgid}, true
+	return procEntry{pid: pid, ppid: ppid, pgid: pgid, start: start}, true
 }
 
 // exitAs ends the shim the way ws says its command ended: with the same exit code, or by
