@@ -84,8 +84,11 @@ stdin, stdout and stderr passed through and these variables added to its environ
 
 CMD runs under a small shim (this binary) that leads CMD's process group and is a child
 subreaper: on Linux every descendant of CMD, even one that called setsid, is killed when CMD
-exits, at SIGKILL after --kill-grace, and when the elector dies, even by SIGKILL. As PID 1 the
-elector also reaps orphaned zombies. When stdin is a terminal in whose foreground the elector
+exits, at SIGKILL after --kill-grace, and when the elector dies, even by SIGKILL. Should the
+shim itself be killed, the elector, a child subreaper too, kills what it left before it
+releases the lease; if it cannot make sure of that, it exits without releasing (the lease
+expires). A --kill-grace above its bound is refused; when not set, it is derived from the
+lease timing (see the flag). As PID 1 the elector also reaps orphaned zombies. When stdin is a terminal in whose foreground the elector
 runs, CMD's group gets the foreground while it runs (Ctrl-C and Ctrl-Z then reach CMD).
 
   leadership lost    --stop-signal to CMD's group, SIGKILL after --kill-grace; then campaign

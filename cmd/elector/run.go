@@ -37,9 +37,10 @@ const (
 	onSuccessHold    = "hold"
 )
 
-// defaultKillGrace is the default --kill-grace: within killGraceBound of the default timing
+// defaultKillGrace is the default --kill-grace at the default timing: within killGraceBound
 // (15s - 10s - 152ms = 4.848s), so that a CMD stopped for a lost leadership is dead before
-// another replica can acquire the lease.
+// another replica can acquire the lease. With a shorter lease the default is shorter too
+// (defaultKillGraceFor).
 const defaultKillGrace = 4 * time.Second
 
 // exitNotLeader: run gave up without leading, because of --timeout or --try-once.
@@ -70,7 +71,7 @@ type runOptions struct {
 // addFlags registers the flags of run about the command on fs.
 func (o *runOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.stopSignal, flagStopSignal, "SIGTERM", "`signal` sent to the command's process group when leadership is lost: a name (SIGTERM, TERM) or a number")
-	fs.DurationVar(&o.killGrace, flagKillGrace, defaultKillGrace, "time between the stop signal and SIGKILL; 0 kills at once. Keep it below --lease-duration - --renew-deadline - the drift margin")
+	fs.DurationVar(&o.killGrace, flagKillGrace, defaultKillGrace, "time between the stop signal and SIGKILL; 0 kills at once. At most --lease-duration - --renew-deadline - the drift margin (1% of --lease-duration + 2ms); default 4s, or 5/6 of that bound when shorter")
 	fs.BoolVar(&o.exitOnLost, flagExitOnLost, false, "exit with code 3 when leadership is lost, instead of campaigning again")
 	fs.StringVar(&o.onSuccess, flagOnSuccess, onSuccessRelease, "`what` to do when CMD exits 0: release (release the lease and exit 0) or hold (keep the lease, renewed, without rerunning CMD until SIGTERM/SIGINT; once this elector stops, another replica may run CMD again)")
 	fs.DurationVar(&o.timeout, flagTimeout, 0, "give up and exit 4 if not leading within this `duration` of the start; 0: campaign for ever")
@@ -97,6 +98,29 @@ func (o *runOptions) validate() error {
 		return fmt.Errorf("--%s: must be 0 (no timeout) or a positive duration such as 30s, got %v", flagTimeout, o.timeout)
 	}
 	return o.validateOnce()
+}
+
+// defaultKillGraceFor is the --kill-grace of a user who sets none: defaultKillGrace, or five
+// sixths of killGraceBound when that is shorter (a shortened lease: 5s and 4s give 790ms), the
+// sixth left for the SIGKILL of the command's tree after the grace; 0 when there is no bound
+// to speak of.
+func defaultKillGraceFor(lo *leaseOptions) time.Duration {
+	return max(0, min(defaultKillGrace, killGraceBound(lo)/6*5))
+}
+
+// completeKillGrace derives --kill-grace from the lease timing lo when it was not set, and
+// refuses one longer than killGraceBound: the command stopped for a lost leadership could
+// still run when another replica's starts.
+func (o *runOptions) completeKillGrace(set bool, lo *leaseOptions) error {
+	if !set {
+		o.killGrace = defaultKillGraceFor(lo)
+		return nil
+	}
+	if bound := killGraceBound(lo); o.killGrace > bound {
+		return fmt.Errorf("--%s: %v is longer than its bound, --lease-duration minus --renew-deadline minus the drift margin (1%% of --lease-duration + 2ms): %v - %v - %v = %v; after a lost leadership the command could still run when another replica's command starts: set it to %v or less, or lengthen --lease-duration",
+			flagKillGrace, o.killGrace, lo.leaseDuration, lo.renewDeadline, timing.DriftMargin(lo.leaseDuration), bound, bound)
+	}
+	return nil
 }
 
 // killGraceBound is the longest --kill-grace with which a CMD stopped because leadership was
@@ -234,6 +258,9 @@ func (c *cli) parseRun(args []string) (rc *runConfig, code int, ok bool) {
 		err = rc.run.validate()
 	}
 	if err == nil {
+		err = rc.run.completeKillGrace(fs.changed(flagKillGrace), &rc.common.lease)
+	}
+	if err == nil {
 		err = rc.serve.validate()
 	}
 	if err == nil {
@@ -255,7 +282,6 @@ func (c *cli) parseRun(args []string) (rc *runConfig, code int, ok bool) {
 // exit code. Every way out after acquiring the lease releases it.
 func (c *cli) supervise(ctx context.Context, rc *runConfig) int {
 	const who = "elector run"
-	warnKillGrace(&rc.run, &rc.common.lease)
 	sigs, stopSignals := catchSignals(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer stopSignals()
 	sup := c.newSupervisor(rc)
@@ -296,14 +322,6 @@ func (c *cli) supervise(ctx context.Context, rc *runConfig) int {
 		defer t.Stop()
 	}
 	return c.exitCode(who, sess.run(ctx))
-}
-
-// warnKillGrace warns when --kill-grace is longer than killGraceBound.
-func warnKillGrace(ro *runOptions, lo *leaseOptions) {
-	if bound := killGraceBound(lo); ro.killGrace > bound {
-		klog.Warningf("--kill-grace (%v) is longer than --lease-duration minus --renew-deadline minus the drift margin (%v - %v - %v = %v): after a lost leadership the command may still run when another replica's command starts",
-			ro.killGrace, lo.leaseDuration, lo.renewDeadline, timing.DriftMargin(lo.leaseDuration), bound)
-	}
 }
 
 // newSupervisor returns the supervisor of rc's command.

@@ -69,3 +69,52 @@ func TestRunOptionsValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestKillGraceFromLeaseTiming runs `elector run`'s parsing: an unset --kill-grace follows the
+// lease timing (4s at the default, 5/6 of the bound when that is shorter, also with the timing
+// from the environment), and one above its bound is a usage error, exit 2, that names the
+// flag, the bound and how it is derived (issue 42, item 5).
+func TestKillGraceFromLeaseTiming(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want time.Duration // the --kill-grace run uses; 0 with err
+		err  string
+	}{
+		{"default timing", nil, nil, 4 * time.Second, ""},
+		{"short lease", nil, []string{"--lease-duration=5s", "--renew-deadline=4s"}, 790 * time.Millisecond, ""},
+		{"short lease from the environment", map[string]string{"ELECTOR_LEASE_DURATION": "5s", "ELECTOR_RENEW_DEADLINE": "4s"}, nil, 790 * time.Millisecond, ""},
+		{"test timing", nil, []string{"--lease-duration=1s", "--renew-deadline=600ms", "--retry-period=150ms"}, 323333330 * time.Nanosecond, ""},
+		{"long lease keeps 4s", nil, []string{"--lease-duration=40s", "--renew-deadline=15s"}, 4 * time.Second, ""},
+		{"set within the bound", nil, []string{"--kill-grace=4848ms"}, 4848 * time.Millisecond, ""},
+		{"set to 0", nil, []string{"--lease-duration=5s", "--renew-deadline=4s", "--kill-grace=0"}, 0, ""},
+		{"set above the bound", nil, []string{"--kill-grace=4849ms"}, 0,
+			"elector run: --kill-grace: 4.849s is longer than its bound, --lease-duration minus --renew-deadline minus the drift margin (1% of --lease-duration + 2ms): 15s - 10s - 152ms = 4.848s;"},
+		{"default above a short lease's bound", nil, []string{"--lease-duration=5s", "--renew-deadline=4s", "--kill-grace=4s"}, 0,
+			"--kill-grace: 4s is longer than its bound, --lease-duration minus --renew-deadline minus the drift margin (1% of --lease-duration + 2ms): 5s - 4s - 52ms = 948ms;"},
+		{"from the environment above the bound", map[string]string{"ELECTOR_KILL_GRACE": "1s"}, []string{"--lease-duration=5s", "--renew-deadline=4s"}, 0,
+			"set it to 948ms or less"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _, stderr := testCLI(tc.env)
+			args := append([]string{"--lease-name=k", "--identity=a"}, tc.args...)
+			rc, code, ok := c.parseRun(append(args, "--", "true"))
+			if tc.err != "" {
+				if ok || code != exitUsage || !strings.Contains(stderr.String(), tc.err) {
+					t.Errorf("ok %v, exit code %d, stderr %q; want exit %d and %q", ok, code, stderr, exitUsage, tc.err)
+				}
+				return
+			}
+			if !ok {
+				t.Fatalf("exit code %d, stderr %s", code, stderr)
+			}
+			if rc.run.killGrace != tc.want {
+				t.Errorf("--kill-grace %v, want %v", rc.run.killGrace, tc.want)
+			}
+			if b := killGraceBound(&rc.common.lease); rc.run.killGrace > b {
+				t.Errorf("--kill-grace %v above the bound %v", rc.run.killGrace, b)
+			}
+		})
+	}
+}

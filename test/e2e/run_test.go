@@ -238,20 +238,17 @@ func TestRunChildExitCode(t *testing.T) {
 	}
 }
 
-// TestRunKillGrace checks the escalation to SIGKILL when the worker ignores SIGTERM, and the
-// warning (at warning level) about a grace period longer than lease-duration - renew-deadline
-// - drift margin.
+// TestRunKillGrace checks the escalation to SIGKILL when the worker ignores SIGTERM. The
+// lease is lengthened so that 500ms is within its bound, 2s - 1.2s - 22ms (see
+// TestRunKillGraceAboveBound).
 func TestRunKillGrace(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	dir := t.TempDir()
 	log := workerLog(filepath.Join(dir, "worker.log"))
 	const name = "grace"
-	p := runReplica(t, srv.Addr(), name, "a", log, filepath.Join(dir, "lock"), []string{"--kill-grace", "500ms"}, "-ignore-term")
+	p := runReplica(t, srv.Addr(), name, "a", log, filepath.Join(dir, "lock"), []string{"--lease-duration", "2s", "--renew-deadline", "1200ms", "--kill-grace", "500ms"}, "-ignore-term")
 	w, _ := log.waitEvent(t, 0, 10*time.Second, "the worker", isStart)
-	if !hasWarning(p.stderr.String(), "--kill-grace (500ms) is longer than --lease-duration minus --renew-deadline minus the drift margin (1s - 600ms - 12ms = 388ms)") {
-		t.Errorf("no warning about --kill-grace 500ms > 1s - 600ms - 12ms; stderr:\n%s", p.stderr.String())
-	}
 	probe := wakeprobe.Start(t)
 	sent := time.Now()
 	p.signal(syscall.SIGTERM)
@@ -554,16 +551,6 @@ func TestRunAsPID1ReapsOrphans(t *testing.T) {
 	assertLeaseGone(t, client, name)
 }
 
-// hasWarning reports whether the klog output has a line at warning level containing msg.
-func hasWarning(stderr, msg string) bool {
-	for _, line := range strings.Split(stderr, "\n") {
-		if strings.HasPrefix(line, "W") && strings.Contains(line, msg) {
-			return true
-		}
-	}
-	return false
-}
-
 // startCmd starts cmd as a proc with the clean environment and its stderr collected, after
 // setup has set what else it needs (streams, SysProcAttr). The process group of the proc is
 // killed at the end of the test.
@@ -590,21 +577,28 @@ func startCmd(t *testing.T, name string, cmd *exec.Cmd, setup func(p *proc)) *pr
 	return p
 }
 
-// TestRunKillGraceWarningIncludesDrift checks that the --kill-grace warning counts the drift
-// margin: 395ms is within 1s - 600ms but not within 1s - 600ms - 12ms, and 380ms is within
-// both. The warning is at warning level.
-func TestRunKillGraceWarningIncludesDrift(t *testing.T) {
+// TestRunKillGraceAboveBound checks that a --kill-grace above its bound is a usage error that
+// counts the drift margin: 395ms is within 1s - 600ms but not within 1s - 600ms - 12ms, so
+// elector run exits 2 naming the bound; 380ms is within both and runs (issue 42, item 5: it
+// was only a warning).
+func TestRunKillGraceAboveBound(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, tc := range []struct {
 		grace string
-		warn  bool
+		usage bool
 	}{{"395ms", true}, {"380ms", false}} {
 		args := append([]string{"run"}, leaseArgs(srv.Addr(), "drift-"+tc.grace, "a")...)
-		p := startElector(t, "elector", nil, append(args, "--kill-grace", tc.grace, "--", "sleep", "60")...)
-		waitFor(t, 10*time.Second, "the elector to campaign", func() bool { return strings.Contains(p.stderr.String(), `"Campaigning"`) })
-		if got := hasWarning(p.stderr.String(), "--kill-grace ("+tc.grace+") is longer than"); got != tc.warn {
-			t.Errorf("--kill-grace %s: warning %v, want %v; stderr:\n%s", tc.grace, got, tc.warn, p.stderr.String())
+		args = append(args, "--kill-grace", tc.grace, "--", "sleep", "60")
+		if tc.usage {
+			code, _, stderr := runElector(t, 10*time.Second, nil, args...)
+			want := "elector run: --kill-grace: " + tc.grace + " is longer than its bound, --lease-duration minus --renew-deadline minus the drift margin (1% of --lease-duration + 2ms): 1s - 600ms - 12ms = 388ms;"
+			if code != 2 || !strings.Contains(stderr, want) {
+				t.Errorf("--kill-grace %s: exit code %d, stderr %q; want 2 and %q", tc.grace, code, stderr, want)
+			}
+			continue
 		}
+		p := startElector(t, "elector", nil, args...)
+		waitFor(t, 10*time.Second, "the elector to campaign", func() bool { return strings.Contains(p.stderr.String(), `"Campaigning"`) })
 		p.signal(syscall.SIGTERM)
 		p.wait(10 * time.Second)
 	}

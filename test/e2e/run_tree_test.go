@@ -182,8 +182,8 @@ func TestRunSecondSignalKills(t *testing.T) {
 			dir := t.TempDir()
 			log := workerLog(filepath.Join(dir, "worker.log"))
 			name := "second-" + strconv.Itoa(int(sig))
-			const grace = time.Minute
-			p := runReplica(t, srv.Addr(), name, "a", log, filepath.Join(dir, "lock"), []string{"--kill-grace", grace.String()}, "-ignore-term")
+			const grace = time.Minute // within the bound of a 2m lease: 2m - 10s - 1.202s
+			p := runReplica(t, srv.Addr(), name, "a", log, filepath.Join(dir, "lock"), []string{"--lease-duration", "2m", "--renew-deadline", "10s", "--kill-grace", grace.String()}, "-ignore-term")
 			w, _ := log.waitEvent(t, 0, 10*time.Second, "the worker", isStart)
 			p.signal(sig)
 			log.waitEvent(t, 0, 5*time.Second, "the first signal at the worker", func(ev workerEvent) bool { return ev.Ev == "signal" })
