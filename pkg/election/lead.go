@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -32,7 +33,7 @@ type leadership struct {
 	workDone   chan struct{}           // closed when OnStartedLeading returned
 
 	lastOK     time.Time   // send time of the last successful acquire or renew
-	deadline   clock.Timer // fires at lastOK + RenewDeadline
+	guard      *trustGuard // ends the term at lastOK + RenewDeadline
 	tick       clock.Timer // fires when the next renew is due
 	results    chan renewal
 	inflight   bool
@@ -48,13 +49,13 @@ type leadership struct {
 // OnStartedLeading returned, with the reason for stepping down.
 func (e *Elector) lead(ctx context.Context, term lease.Record, sent time.Time) string {
 	l := e.startTerm(ctx, term, sent)
-	defer l.deadline.Stop()
+	defer l.guard.stop()
 	defer l.tick.Stop()
 	reason, release := l.loop(ctx)
 	return l.stepDown(reason, release)
 }
 
-// startTerm records the term and starts OnStartedLeading. The timers exist before the work
+// startTerm records the term and starts OnStartedLeading. The guard runs before the work
 // starts: the deadline counts from the acquire's send time.
 func (e *Elector) startTerm(ctx context.Context, term lease.Record, sent time.Time) *leadership {
 	l := &leadership{
@@ -62,7 +63,6 @@ func (e *Elector) startTerm(ctx context.Context, term lease.Record, sent time.Ti
 		base:       context.WithoutCancel(ctx),
 		workDone:   make(chan struct{}),
 		lastOK:     sent,
-		deadline:   e.clock.NewTimer(sent.Add(e.cfg.RenewDeadline).Sub(e.clock.Now())),
 		tick:       e.clock.NewTimer(sent.Add(e.cfg.RetryPeriod).Sub(e.clock.Now())),
 		results:    make(chan renewal, 1),
 		cancelCall: func() {},
@@ -72,11 +72,16 @@ func (e *Elector) startTerm(ctx context.Context, term lease.Record, sent time.Ti
 	e.setLeading(term, sent, l.ctl)
 	workCtx, cancel := context.WithCancelCause(context.WithValue(ctx, tokenKey{}, term.Token))
 	l.cancelWork = cancel
+	l.guard = startTrustGuard(e.clock, e.timing(), sent, func() {
+		cancel(fmt.Errorf("%w: %s", ErrLeadershipLost, reasonDeadline))
+		e.setFollowing()
+	})
 	go func() {
 		defer close(l.workDone)
 		e.cfg.Callbacks.OnStartedLeading(workCtx)
 	}()
 	// Logged after the work started: a log line is a synchronous write, not worth delaying it.
+	// A write that blocks (a stalled stderr) holds up this loop, not the guard.
 	l.logger.Info("Became leader", "token", term.Token)
 	return l
 }
@@ -108,7 +113,7 @@ func (l *leadership) loop(ctx context.Context) (reason string, release bool) {
 				continue
 			}
 			return reasonStopped, l.e.cfg.ReleaseOnCancel
-		case <-l.deadline.C():
+		case <-l.guard.expired:
 			return reasonDeadline, false
 		case <-resign:
 			resign = nil
@@ -148,7 +153,7 @@ func (l *leadership) renewed(r renewal) (reason string, over bool) {
 	e := l.e
 	l.inflight = false
 	l.cancelCall()
-	if e.timing().overdue(l.lastOK, e.clock.Now()) {
+	if l.guard.overdue() {
 		return reasonDeadline, true
 	}
 	asked := r.ok && errors.Is(r.err, lease.ErrResignRequested)
@@ -166,12 +171,13 @@ func (l *leadership) renewed(r renewal) (reason string, over bool) {
 		l.retry.reset()
 		l.lastOK = r.sent
 		mutantDeadlineFromReply(l) // mutant 8 (elector_mutants builds only)
+		if !l.guard.extend(l.lastOK) {
+			return reasonDeadline, true // the deadline passed since the check above
+		}
 		e.renewed(r.sent)
 		e.cfg.Metrics.renewed(e.cfg.LeaseName, r.took)
 		l.logger.V(4).Info("Renewed the lease", "token", l.term.Token, "took", r.took)
-		now := e.clock.Now()
-		resetTimer(l.deadline, l.lastOK.Add(e.cfg.RenewDeadline).Sub(now))
-		resetTimer(l.tick, r.sent.Add(e.cfg.RetryPeriod).Sub(now))
+		resetTimer(l.tick, r.sent.Add(e.cfg.RetryPeriod).Sub(e.clock.Now()))
 		if asked {
 			l.resign("a resign request names this term (elector resign)")
 		}
@@ -300,4 +306,89 @@ func (l *leadership) resign(why string) {
 func (s redisStore) resign(ctx context.Context, term lease.Record, target string, holdOff, timeout time.Duration) error {
 	_, err := s.l.RequestResign(ctx, lease.ResignRequest{Target: target, HoldOff: holdOff, Timeout: timeout, Term: term})
 	return err
+}
+
+// trustGuard ends a term at its renew deadline (the send time of the last successful acquire
+// or renew + RenewDeadline), on a goroutine of its own that does nothing else: it runs expire
+// (cancel the work, stop calling this replica leader) and closes expired, with no log call,
+// no user callback, no Redis call and no lock that one of those holds before it. The lead
+// loop, which logs and calls out, may be blocked (a log write to a stderr nobody reads):
+// the term still ends on time, and the loop only steps down, releasing nothing, once it runs
+// again (docs/DESIGN.md, "The trust deadline").
+type trustGuard struct {
+	clock  clock.Clock
+	timing leaseTiming
+	expire func() // must not block: a context cancel, a flag under a mutex held for nothing else
+
+	mu     sync.Mutex
+	lastOK time.Time // send time of the last successful acquire or renew
+	ended  bool      // the deadline passed: no renew can extend the term any more
+
+	expired chan struct{} // closed after expire ran
+	quit    chan struct{}
+	done    chan struct{}
+}
+
+// startTrustGuard starts the guard of a term whose acquire was sent at sent.
+func startTrustGuard(c clock.Clock, t leaseTiming, sent time.Time, expire func()) *trustGuard {
+	g := &trustGuard{
+		clock: c, timing: t, expire: expire, lastOK: sent,
+		expired: make(chan struct{}), quit: make(chan struct{}), done: make(chan struct{}),
+	}
+	timer := c.NewTimer(sent.Add(t.renewDeadline).Sub(c.Now()))
+	go g.run(timer)
+	return g
+}
+
+func (g *trustGuard) run(timer clock.Timer) {
+	defer close(g.done)
+	defer timer.Stop()
+	for {
+		select {
+		case <-g.quit:
+			return
+		case <-timer.C():
+		}
+		g.mu.Lock()
+		now := g.clock.Now()
+		if !g.ended && !g.timing.overdue(g.lastOK, now) {
+			// Extended since the timer was set: wait for the new deadline.
+			timer.Reset(g.lastOK.Add(g.timing.renewDeadline).Sub(now))
+			g.mu.Unlock()
+			continue
+		}
+		g.ended = true
+		g.mu.Unlock()
+		g.expire()
+		close(g.expired)
+		return
+	}
+}
+
+// extend moves the deadline to count from sent, the send time of a successful renew, and
+// reports whether the term goes on: false once the current deadline has passed, even if the
+// guard's goroutine has not run yet.
+func (g *trustGuard) extend(sent time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ended || g.timing.overdue(g.lastOK, g.clock.Now()) {
+		g.ended = true
+		return false
+	}
+	g.lastOK = sent
+	return true
+}
+
+// overdue reports whether the term's deadline has passed.
+func (g *trustGuard) overdue() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ended || g.timing.overdue(g.lastOK, g.clock.Now())
+}
+
+// stop ends the guard's goroutine and waits for it: after stop, expire is not running and will
+// not run.
+func (g *trustGuard) stop() {
+	close(g.quit)
+	<-g.done
 }

@@ -585,8 +585,9 @@ func TestSeamRenewReplyAfterTheDeadlineTimer(t *testing.T) {
 			clk := newTestClock()
 			t0 := clk.Now()
 			e := &Elector{cfg: Config{LeaseDuration: seamLease, RenewDeadline: seamRenew, RetryPeriod: seamRetry}, clock: clk}
-			l := &leadership{e: e, lastOK: t0, deadline: clk.NewTimer(seamRenew), tick: clk.NewTimer(seamRetry),
+			l := &leadership{e: e, lastOK: t0, guard: startTrustGuard(clk, e.timing(), t0, func() {}), tick: clk.NewTimer(seamRetry),
 				cancelCall: func() {}, inflight: true, retry: backoff{min: seamRetry, max: seamRetry}}
+			defer l.guard.stop()
 			clk.Step(tc.at)
 			tc.r.sent = t0.Add(seamRetry)
 			reason, over := l.renewed(tc.r)

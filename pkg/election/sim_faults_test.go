@@ -17,7 +17,7 @@ func (d *simDriver) tick() {
 	faults := []func(){
 		d.cutOne, d.cutAll, func() { d.breakSubs(func() *sim.Node { return d.pick().node }) }, d.restartRedis, d.restoreSnapshot,
 		d.crash, d.cancelRun, d.resign, d.resign, d.release, d.network, d.network, d.stall, d.stall,
-		d.resignRequest,
+		d.resignRequest, d.stallLog,
 	}
 	faults[d.rng.IntN(len(faults))]()
 	d.after(d.dur(time.Millisecond, d.timing.lease), "tick", d.tick)
@@ -258,6 +258,21 @@ func (d *simDriver) stall() {
 		}
 	}
 	d.stallNode(r.node)
+}
+
+// stallLog blocks every log line of a replica (the leader, two times in three) for up to two
+// lease durations: its stderr is a pipe that nobody reads. The term must still end at its
+// renew deadline (lead.go, trustGuard), whichever log call the lead loop is blocked in.
+func (d *simDriver) stallLog() {
+	r := d.pick()
+	for _, x := range d.replicas {
+		if !x.crashed && x.e.IsLeader() && d.rng.IntN(3) != 0 {
+			r = x
+		}
+	}
+	dt := d.dur(d.timing.retry, 2*d.timing.lease)
+	d.w.Tracef("fault: the log of %s stalls for %v", r.node.Name(), dt)
+	r.reasons.stall(time.Now().Add(dt))
 }
 
 // stallNode slows every message to and from n sent within up to a lease duration.

@@ -148,18 +148,38 @@ func (f *featureTally) String() string {
 
 // reasonSink is the logger of an Elector's Run in the simulator: it keeps the reason of the
 // last "Stopped leading" line (lead.go stepDown), which says whether the term is released
-// (resigned; stopped with ReleaseOnCancel), and discards everything else.
+// (resigned; stopped with ReleaseOnCancel), and discards everything else. Under the
+// stalled-log fault every line blocks its writer until the stall ends, as a write to a stderr
+// pipe that nobody reads blocks until the reader comes back.
 type reasonSink struct {
-	mu     sync.Mutex
-	reason string
+	mu           sync.Mutex
+	reason       string
+	stalledUntil time.Time
 }
 
 func (s *reasonSink) Init(logr.RuntimeInfo)             {}
 func (s *reasonSink) Enabled(level int) bool            { return level == 0 }
-func (s *reasonSink) Error(error, string, ...any)       {}
+func (s *reasonSink) Error(error, string, ...any)       { s.wait() }
 func (s *reasonSink) WithValues(...any) logr.LogSink    { return s }
 func (s *reasonSink) WithName(string) logr.LogSink      { return s }
-func (s *reasonSink) Info(_ int, msg string, kv ...any) { s.note(msg, kv) }
+func (s *reasonSink) Info(_ int, msg string, kv ...any) { s.wait(); s.note(msg, kv) }
+
+// stall makes every line written before until block until then.
+func (s *reasonSink) stall(until time.Time) {
+	s.mu.Lock()
+	s.stalledUntil = until
+	s.mu.Unlock()
+}
+
+// wait blocks while the sink is stalled (in the bubble's virtual time).
+func (s *reasonSink) wait() {
+	s.mu.Lock()
+	until := s.stalledUntil
+	s.mu.Unlock()
+	if d := time.Until(until); d > 0 {
+		time.Sleep(d)
+	}
+}
 
 func (s *reasonSink) note(msg string, kv []any) {
 	if msg != "Stopped leading" {
