@@ -37,7 +37,10 @@ func (g *Group) Run(ctx context.Context) error {
 		g.running = false
 		g.mu.Unlock()
 	}()
-	logger := klog.FromContext(ctx).WithValues("group", g.cfg.Group, "identity", g.cfg.Identity)
+	// The loop checks every lease's deadline: it must never wait for a log write.
+	alog, logger := startAsyncLog(klog.FromContext(ctx).WithValues("group", g.cfg.Group, "identity", g.cfg.Identity),
+		func() { g.cfg.Metrics.logDropped(g.cfg.Group) })
+	defer alog.stop()
 	r := &groupRun{
 		g:        g,
 		rd:       redisGroup{g},

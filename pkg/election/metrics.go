@@ -27,6 +27,7 @@ type Metrics struct {
 	groupSheds   *prometheus.CounterVec
 	groupBatches *prometheus.HistogramVec
 	evictionG    *prometheus.GaugeVec
+	logDrops     *prometheus.CounterVec
 
 	mu       sync.Mutex
 	electors map[string]*Elector
@@ -53,6 +54,7 @@ type Metrics struct {
 //	elector_group_terms_total{group}             terms a Group began
 //	elector_group_shed_total{group}              leases a Group released to rebalance
 //	elector_group_batch_duration_seconds{group,op}  round trips of a Group's batches (op: acquire, renew)
+//	elector_log_lines_dropped_total{name}        log lines a Group dropped because its logger blocked
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		masterStatus: gaugeVec("leader_election_master_status",
@@ -98,10 +100,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Duration of a Group's batched acquire and renew round trips.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 12),
 		}, []string{"group", "op"}),
+		logDrops: counterVec("elector_log_lines_dropped_total",
+			"Log lines the named Group dropped because its logger did not take them in time (it blocked).",
+			"name"),
 		electors: map[string]*Elector{},
 	}
 	for _, c := range []prometheus.Collector{m.masterStatus, m.isLeader, m.transitions, m.renewLatency, m.errors, m.redisUpG, m.token,
-		(*sinceRenewCollector)(m), m.groupLeases, m.groupTerms, m.groupSheds, m.groupBatches, m.evictionG} {
+		(*sinceRenewCollector)(m), m.groupLeases, m.groupTerms, m.groupSheds, m.groupBatches, m.evictionG, m.logDrops} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register elector metrics: %w", err)
 		}
@@ -220,4 +225,12 @@ func (m *Metrics) groupBatch(group, op string, took time.Duration) {
 	if m != nil {
 		m.groupBatches.WithLabelValues(group, op).Observe(took.Seconds())
 	}
+}
+
+// logDropped counts a log line that name dropped.
+func (m *Metrics) logDropped(name string) {
+	if m == nil {
+		return
+	}
+	m.logDrops.WithLabelValues(name).Inc()
 }

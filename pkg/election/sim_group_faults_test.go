@@ -22,7 +22,7 @@ func (d *groupDriver) tick() {
 		func() { d.cut(pick()) }, func() { d.cutNodes(nodes) }, func() { d.breakSubs(pick) },
 		d.restartRedis, d.restoreSnapshot, d.gCrash, d.gCancelRun,
 		d.gChurn, d.gChurn, d.gChurn, d.network, d.network, func() { d.stallNode(pick()) }, func() { d.stallNode(pick()) },
-		d.gPause,
+		d.gPause, d.gStallLog,
 	}
 	faults[d.rng.IntN(len(faults))]()
 	d.after(d.dur(time.Millisecond, d.timing.lease), "tick", d.tick)
@@ -176,4 +176,16 @@ func (d *groupDriver) gPause() {
 	for _, rec := range d.recs {
 		rec.paused(r.idx, r.gen, now, r.pausedUntil)
 	}
+}
+
+// gStallLog blocks every log line of a running replica's Run for up to two lease durations:
+// its stderr is a pipe that nobody reads. Its loop must go on checking deadlines (asyncLog).
+func (d *groupDriver) gStallLog() {
+	r := d.replicas[d.rng.IntN(len(d.replicas))]
+	dt := d.dur(d.timing.retry, 2*d.timing.lease)
+	if !r.running || r.log == nil {
+		return
+	}
+	d.w.Tracef("fault: the log of g%d.%d stalls for %v", r.idx, r.gen, dt)
+	r.log.stall(time.Now().Add(dt))
 }

@@ -74,6 +74,7 @@ type groupReplica struct {
 	done        chan error
 	running     bool
 	crashed     bool
+	log         *reasonSink // its Run's logger, which the stalled-log fault blocks
 }
 
 // callbackGate lets the callbacks and the batches of every Group return one at a time, one
@@ -262,7 +263,8 @@ func (r *groupReplica) startRun() {
 	if r.d.over {
 		return
 	}
-	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), logr.Discard()))
+	r.log = &reasonSink{}
+	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), logr.New(r.log)))
 	done := make(chan error, 1)
 	r.done, r.running, r.cancelled = done, true, false
 	r.cancel = func() { r.cancelled = true; cancel() }
