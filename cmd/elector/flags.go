@@ -101,7 +101,7 @@ func (f *flagSet) parse(c *cli, args []string) error {
 		return err
 	}
 	if f.logging {
-		return setupLogging(c.stderr, f.logFormat, f.all.Lookup("v"))
+		return setupLogging(c.stderr, c.logs, f.logFormat, f.all)
 	}
 	return nil
 }

@@ -23,6 +23,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"k8s.io/klog/v2"
@@ -54,6 +55,9 @@ type cli struct {
 	// flagSink, when set, receives the flag set of a command instead of parsing: completion
 	// runs each command with it to learn its flags.
 	flagSink func(*flagSet)
+	// logs is the process's stderr for the logs, which never blocks a log call; nil in tests
+	// of single commands, whose logs go where klog's defaults send them.
+	logs *stderrLog
 }
 
 // getenv returns the value of an environment variable, "" when unset.
@@ -104,12 +108,14 @@ func main() {
 		environ:    os.Environ,
 		hostname:   os.Hostname,
 		executable: os.Executable,
+		logs:       newStderrLog(os.Stderr),
 	}
 	// go-redis reports some events (Sentinel failovers, dropped connections) through its
 	// own logger, which would print unstructured lines to stderr; send them through klog.
 	redis.SetLogger(redisLogger{})
 	code := c.main(context.Background(), os.Args[1:])
 	klog.Flush()
+	c.logs.flush(2 * time.Second) // a stderr that nobody reads does not hold up the exit
 	os.Exit(code)
 }
 
