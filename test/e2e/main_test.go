@@ -40,8 +40,9 @@ const (
 
 // bins are the binaries TestMain built; read-only during the tests.
 var bins struct {
-	elector string
-	worker  string
+	elector    string
+	worker     string
+	libreplica string
 }
 
 func TestMain(m *testing.M) {
@@ -62,6 +63,11 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	if err := testbin.Build(bins.worker, "./testdata/worker", false); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	bins.libreplica = filepath.Join(dir, "libreplica")
+	if err := testbin.Build(bins.libreplica, "./testdata/libreplica", raceEnabled); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
