@@ -119,8 +119,9 @@ func (s *session) signal(got os.Signal, cancel context.CancelFunc) {
 				s.hooks.onStop(sig)
 			}
 		}
-		klog.InfoS(s.stopMessage(), "signal", sig)
-		cancel()
+		msg := s.stopMessage() // read before the cancel: it says whether this replica led
+		cancel()               // before the log line: nothing that can block comes first
+		klog.InfoS(msg, "signal", sig)
 	}
 }
 
