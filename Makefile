@@ -102,8 +102,8 @@ k8s-e2e:
 ## Redis running the project's scripts, their replay checks and the differential test against
 ## redis-server, and the directed workloads (Elector and Group scenarios). SEED=n (GROUP_SEED=n)
 ## replays one Elector (Group) seed and prints its trace;
-## SIM_DURATION=1h runs Elector seeds for that long (soak); MUTANTS=1 shows that it catches the
-## mutants (build tag elector_mutants). SIM_REDIS=0 leaves out the tests against redis-server
+## SIM_DURATION=1h runs Elector seeds for that long (soak); make mutants shows that it catches
+## the known bugs of test/mutants. SIM_REDIS=0 leaves out the tests against redis-server
 ## (make test runs them too), so that only the timing-free seeds run (ci-lane).
 SEEDS ?= 1000
 GROUP_SEEDS ?= 100
@@ -113,8 +113,6 @@ ifdef SEED
 	SIM_SEED=$(SEED) SIM_SEEDS=1 SIM_TRACE=1 $(GO) test -count=1 -v -run '^TestSim$$' ./pkg/election
 else ifdef GROUP_SEED
 	SIM_SEED=$(GROUP_SEED) SIM_GROUP_SEEDS=1 SIM_TRACE=1 $(GO) test -count=1 -v -run '^TestSimGroup$$' ./pkg/election
-else ifdef MUTANTS
-	$(GO) test -tags elector_mutants -count=1 -v -timeout 1h -run '^(TestSimMutants|TestSimScenarioMutants|TestSimGroupMutants|TestSimGroupScenarioMutants)$$' ./pkg/election
 else
 	SIM_SEEDS=$(SEEDS) SIM_GROUP_SEEDS=$(GROUP_SEEDS) SIM_DURATION=$(SIM_DURATION) $(GO) test -count=1 -v -timeout 2h \
 		-run '^(TestSim|TestSimReplaysIdentically|TestSimScenarios|TestSimGroup|TestSimGroupReplaysIdentically|TestSimGroupScenarios|TestRecorderTermWonBeforeDataLoss)$$' ./pkg/election

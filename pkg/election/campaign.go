@@ -88,9 +88,6 @@ func (f *follower) attempt(ctx context.Context) (attempt, bool) {
 		// Not ours to start or release; not observed either: it would name this replica leader.
 		logUntrusted(f.logger, st.Record)
 	case d.verdict == verdictDecline:
-		if mutant(5) && !d.late { // mutant 5 (elector_mutants builds only): left held
-			break
-		}
 		if d.late {
 			e.errs.failed(f.logger, e.cfg.Metrics, e.cfg.LeaseName, "acquire", fmt.Errorf("token %d: %w", st.Record.Token, errLateReply), e.clock.Now())
 		}
@@ -204,7 +201,7 @@ func (f *follower) sleep(ctx context.Context) bool {
 // it hears a release now, and a poll that met a Redis restart would retry, and win, before
 // the old leader's next renew told it its term is over.
 func (f *follower) listening() {
-	if !f.polling || mutant(10) { // mutant 10: it polls on
+	if !f.polling {
 		return
 	}
 	f.polling = false

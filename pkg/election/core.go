@@ -113,13 +113,11 @@ type decision struct {
 func (c *leaseCore) reply(t leaseTiming, now time.Time, r acquireReply, giveUp bool, retry func() time.Duration, listening bool) decision {
 	if r.err != nil {
 		d := retry()
-		if !mutant(10) { // mutant 10 (elector_mutants builds only): the known expiry is ignored
-			d = c.known.retryAfter(now, d)
-		}
+		d = c.known.retryAfter(now, d)
 		return decision{verdict: verdictFailed, wait: d}
 	}
 	trusted := c.guard.reply(r.rec, r.won)
-	late := t.overdue(r.sent, now) && !mutant(4) // mutant 4 (elector_mutants builds only): a late reply starts a term
+	late := t.overdue(r.sent, now)
 	switch {
 	case r.won && !trusted:
 		return decision{verdict: verdictUntrusted, wait: t.untrustedWait(r.ttl)}
@@ -267,9 +265,6 @@ func (g *termGuard) news(token int64, released bool) bool {
 func (g *termGuard) reply(rec lease.Record, won bool) (trusted bool) {
 	trusted = won && rec.Token > g.retired &&
 		(rec.Token > g.floor || (rec == g.last && rec.Token == g.floor))
-	if mutant(9) && won && rec.Token < g.floor { // mutant 9 (elector_mutants builds only): a token below one seen starts a term
-		trusted = true
-	}
 	g.floor = max(g.floor, rec.Token)
 	g.seen = max(g.seen, rec.Token)
 	if trusted {
@@ -282,13 +277,6 @@ func (g *termGuard) reply(rec lease.Record, won bool) (trusted bool) {
 // no term may start on that record again. A token above every token a reply showed is none
 // of our records (a caller's mistake); it is capped there rather than block every later term.
 func (g *termGuard) retire(token int64) {
-	if mutant(6) { // mutant 6 (elector_mutants builds only): a released record stays trusted
-		return
-	}
 	t := min(token, g.floor)
-	if mutant(7) { // mutant 7 (elector_mutants builds only): one slot, the last release's only
-		g.retired = t
-		return
-	}
 	g.retired = max(g.retired, t)
 }

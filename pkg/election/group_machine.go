@@ -209,7 +209,7 @@ func (m *groupMachine) add(name string) {
 			return
 		}
 		c := m.cores[name]
-		if c == nil || mutant(3) { // mutant 3 (elector_mutants builds only): Add forgets the retired tokens
+		if c == nil {
 			c = &leaseCore{}
 			m.cores[name] = c
 		}

@@ -52,7 +52,6 @@ func (g *Group) Run(ctx context.Context) error {
 		returned: make(chan termDone, 64),
 		notified: make(chan termDone, 64),
 		events:   make(chan groupEvent, 4096),
-		onLoop:   mutantOnLoop(),
 	}
 	if g.seam != nil {
 		r.rd = g.seam
@@ -87,7 +86,6 @@ type groupRun struct {
 	returned chan termDone   // OnStartedLeading returned
 	notified chan termDone   // OnStoppedLeading returned
 	events   chan groupEvent // from the subscription goroutine
-	onLoop   chan func()     // mutant 2 (elector_mutants builds only): subscribe calls; nil otherwise
 
 	heldMetric int // last value of the held-leases gauge
 }
@@ -218,8 +216,6 @@ func (r *groupRun) handle(block bool, ctxDone <-chan struct{}, timer <-chan time
 		m.onNotified(d.gl, d.term)
 	case e := <-r.events:
 		m.onEvent(e.name, e.ev)
-	case f := <-r.onLoop:
-		f()
 	case <-def:
 		return false, false
 	}
@@ -279,18 +275,13 @@ func (r *groupRun) startTerm(gl *groupLease, term lease.Record) func() {
 		r.call("OnStartedLeading", name, term.Token, func() { cb.OnStartedLeading(ctx, name) })
 		r.returned <- termDone{gl, term}
 		<-wake
-		if !mutant(1) { // mutant 1 (elector_mutants builds only): notifyStopped runs it on the loop
-			r.call("OnStoppedLeading", name, term.Token, func() { cb.OnStoppedLeading(name) })
-		}
+		r.call("OnStoppedLeading", name, term.Token, func() { cb.OnStoppedLeading(name) })
 		r.notified <- termDone{gl, term}
 	}()
 	return cancel
 }
 
 func (r *groupRun) notifyStopped(gl *groupLease) {
-	if mutant(1) { // mutant 1 (elector_mutants builds only): a slow OnStoppedLeading freezes the loop
-		r.call("OnStoppedLeading", gl.name, gl.term.Token, func() { r.g.cfg.Callbacks.OnStoppedLeading(gl.name) })
-	}
 	close(gl.wakeStop)
 	gl.wakeStop = nil
 }
@@ -339,7 +330,7 @@ func (r *groupRun) listen(ctx context.Context) {
 	refused, reported := false, false
 	for ctx.Err() == nil {
 		sctx, cancel := context.WithTimeout(ctx, g.cfg.RetryPeriod)
-		sub, err := r.subscribe(ctx, sctx)
+		sub, err := r.rd.subscribe(sctx)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {

@@ -170,7 +170,6 @@ func (l *leadership) renewed(r renewal) (reason string, over bool) {
 		e.errs.succeeded(l.logger)
 		l.retry.reset()
 		l.lastOK = r.sent
-		mutantDeadlineFromReply(l) // mutant 8 (elector_mutants builds only)
 		if !l.guard.extend(l.lastOK) {
 			return reasonDeadline, true // the deadline passed since the check above
 		}

@@ -324,37 +324,3 @@ func TestSimGroupScenarios(t *testing.T) {
 		t.Logf("group scenario %q: %d seeds, reached in %d, %d terms, in %v", sc.name, count, reached, terms, time.Since(began).Round(time.Millisecond))
 	}
 }
-
-// TestSimGroupScenarioMutants (go test -tags elector_mutants) switches on each Group mutant a
-// scenario targets and counts the seeds that catch it: the figures of docs/MODEL.md.
-func TestSimGroupScenarioMutants(t *testing.T) {
-	if !setMutant(0) {
-		t.Skip("build with -tags elector_mutants to run the mutants")
-	}
-	defer setMutant(0)
-	limit := simEnv("SIM_SCENARIO_SEEDS", 40)
-	for _, m := range []struct {
-		n  int
-		sc groupScenario
-	}{{10, groupScenarios[0]}, {3, groupScenarios[1]}} {
-		setMutant(m.n)
-		caught, first := 0, uint64(0)
-		var msg string
-		for seed := uint64(1); seed <= limit; seed++ {
-			res := runGroupScenario(t, m.sc, seed)
-			if len(res.violations) == 0 {
-				continue
-			}
-			caught++
-			if first == 0 {
-				first, msg = seed, res.violations[0]
-			}
-		}
-		setMutant(0)
-		if caught*2 <= int(limit) {
-			t.Errorf("group mutant %d: scenario %q caught it in only %d of %d seeds", m.n, m.sc.name, caught, limit)
-			continue
-		}
-		t.Logf("group mutant %d: scenario %q caught it in %d/%d seeds, first at seed %d: %s", m.n, m.sc.name, caught, limit, first, msg)
-	}
-}

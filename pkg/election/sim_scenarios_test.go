@@ -431,38 +431,3 @@ func TestSimScenarios(t *testing.T) {
 		t.Logf("scenario %q: %d seeds, reached in %d, %d terms, in %v", sc.name, count, reached, terms, time.Since(began).Round(time.Millisecond))
 	}
 }
-
-// TestSimScenarioMutants (go test -tags elector_mutants) switches on each mutant a scenario
-// targets and runs seeds until the scenario catches it: every mutant is caught; the seeds to
-// detection are the figures of docs/MODEL.md.
-func TestSimScenarioMutants(t *testing.T) {
-	if !setMutant(0) {
-		t.Skip("build with -tags elector_mutants to run the mutants")
-	}
-	defer setMutant(0)
-	limit := simEnv("SIM_SCENARIO_SEEDS", 40)
-	for _, m := range []struct {
-		n  int
-		sc simScenario
-	}{{6, simScenarios[0]}, {7, simScenarios[0]}, {9, simScenarios[1]}, {10, simScenarios[2]}} {
-		setMutant(m.n)
-		caught, first := 0, uint64(0)
-		var msg string
-		for seed := uint64(1); seed <= limit; seed++ {
-			res := runScenario(t, m.sc, seed)
-			if len(res.violations) == 0 {
-				continue
-			}
-			caught++
-			if first == 0 {
-				first, msg = seed, res.violations[0]
-			}
-		}
-		setMutant(0)
-		if caught == 0 {
-			t.Errorf("mutant %d: scenario %q caught it in none of %d seeds", m.n, m.sc.name, limit)
-			continue
-		}
-		t.Logf("mutant %d: scenario %q caught it in %d/%d seeds, first at seed %d: %s", m.n, m.sc.name, caught, limit, first, msg)
-	}
-}
