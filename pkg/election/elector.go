@@ -141,7 +141,10 @@ func (e *Elector) Run(ctx context.Context) error {
 		}
 		// A leader needs no events; a follower subscribes again before its first attempt.
 		w.close()
-		reason := e.lead(ctx, term, sent)
+		reason, started := e.lead(ctx, term, sent)
+		if !started && ctx.Err() == nil {
+			continue
+		}
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -46,18 +46,33 @@ type leadership struct {
 
 // lead runs one term: it starts OnStartedLeading, renews every RetryPeriod, and steps down
 // when the term is lost, the renew deadline passes or ctx is cancelled. It returns after
-// OnStartedLeading returned, with the reason for stepping down.
-func (e *Elector) lead(ctx context.Context, term lease.Record, sent time.Time) string {
+// OnStartedLeading returned, with the reason for stepping down. started is false when the
+// term's deadline had passed before its work could start (the campaign was held up after the
+// reply, in a log write say): nothing started, the record was released, and Run campaigns on.
+func (e *Elector) lead(ctx context.Context, term lease.Record, sent time.Time) (reason string, started bool) {
 	l := e.startTerm(ctx, term, sent)
+	if l == nil {
+		logger := klog.FromContext(ctx)
+		e.errs.failed(logger, e.cfg.Metrics, e.cfg.LeaseName, "acquire", fmt.Errorf("token %d: %w", term.Token, errLateStart), e.clock.Now())
+		e.release(context.WithoutCancel(ctx), logger, term)
+		return "", false
+	}
 	defer l.guard.stop()
 	defer l.tick.Stop()
 	reason, release := l.loop(ctx)
-	return l.stepDown(reason, release)
+	return l.stepDown(reason, release), true
 }
 
-// startTerm records the term and starts OnStartedLeading. The guard runs before the work
-// starts: the deadline counts from the acquire's send time.
+// errLateStart marks a won term whose renew deadline passed before its work could start.
+var errLateStart = fmt.Errorf("the renew deadline passed before the term's work could start: %w", context.DeadlineExceeded)
+
+// startTerm records the term and starts OnStartedLeading, or returns nil when the term's
+// deadline has passed already (nothing between that check and the start can block). The guard
+// runs before the work starts: the deadline counts from the acquire's send time.
 func (e *Elector) startTerm(ctx context.Context, term lease.Record, sent time.Time) *leadership {
+	if e.timing().overdue(sent, e.clock.Now()) {
+		return nil
+	}
 	l := &leadership{
 		e: e, logger: klog.FromContext(ctx), term: term,
 		base:       context.WithoutCancel(ctx),
