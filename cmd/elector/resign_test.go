@@ -72,7 +72,8 @@ func TestResignHandlerPolicy(t *testing.T) {
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest(tc.method, "/resign", nil)
 		req.RemoteAddr = tc.remote
-		resignHandler(e, tc.policy, nil).ServeHTTP(rec, req)
+		req.Header.Set(resignHeader, "1")
+		resignHandler(e, resignPolicy{endpoint: tc.policy}, nil).ServeHTTP(rec, req)
 		if rec.Code != tc.want {
 			t.Errorf("%s from %s with policy %q: %d %q, want %d", tc.method, tc.remote, tc.policy, rec.Code, rec.Body, tc.want)
 		}

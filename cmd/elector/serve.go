@@ -3,13 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"mime"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +29,7 @@ import (
 	"github.com/elector/elector/internal/kube"
 	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/readonly"
+	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/internal/version"
 	"github.com/elector/elector/pkg/election"
 	publease "github.com/elector/elector/pkg/lease"
@@ -30,8 +37,9 @@ import (
 
 // Flag names of the endpoints of run and sidecar.
 const (
-	flagHTTPAddr   = "http-addr"
-	flagStatusFile = "status-file"
+	flagHTTPAddr        = "http-addr"
+	flagStatusFile      = "status-file"
+	flagResignTokenFile = "resign-token-file"
 )
 
 // HTTP server limits: the endpoints answer small GET requests from probes and Prometheus.
@@ -47,11 +55,13 @@ const (
 	releaseTimeout = 2 * time.Second
 )
 
-// serveOptions are --http-addr and --status-file.
+// serveOptions are --http-addr, --status-file and the flags of POST /resign.
 type serveOptions struct {
-	httpAddr       string
-	statusFile     string
-	resignEndpoint string // who may POST /resign: loopback, any, off
+	httpAddr        string
+	statusFile      string
+	resignEndpoint  string // who may POST /resign: loopback, any, off
+	resignTokenFile string
+	resignToken     []byte // read from resignTokenFile by validate; nil: no token asked
 }
 
 // addFlags registers --http-addr (with its default) and --status-file on fs.
@@ -61,8 +71,9 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet, defaultAddr string) {
 		what += "; empty: no HTTP server"
 	}
 	fs.StringVar(&o.httpAddr, flagHTTPAddr, defaultAddr, what)
-	fs.StringVar(&o.statusFile, flagStatusFile, "", "`file` to rewrite atomically with \"leader\" or \"follower\" on every change, for exec probes")
+	fs.StringVar(&o.statusFile, flagStatusFile, "", "`file` to rewrite atomically with \"leader\" (and its trust deadline, until_unix=) or \"follower\", for exec probes")
 	fs.StringVar(&o.resignEndpoint, flagResignEndpoint, resignLoopback, "`who` may POST /resign: loopback (kubectl exec, port-forward), any, or off")
+	fs.StringVar(&o.resignTokenFile, flagResignTokenFile, "", "`file` holding a token that POST /resign must present (Authorization: Bearer TOKEN); read at start")
 }
 
 // validate checks the flags without side effects.
@@ -74,6 +85,13 @@ func (o *serveOptions) validate() error {
 	}
 	if err := validateResignEndpoint(o.resignEndpoint); err != nil {
 		return err
+	}
+	if o.resignTokenFile != "" {
+		token, err := readResignToken(o.resignTokenFile)
+		if err != nil {
+			return err
+		}
+		o.resignToken = token
 	}
 	if o.statusFile != "" {
 		dir := filepath.Dir(o.statusFile)
@@ -91,36 +109,148 @@ func (o *serveOptions) validate() error {
 	return nil
 }
 
-// statusFile keeps a file that says "leader" or "follower". Every update reads the elector's
-// state at the moment of writing, under a lock, so that updates racing from the callbacks
-// always leave the latest truth in the file.
+// statusFile keeps a file that says whether this replica leads, for exec probes. A leader's
+// file says until when it may be trusted:
+//
+//	leader
+//	until_unix=1764441669
+//	until=2025-11-29T18:41:09.102001Z
+//
+// until is the elector's own trust deadline (the send time of its last successful renew plus
+// --renew-deadline) minus the clock-drift margin of the lease, on the wall clock; until_unix is
+// the same instant in whole seconds since the epoch, rounded down, for `date +%s`. A follower's
+// file is the one line "follower". The file is rewritten through a temporary file and a rename
+// on every change and after each renewal (poll), so that a reader that checks until can tell
+// the file of a leader that died (SIGKILL, OOM, a node lost) from a live one.
+//
+// A write that fails falls back to removing the file (a reader takes a missing file for "not
+// the leader"). When the removal fails too, the file may still say leader, until the last
+// deadline it was given at most: claim keeps that instant, and withhold makes the step-down
+// wait for it before the lease is released (startReplica). Every update reads the elector's
+// state under mu, so that updates racing from the callbacks and the poll always leave the
+// latest truth in the file.
 type statusFile struct {
-	path     string
-	isLeader func() bool
+	path  string
+	state func() election.Status
+	// trust is how long after the send time of the last successful renew the file may say
+	// leader: --renew-deadline minus the clock-drift margin of --lease-duration.
+	trust time.Duration
 
-	mu   sync.Mutex
-	last string
+	mu      sync.Mutex
+	last    string    // content the file is known to hold; "" when it is absent or unknown
+	known   bool      // last is known (false after a write and a removal both failed)
+	claim   time.Time // the file may say leader until then (monotonic); zero: it does not
+	failing bool      // the last update failed (logged once, until one succeeds)
 }
 
-// sync rewrites the file if the state changed; errors are logged. A nil *statusFile does nothing.
+// Status file content: the first line is the state, which readers that only look for
+// "leader" (grep -qx leader) keep reading as before.
+const (
+	statusLeader   = "leader"
+	statusFollower = "follower"
+	untilUnixKey   = "until_unix="
+	untilKey       = "until="
+)
+
+// newStatusFile returns the status file at path of the elector whose Status is state, with
+// the lease timing lo.
+func newStatusFile(path string, state func() election.Status, lo leaseOptions) *statusFile {
+	return &statusFile{path: path, state: state, trust: lo.renewDeadline - timing.DriftMargin(lo.leaseDuration)}
+}
+
+// content returns what the file should say now, and until when (monotonic) it says leader
+// (zero for a follower). A leader whose deadline has passed is written as a follower: it is
+// stepping down.
+func (s *statusFile) content(now time.Time) (string, time.Time) {
+	st := s.state()
+	if !st.IsLeader || st.LastRenew == nil {
+		return statusFollower + "\n", time.Time{}
+	}
+	claim := st.LastRenew.Add(s.trust)
+	left := claim.Sub(now) // monotonic
+	if left <= 0 {
+		return statusFollower + "\n", time.Time{}
+	}
+	until := now.Round(0).Add(left).UTC() // the wall clock that readers compare with
+	return fmt.Sprintf("%s\n%s%d\n%s%s\n", statusLeader, untilUnixKey, until.Unix(), untilKey, until.Format(time.RFC3339Nano)), claim
+}
+
+// sync rewrites the file if what it should say changed. A nil *statusFile does nothing.
 func (s *statusFile) sync() {
 	if s == nil {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	state := "follower"
-	if s.isLeader() {
-		state = "leader"
-	}
-	if state == s.last {
+	content, claim := s.content(time.Now())
+	if s.known && content == s.last {
 		return
 	}
-	if err := writeFileAtomic(s.path, []byte(state+"\n"), 0o644); err != nil {
-		klog.ErrorS(err, "Cannot update the status file", "path", s.path, "state", state)
+	err := writeFileAtomic(s.path, []byte(content), 0o644)
+	if err == nil {
+		s.last, s.known, s.claim = content, true, claim
+		if s.failing {
+			s.failing = false
+			klog.InfoS("The status file can be written again", "path", s.path)
+		}
 		return
 	}
-	s.last = state
+	// The rename may have happened before the error: the file may say what was written.
+	if claim.After(s.claim) {
+		s.claim = claim
+	}
+	rmErr := os.Remove(s.path)
+	if rmErr == nil || errors.Is(rmErr, fs.ErrNotExist) {
+		s.last, s.known, s.claim = "", true, time.Time{}
+		if !s.failing {
+			s.failing = true
+			klog.ErrorS(err, "Cannot update the status file; removed it instead (a missing file says: not the leader)", "path", s.path)
+		}
+		return
+	}
+	s.known = false
+	if !s.failing {
+		s.failing = true
+		klog.ErrorS(errors.Join(err, fmt.Errorf("remove %s: %w", s.path, rmErr)),
+			"Cannot update or remove the status file: it may say leader until its deadline", "path", s.path, "until", s.claim)
+	}
+}
+
+// withhold returns once the file cannot say leader any more: at once when the last update
+// wrote "follower" or removed the file, else when the deadline of the last "leader" it may
+// hold has passed. The step-down runs it before the lease is released, so that no reader of
+// the file that checks until takes this replica for the leader once a successor may lead.
+// A nil *statusFile returns at once.
+func (s *statusFile) withhold() {
+	if s == nil {
+		return
+	}
+	for {
+		s.mu.Lock()
+		claim := s.claim
+		s.mu.Unlock()
+		wait := time.Until(claim)
+		if claim.IsZero() || wait <= 0 {
+			return
+		}
+		klog.InfoS("The status file may still say leader: the lease is released once its deadline passed", "path", s.path, "wait", wait)
+		time.Sleep(wait)
+	}
+}
+
+// poll calls sync every period until stop is closed: the file's deadline follows the
+// renewals, and an update that failed is tried again.
+func (s *statusFile) poll(period time.Duration, stop <-chan struct{}) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			s.sync()
+		}
+	}
 }
 
 // writeFileAtomic replaces path with data: it writes a temporary file in the same directory
@@ -248,9 +378,9 @@ type httpServer struct {
 }
 
 // listenHTTP binds addr and prepares the endpoints; serve starts answering.
-func listenHTTP(addr string, e *election.Elector, reg *prometheus.Registry, tolerance time.Duration, resignPolicy string, followers followerCount, kubeErr func() *kube.Failure) (*httpServer, error) {
+func listenHTTP(addr string, e *election.Elector, reg *prometheus.Registry, tolerance time.Duration, resign resignPolicy, followers followerCount, kubeErr func() *kube.Failure) (*httpServer, error) {
 	mux := http.NewServeMux()
-	mux.Handle("/resign", resignHandler(e, resignPolicy, followers))
+	mux.Handle("/resign", resignHandler(e, resign, followers))
 	mux.Handle("/leader", leaderHandler(e.LeaderHandler(), kubeErr))
 	mux.Handle("/healthz", e.HealthzAdaptor(tolerance))
 	mux.Handle("/readyz", readyHandler(e))
@@ -297,6 +427,15 @@ type replica struct {
 	elector *election.Elector
 	http    *httpServer // nil without --http-addr
 	status  *statusFile // nil without --status-file
+
+	stopPoll chan struct{} // closed by close: the status file's poll ends
+	polled   chan struct{} // closed when the poll ended
+}
+
+// statusPollPeriod is how often the status file is brought up to date with the renewals:
+// half the retry period, so that its deadline lags the elector's by about one renewal.
+func statusPollPeriod(lo leaseOptions) time.Duration {
+	return max(lo.retryPeriod/2, 10*time.Millisecond)
 }
 
 // startReplica builds the client and the elector with cb, writes the status file as
@@ -324,6 +463,7 @@ func startReplica(co *commonOptions, so *serveOptions, cb election.Callbacks, ex
 	cb.OnStoppedLeading = func() {
 		l.status.sync()
 		stopped()
+		l.status.withhold() // the release follows: not while the file may say leader
 	}
 	l.elector, err = election.New(election.Config{
 		Client:          client,
@@ -344,15 +484,21 @@ func startReplica(co *commonOptions, so *serveOptions, cb election.Callbacks, ex
 		return nil, err
 	}
 	if so.statusFile != "" {
-		l.status = &statusFile{path: so.statusFile, isLeader: l.elector.IsLeader}
-		if err := writeFileAtomic(so.statusFile, []byte("follower\n"), 0o644); err != nil {
+		l.status = newStatusFile(so.statusFile, l.elector.Status, co.lease)
+		if err := writeFileAtomic(so.statusFile, []byte(statusFollower+"\n"), 0o644); err != nil {
 			l.close()
 			return nil, fmt.Errorf("--%s: %w", flagStatusFile, err)
 		}
-		l.status.last = "follower"
+		l.status.last, l.status.known = statusFollower+"\n", true
+		l.stopPoll = make(chan struct{})
+		l.polled = make(chan struct{})
+		go func() {
+			defer close(l.polled)
+			l.status.poll(statusPollPeriod(co.lease), l.stopPoll)
+		}()
 	}
 	if so.httpAddr != "" {
-		if l.http, err = listenHTTP(so.httpAddr, l.elector, reg, healthzTolerance(co.lease), so.resignEndpoint,
+		if l.http, err = listenHTTP(so.httpAddr, l.elector, reg, healthzTolerance(co.lease), resignPolicy{endpoint: so.resignEndpoint, token: so.resignToken},
 			countFollowers(client, lease.KeysFor(co.lease.prefix, co.lease.name).Events), kh.failure); err != nil {
 			l.close()
 			return nil, err
@@ -378,6 +524,11 @@ func (l *replica) serveHTTP(errc chan<- error) {
 func (l *replica) close() {
 	if l.http != nil {
 		l.http.shutdown()
+	}
+	if l.stopPoll != nil {
+		close(l.stopPoll)
+		<-l.polled
+		l.stopPoll = nil
 	}
 	l.status.sync()
 	if l.client != nil {
@@ -405,22 +556,125 @@ func validateResignEndpoint(v string) error {
 // write timeout. A step-down that takes longer completes all the same (202).
 const resignTimeoutHTTP = writeTimeout - time.Second
 
-// resignHandler is POST /resign[?to=IDENTITY]: Elector.ResignTo, from the peers policy allows.
-// followers counts the replicas that could take over (checkTarget).
-func resignHandler(e *election.Elector, policy string, followers followerCount) http.Handler {
+// resignPolicy is who may POST /resign: --resign-endpoint and the token of
+// --resign-token-file (nil: none asked).
+type resignPolicy struct {
+	endpoint string
+	token    []byte
+}
+
+// resignHeader is the header every POST /resign must carry, with the value "1": a web page
+// cannot add it to a cross-site request without a CORS preflight, which the elector never
+// answers, so a browser on the node cannot be made to resign the leader.
+const resignHeader = "X-Elector-Resign"
+
+// Bounds of the token of --resign-token-file.
+const (
+	minResignToken = 16
+	maxResignToken = 4096
+)
+
+// readResignToken reads the token of --resign-token-file: one line of at least
+// minResignToken visible ASCII characters, trailing white space (a newline) ignored.
+func readResignToken(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--%s: cannot read the token: %w", flagResignTokenFile, err)
+	}
+	token := bytes.TrimRight(b, " \t\r\n")
+	if len(token) < minResignToken || len(token) > maxResignToken {
+		return nil, fmt.Errorf("--%s: %s holds %d characters; want one token of %d to %d visible ASCII characters (for example: head -c 32 /dev/urandom | base64)",
+			flagResignTokenFile, path, len(token), minResignToken, maxResignToken)
+	}
+	for _, c := range token {
+		if c <= ' ' || c > '~' {
+			return nil, fmt.Errorf("--%s: %s holds a character that is not visible ASCII (%q); want one token of %d to %d visible ASCII characters, no spaces",
+				flagResignTokenFile, path, c, minResignToken, maxResignToken)
+		}
+	}
+	return token, nil
+}
+
+// refuseResign says why a POST /resign is refused before the elector is asked, with the
+// status code; "" lets it through. In this order: --resign-endpoint (off, loopback), a
+// request a browser sent (any Origin; a Sec-Fetch-Site other than none; a content type a
+// page may send cross-site without a preflight), the missing X-Elector-Resign header, and a
+// missing or wrong token.
+func refuseResign(r *http.Request, p resignPolicy) (code int, why string) {
+	switch {
+	case p.endpoint == resignOff:
+		return http.StatusForbidden, "resign is disabled on this replica (--" + flagResignEndpoint + "=off)"
+	case p.endpoint != resignAny && !loopbackPeer(r.RemoteAddr):
+		return http.StatusForbidden, "resign is allowed from loopback only (kubectl exec or port-forward; --" + flagResignEndpoint + "=any allows every peer)"
+	case r.Header.Get("Origin") != "":
+		// The elector serves no page, so no browser origin is its own: a same-origin
+		// request can only come from a page on a host name rebound to this address.
+		return http.StatusForbidden, "resign refused: a browser sent it (Origin " + strconvQuote(r.Header.Get("Origin")) + "); the elector serves no page, and no web page may resign the leader"
+	case r.Header.Get("Sec-Fetch-Site") != "" && r.Header.Get("Sec-Fetch-Site") != "none":
+		return http.StatusForbidden, "resign refused: a browser sent it (Sec-Fetch-Site " + strconvQuote(r.Header.Get("Sec-Fetch-Site")) + "); no web page may resign the leader"
+	case simpleContentType(r.Header.Get("Content-Type")):
+		return http.StatusUnsupportedMediaType, "resign refused: Content-Type " + strconvQuote(r.Header.Get("Content-Type")) + " is one a web page may send cross-site; send no body"
+	case r.Header.Get(resignHeader) != "1":
+		return http.StatusForbidden, "resign refused: the header " + resignHeader + ": 1 is missing (curl -X POST -H '" + resignHeader + ": 1' localhost:PORT/resign)"
+	case p.token != nil && !tokenMatches(r.Header.Get("Authorization"), p.token):
+		return http.StatusUnauthorized, "resign refused: missing or wrong token (Authorization: Bearer TOKEN, the token of --" + flagResignTokenFile + ")"
+	}
+	return 0, ""
+}
+
+// simpleContentType reports whether the media type of a Content-Type header is one that
+// CORS lets a page send cross-site without a preflight.
+func simpleContentType(v string) bool {
+	if v == "" {
+		return false
+	}
+	mt, _, err := mime.ParseMediaType(v)
+	if err != nil {
+		mt = strings.ToLower(strings.TrimSpace(strings.Split(v, ";")[0]))
+	}
+	switch mt {
+	case "text/plain", "application/x-www-form-urlencoded", "multipart/form-data":
+		return true
+	}
+	return false
+}
+
+// tokenMatches compares the bearer token of an Authorization header with token in constant
+// time (of the token's length too: both are hashed first).
+func tokenMatches(authorization string, token []byte) bool {
+	scheme, got, ok := strings.Cut(authorization, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	a, b := sha256.Sum256([]byte(strings.TrimSpace(got))), sha256.Sum256(token)
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+}
+
+// strconvQuote quotes a header value for an error message, at most 100 bytes of it.
+func strconvQuote(v string) string {
+	if len(v) > 100 {
+		v = v[:100] + "..."
+	}
+	return strconv.Quote(v)
+}
+
+// resignHandler is POST /resign[?to=IDENTITY]: Elector.ResignTo, for a request that policy
+// lets through (refuseResign). followers counts the replicas that could take over
+// (checkTarget).
+func resignHandler(e *election.Elector, policy resignPolicy, followers followerCount) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", "POST")
-			http.Error(w, "method not allowed: POST /resign[?to=IDENTITY]", http.StatusMethodNotAllowed)
+			http.Error(w, "method not allowed: POST /resign[?to=IDENTITY] with the header "+resignHeader+": 1", http.StatusMethodNotAllowed)
 			return
 		}
-		switch {
-		case policy == resignOff:
-			http.Error(w, "resign is disabled on this replica (--"+flagResignEndpoint+"=off)", http.StatusForbidden)
-			return
-		case policy != resignAny && !loopbackPeer(r.RemoteAddr):
-			http.Error(w, "resign is allowed from loopback only (kubectl exec or port-forward; --"+flagResignEndpoint+"=any allows every peer)", http.StatusForbidden)
+		if code, why := refuseResign(r, policy); code != 0 {
+			if code == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="elector resign"`)
+			}
+			klog.InfoS("Refused a resign request", "remote", r.RemoteAddr, "code", code, "why", why)
+			http.Error(w, why, code)
 			return
 		}
 		to := r.URL.Query().Get("to")

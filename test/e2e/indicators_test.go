@@ -141,14 +141,14 @@ func watchTakeover(old, next *sidecar, lease string, stop <-chan struct{}) strin
 			return ""
 		default:
 		}
-		if b, _ := os.ReadFile(next.status); string(b) == "leader\n" {
+		if b, _ := os.ReadFile(next.status); statusState(b) == "leader\n" {
 			break
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
 	at := time.Now()
 	var said []string
-	if b, _ := os.ReadFile(old.status); string(b) != "follower\n" {
+	if b, _ := os.ReadFile(old.status); statusState(b) != "follower\n" {
 		said = append(said, fmt.Sprintf("status file %q", b))
 	}
 	if code, _ := httpGet(old.base + "/readyz"); code == http.StatusOK {

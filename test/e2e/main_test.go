@@ -274,6 +274,9 @@ func httpDoWithin(method, url string, timeout time.Duration) (int, string) {
 	if err != nil {
 		return 0, err.Error()
 	}
+	if method == http.MethodPost {
+		req.Header.Set("X-Elector-Resign", "1") // POST /resign needs it (docs/CLI.md)
+	}
 	resp, err := c.Do(req)
 	if err != nil {
 		return 0, err.Error()

@@ -512,7 +512,12 @@ func TestResignToAbsentTarget(t *testing.T) {
 	if n := admin.Exists(t.Context(), "elector:{"+name+"}:resign").Val(); n != 0 {
 		t.Fatalf("a refused request was written")
 	}
-	resp, err := http.Post(s1.base+"/resign?to=nobody", "", nil)
+	req, err := http.NewRequest(http.MethodPost, s1.base+"/resign?to=nobody", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Elector-Resign", "1")
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

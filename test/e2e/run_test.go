@@ -409,7 +409,7 @@ func TestRunEndpoints(t *testing.T) {
 	log.waitEvent(t, 0, 10*time.Second, "the worker", isStart)
 	waitFor(t, 5*time.Second, "status file to say leader", func() bool {
 		b, _ := os.ReadFile(statusFile)
-		return string(b) == "leader\n"
+		return statusState(b) == "leader\n"
 	})
 	code, body := httpGet("http://" + addr + "/leader")
 	var st struct {

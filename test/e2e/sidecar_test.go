@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -63,8 +64,18 @@ func (s *sidecar) ready() bool {
 	return code == http.StatusOK
 }
 
+// statusFile returns the state line of the sidecar's status file, "leader\n" or
+// "follower\n" ("" when it cannot be read); a leader's file goes on with its deadline.
 func (s *sidecar) statusFile() string {
 	b, _ := os.ReadFile(s.status)
+	return statusState(b)
+}
+
+// statusState returns the first line of a status file's content b, with its newline.
+func statusState(b []byte) string {
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		return string(b[:i+1])
+	}
 	return string(b)
 }
 

@@ -360,7 +360,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() error
 }
 
 // podFiles makes local stand-ins for the files the pod mounts: the status
-// directory, the Redis password and TLS files.
+// directory, the Redis password and TLS files, the token of POST /resign.
 func podFiles(t *testing.T) (files map[string]string, statusFile string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -379,6 +379,11 @@ func podFiles(t *testing.T) (files map[string]string, statusFile string) {
 	write("ca.crt", caPEM)
 	write("tls.crt", certPEM)
 	write("tls.key", keyPEM)
+	token := filepath.Join(dir, "resign-token")
+	if err := os.WriteFile(token, []byte("a-token-of-the-resign-endpoint\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	files["/etc/elector/resign/token"] = token
 	return files, statusFile
 }
 
@@ -588,7 +593,7 @@ func checkRoles(t *testing.T, s scenario, leader, follower *replica, lease strin
 				if err != nil {
 					return err
 				}
-				if got := strings.TrimSpace(string(b)); got != want {
+				if got, _, _ := strings.Cut(string(b), "\n"); got != want { // a leader's deadline follows
 					return fmt.Errorf("status file %q", got)
 				}
 				return nil
