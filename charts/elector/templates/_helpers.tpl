@@ -111,7 +111,10 @@ while true; do sleep 10 & wait $!; done
 {{- else -}}
 trap 'exit 0' TERM
 while true; do
-  echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) $HOSTNAME: $(cat "$ELECTOR_STATUS_FILE" 2>/dev/null || echo starting)"
+  # The documented check: "leader" and a deadline that has not passed.
+  role=follower
+  if { read -r s; read -r u; } < "$ELECTOR_STATUS_FILE" && [ "$s" = leader ] && [ "$(date +%s)" -lt "${u#until_unix=}" ]; then role=leader; fi 2>/dev/null
+  echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) $HOSTNAME: $role"
   sleep 10 & wait $!
 done
 {{- end }}
@@ -153,6 +156,7 @@ Paths shared by the templates.
 {{- define "elector.statusFile" -}}{{ include "elector.statusDir" . }}/status{{- end }}
 {{- define "elector.binDir" -}}/elector-bin{{- end }}
 {{- define "elector.redisDir" -}}/etc/elector/redis{{- end }}
+{{- define "elector.resignDir" -}}/etc/elector/resign{{- end }}
 
 {{/*
 Whether the pod mounts the Redis credentials volume (passwords and/or TLS files).
@@ -278,6 +282,9 @@ Arguments of the elector that campaigns (sidecar and run): how to read the lease
 {{- if .Values.mirrorLease.enabled }}
 - --mirror-lease={{ include "elector.fullname" . }}
 {{- end }}
+{{- if .Values.resign.tokenSecret }}
+- --resign-token-file={{ include "elector.resignDir" . }}/token
+{{- end }}
 {{- end }}
 
 {{/*
@@ -339,6 +346,11 @@ Volume mounts of the container that runs the elector.
 {{- if include "elector.hasRedisCredentials" . }}
 - name: redis-credentials
   mountPath: {{ include "elector.redisDir" . }}
+  readOnly: true
+{{- end }}
+{{- if .Values.resign.tokenSecret }}
+- name: resign-token
+  mountPath: {{ include "elector.resignDir" . }}
   readOnly: true
 {{- end }}
 {{- with .Values.extraVolumeMounts }}
