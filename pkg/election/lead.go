@@ -108,6 +108,13 @@ func (l *leadership) loop(ctx context.Context) (reason string, release bool) {
 		if l.resigning && workDone == nil {
 			return reasonResigned, true
 		}
+		// The deadline first: a term whose deadline passed ends, whatever else became ready
+		// while the loop was held up (in a log write, say).
+		select {
+		case <-l.guard.expired:
+			return reasonDeadline, false
+		default:
+		}
 		select {
 		case <-ctxDone:
 			ctxDone = nil

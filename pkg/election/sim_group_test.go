@@ -263,7 +263,7 @@ func (r *groupReplica) startRun() {
 	if r.d.over {
 		return
 	}
-	r.log = &reasonSink{}
+	r.log = newReasonSink()
 	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), logr.New(r.log)))
 	done := make(chan error, 1)
 	r.done, r.running, r.cancelled = done, true, false

@@ -67,7 +67,7 @@ func (r *simReplica) newElector(client redis.UniversalClient) error {
 	jitterRand := rand.New(rand.NewPCG(d.rng.Uint64(), 3))
 	idx, gen, instance, rec := r.idx, r.gen, r.instance, d.rec
 	work, stop, lease0 := r.work, r.stop, d.timing.lease
-	r.reasons, r.dead = &reasonSink{}, make(chan struct{})
+	r.reasons, r.dead = newReasonSink(), make(chan struct{})
 	dead, chaos := r.dead, d.chaotic
 	cfg := Config{
 		Client: client, LeaseName: simLease, Identity: r.identity,

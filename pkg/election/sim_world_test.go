@@ -150,19 +150,25 @@ func (f *featureTally) String() string {
 // last "Stopped leading" line (lead.go stepDown), which says whether the term is released
 // (resigned; stopped with ReleaseOnCancel), and discards everything else. Under the
 // stalled-log fault every line blocks its writer until the stall ends, as a write to a stderr
-// pipe that nobody reads blocks until the reader comes back.
+// pipe that nobody reads blocks until the reader comes back. Writers take turns, as klog's
+// writers do under its lock, through a channel (a goroutine blocked on it is durably blocked
+// for synctest; on a mutex it would not be): they wake one after another, in the order they
+// came, and seeds replay.
 type reasonSink struct {
 	mu           sync.Mutex
 	reason       string
 	stalledUntil time.Time
+	turn         chan struct{} // holds a token while a writer writes
 }
+
+func newReasonSink() *reasonSink { return &reasonSink{turn: make(chan struct{}, 1)} }
 
 func (s *reasonSink) Init(logr.RuntimeInfo)             {}
 func (s *reasonSink) Enabled(level int) bool            { return level == 0 }
-func (s *reasonSink) Error(error, string, ...any)       { s.wait() }
+func (s *reasonSink) Error(error, string, ...any)       { s.write() }
 func (s *reasonSink) WithValues(...any) logr.LogSink    { return s }
 func (s *reasonSink) WithName(string) logr.LogSink      { return s }
-func (s *reasonSink) Info(_ int, msg string, kv ...any) { s.wait(); s.note(msg, kv) }
+func (s *reasonSink) Info(_ int, msg string, kv ...any) { s.write(); s.note(msg, kv) }
 
 // stall makes every line written before until block until then.
 func (s *reasonSink) stall(until time.Time) {
@@ -171,8 +177,11 @@ func (s *reasonSink) stall(until time.Time) {
 	s.mu.Unlock()
 }
 
-// wait blocks while the sink is stalled (in the bubble's virtual time).
-func (s *reasonSink) wait() {
+// write waits for its turn and, while the sink is stalled, for the stall's end (in the
+// bubble's virtual time).
+func (s *reasonSink) write() {
+	s.turn <- struct{}{}
+	defer func() { <-s.turn }()
 	s.mu.Lock()
 	until := s.stalledUntil
 	s.mu.Unlock()
