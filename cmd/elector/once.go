@@ -64,48 +64,38 @@ func newOncePeriod(rc *runConfig, client redis.UniversalClient) (*oncePeriod, er
 		recheck: lo.leaseDuration, retry: lo.retryPeriod, call: lo.callTimeout(), markFor: lo.leaseDuration}, nil
 }
 
-// leadOnce is the term with token under --once-per: it runs the command only when no done
-// mark holds, writes a mark when the command succeeds, and otherwise waits, leading, until
-// the mark expires (or, with --exit-if-done, ends the run with 0).
-func (s *supervisor) leadOnce(ctx context.Context, token int64) {
-	o := s.once
-	term, ok := o.termRecord(ctx, token, s.identity)
-	if !ok {
-		<-ctx.Done()
-		return
+// check reads the done mark for the term under --once-per (and first the term's record, which
+// the fenced mark write needs): evDue when the command is due, evMarkHolds while a mark holds,
+// evTermEnded when the term ended first.
+func (t *term) check() runInput {
+	o := t.s.once
+	if t.record.Token == 0 {
+		rec, ok := o.termRecord(t.ctx, t.token, t.s.identity)
+		if !ok {
+			<-t.ctx.Done()
+			return runInput{ev: evTermEnded, cause: context.Cause(t.ctx)}
+		}
+		t.record = rec
 	}
-	for ctx.Err() == nil {
-		wait, ok := o.due(ctx)
-		switch {
-		case !ok:
-			return
-		case wait > 0 && o.exitIfDone:
-			klog.InfoS("Exiting without running the command: it succeeded in this period already (--exit-if-done)", "token", token)
-			s.sendEnding(ending{exited: true, code: 0})
-			return
-		case wait > 0:
-			sleepCtx(ctx, min(wait, o.recheck))
-			continue
-		}
-		started := time.Now()
-		p := s.runTerm(ctx, token)
-		if p == nil {
-			return
-		}
-		if es := p.Wait(); es.Signal != 0 || es.Code != 0 {
-			klog.InfoS("The command exited; releasing the lease", "pid", p.CommandPid(), "status", es.String(), "token", token)
-			s.sendEnding(ending{exited: true, code: es.ExitCode()})
-			return
-		}
-		o.markDone(term, started)
-		if o.exitIfDone {
-			klog.InfoS("The command succeeded; releasing the lease and exiting (--exit-if-done)", "pid", p.CommandPid(), "token", token)
-			s.sendEnding(ending{exited: true, code: 0})
-			return
-		}
-		klog.InfoS("The command succeeded; holding the lease until the period ends (--once-per)", "token", token, "until", started.Add(o.period).UTC().Format(time.RFC3339))
-		sleepCtx(ctx, time.Until(started.Add(o.period)))
+	if t.ctx.Err() != nil {
+		return runInput{ev: evTermEnded, cause: context.Cause(t.ctx)}
 	}
+	wait, ok := o.due(t.ctx)
+	switch {
+	case !ok:
+		return runInput{ev: evTermEnded, cause: context.Cause(t.ctx)}
+	case wait > 0:
+		return runInput{ev: evMarkHolds, wait: wait}
+	}
+	return runInput{ev: evDue}
+}
+
+// waitUntil waits, leading, until until: evRecheck, or evTermEnded when the term ends first.
+func (t *term) waitUntil(until time.Time) runInput {
+	if !sleepCtx(t.ctx, time.Until(until)) || t.ctx.Err() != nil {
+		return runInput{ev: evTermEnded, cause: context.Cause(t.ctx)}
+	}
+	return runInput{ev: evRecheck}
 }
 
 // termRecord reads the record of the term with token, which the fenced mark write needs;
