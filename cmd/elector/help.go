@@ -121,10 +121,12 @@ const sidecarHelp = `Campaign for the lease and tell a neighbouring container wh
   GET /readyz    200 while this replica leads, else 503
   GET /metrics   Prometheus metrics, including leader_election_master_status{name}
   POST /resign   step down (as elector resign does) and answer once the lease is released;
-                 ?to=IDENTITY names the successor. 409 on a follower. Loopback peers only
-                 by default (kubectl exec, kubectl port-forward): see --resign-endpoint
+                 ?to=IDENTITY names the successor. Needs the header X-Elector-Resign: 1
+                 (and the token of --resign-token-file); 409 on a follower. Loopback peers
+                 only by default (kubectl exec, kubectl port-forward): see --resign-endpoint
 
---status-file is rewritten atomically with "leader" or "follower" on every change.
+--status-file is rewritten atomically with "leader" and the term's deadline (until_unix=,
+until=), or "follower"; a reader trusts "leader" only before that deadline.
 SIGTERM or SIGINT releases the lease and exits 0.`
 
 // statusHelp is the description of `elector status`, shown between its usage line and flags.
