@@ -213,91 +213,142 @@ func (m *runMachine) step(in runInput) (acts []runAction, ok bool) {
 		m.state = runGaveUp
 		return []runAction{{kind: actEnd, end: endGaveUp, reason: in.reason}}, true
 	}
-	switch m.state {
-	case runCampaigning, runFollowing:
-		switch in.ev {
-		case evTermBegan:
-			return m.begin(in.token), true
-		case evRunEnded:
-			return m.runEnded(in.lost), true
+	return runSteps[m.state](m, in)
+}
+
+// runSteps holds, per state, its transitions for the events that depend on the state.
+var runSteps = [numRunStates]func(m *runMachine, in runInput) ([]runAction, bool){
+	runCampaigning: (*runMachine).stepIdle,
+	runGaveUp:      (*runMachine).stepGaveUp,
+	runStarting:    (*runMachine).stepStarting,
+	runRunning:     (*runMachine).stepRunning,
+	runStopping:    (*runMachine).stepStopping,
+	runHolding:     (*runMachine).stepHolding,
+	runChecking:    (*runMachine).stepChecking,
+	runFollowing:   (*runMachine).stepIdle,
+	runEnded:       (*runMachine).stepEnded,
+	runWithheld:    (*runMachine).stepWithheld,
+}
+
+// stepIdle is campaigning and following: no term runs here.
+func (m *runMachine) stepIdle(in runInput) ([]runAction, bool) {
+	switch in.ev {
+	case evTermBegan:
+		return m.begin(in.token), true
+	case evRunEnded:
+		return m.runEnded(in.lost), true
+	}
+	return nil, false
+}
+
+// stepGaveUp is gave up: the run ends with 4 and no term runs CMD.
+func (m *runMachine) stepGaveUp(in runInput) ([]runAction, bool) {
+	switch in.ev {
+	case evTermBegan:
+		return nil, true // a term that begins after giving up does not run CMD
+	case evRunEnded:
+		return nil, true // no term began: nothing to release
+	}
+	return nil, false
+}
+
+// stepStarting is starting: the term's goroutine starts CMD.
+func (m *runMachine) stepStarting(in runInput) ([]runAction, bool) {
+	switch in.ev {
+	case evStarted:
+		m.state, m.proc = runRunning, in.proc
+		return []runAction{{kind: actRun, proc: in.proc}}, true
+	case evStartFailed:
+		if errors.Is(in.err, child.ErrSurvivors) {
+			return m.withhold(fmt.Errorf("start the command: %w", in.err)), true
 		}
-	case runGaveUp:
-		switch in.ev {
-		case evTermBegan:
-			return nil, true // a term that begins after giving up does not run CMD
-		case evRunEnded:
-			return nil, true // no term began: nothing to release
+		m.state = runEnded
+		return []runAction{{kind: actEnd, end: endStartFailed, err: in.err}}, true
+	}
+	return nil, false
+}
+
+// stepRunning is running: CMD exits by itself, or the term ends and CMD is stopped, with the
+// elector's own signal when it is stopping.
+func (m *runMachine) stepRunning(in runInput) ([]runAction, bool) {
+	switch in.ev {
+	case evExited:
+		return m.exited(in.status), true
+	case evTermEnded:
+		m.state = runStopping
+		sig, reason := m.stopSignal, "leadership lost"
+		if errors.Is(in.cause, election.ErrResigned) {
+			reason = "resigned"
 		}
-	case runStarting:
-		switch in.ev {
-		case evStarted:
-			m.state, m.proc = runRunning, in.proc
-			return []runAction{{kind: actRun, proc: in.proc}}, true
-		case evStartFailed:
-			if errors.Is(in.err, child.ErrSurvivors) {
-				return m.withhold(fmt.Errorf("start the command: %w", in.err)), true
-			}
+		if m.signal != 0 {
+			sig, reason = m.signal, "elector stopping"
+		}
+		return []runAction{{kind: actStop, proc: m.proc, sig: sig, reason: reason}}, true
+	}
+	return nil, false
+}
+
+// stepStopping is stopping: the stop ends when CMD's tree is gone, or may have survived.
+func (m *runMachine) stepStopping(in runInput) ([]runAction, bool) {
+	if in.ev == evStopped {
+		return m.stoppedTree(in.status), true
+	}
+	return nil, false
+}
+
+// stepHolding is holding: the term leads without CMD until it ends, or, with --once-per,
+// until the mark is read again.
+func (m *runMachine) stepHolding(in runInput) ([]runAction, bool) {
+	switch {
+	case in.ev == evTermEnded:
+		m.state = runFollowing
+		return nil, true
+	case in.ev == evRecheck && m.once:
+		m.state = runChecking
+		return []runAction{{kind: actCheck}}, true
+	}
+	return nil, false
+}
+
+// stepChecking is checking: the done mark decides whether CMD runs, the term waits, or
+// (--exit-if-done) the run ends.
+func (m *runMachine) stepChecking(in runInput) ([]runAction, bool) {
+	switch in.ev {
+	case evTermEnded:
+		m.state = runFollowing
+		return nil, true
+	case evDue:
+		m.state = runStarting
+		return []runAction{{kind: actStart, token: m.lastTerm}}, true
+	case evMarkHolds:
+		if m.exitIfDone {
 			m.state = runEnded
-			return []runAction{{kind: actEnd, end: endStartFailed, err: in.err}}, true
+			return []runAction{{kind: actEnd, end: endDoneSeen}}, true
 		}
-	case runRunning:
-		switch in.ev {
-		case evExited:
-			return m.exited(in.status), true
-		case evTermEnded:
-			m.state = runStopping
-			sig, reason := m.stopSignal, "leadership lost"
-			if errors.Is(in.cause, election.ErrResigned) {
-				reason = "resigned"
-			}
-			if m.signal != 0 {
-				sig, reason = m.signal, "elector stopping"
-			}
-			return []runAction{{kind: actStop, proc: m.proc, sig: sig, reason: reason}}, true
-		}
-	case runStopping:
-		if in.ev == evStopped {
-			return m.stoppedTree(in.status), true
-		}
-	case runHolding:
-		switch {
-		case in.ev == evTermEnded:
-			m.state = runFollowing
-			return nil, true
-		case in.ev == evRecheck && m.once:
-			m.state = runChecking
-			return []runAction{{kind: actCheck}}, true
-		}
-	case runChecking:
-		switch in.ev {
-		case evTermEnded:
-			m.state = runFollowing
-			return nil, true
-		case evDue:
-			m.state = runStarting
-			return []runAction{{kind: actStart, token: m.lastTerm}}, true
-		case evMarkHolds:
-			if m.exitIfDone {
-				m.state = runEnded
-				return []runAction{{kind: actEnd, end: endDoneSeen}}, true
-			}
-			m.state = runHolding
-			return []runAction{{kind: actWaitMark, wait: in.wait}}, true
-		}
-	case runEnded:
-		switch in.ev {
-		case evTermBegan:
-			return nil, true // the run ends: a term that begins meanwhile does not run CMD
-		case evRunEnded:
-			return m.runEnded(in.lost), true // CMD's tree is gone
-		}
-	case runWithheld:
-		switch in.ev {
-		case evTermBegan:
-			return nil, true // no term: the Redis client is closed
-		case evRunEnded:
-			return m.runEnded(false), true // no release: the lease expires by itself
-		}
+		m.state = runHolding
+		return []runAction{{kind: actWaitMark, wait: in.wait}}, true
+	}
+	return nil, false
+}
+
+// stepEnded is ended: the session ends the run, after which the elector releases.
+func (m *runMachine) stepEnded(in runInput) ([]runAction, bool) {
+	switch in.ev {
+	case evTermBegan:
+		return nil, true // the run ends: a term that begins meanwhile does not run CMD
+	case evRunEnded:
+		return m.runEnded(in.lost), true // CMD's tree is gone
+	}
+	return nil, false
+}
+
+// stepWithheld is withheld: absorbing; neither a term nor a release.
+func (m *runMachine) stepWithheld(in runInput) ([]runAction, bool) {
+	switch in.ev {
+	case evTermBegan:
+		return nil, true // no term: the Redis client is closed
+	case evRunEnded:
+		return m.runEnded(false), true // no release: the lease expires by itself
 	}
 	return nil, false
 }
