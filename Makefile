@@ -68,7 +68,7 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateTiming$$' -fuzztime $(FUZZTIME) ./pkg/election
 	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./internal/redisclient
 	$(GO) test -run '^$$' -fuzz '^FuzzPasswordNeverPrinted$$' -fuzztime $(FUZZTIME) ./internal/redisclient
-	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./internal/envflag
+	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./cmd/elector/internal/envflag
 
 ## test-under-load: the timing-sensitive packages (election and Group, lease, the e2e tests)
 ## under the race detector while two busy loops load both cores (hack/under-load.sh; in CI,
@@ -117,7 +117,7 @@ else
 	SIM_SEEDS=$(SEEDS) SIM_GROUP_SEEDS=$(GROUP_SEEDS) SIM_DURATION=$(SIM_DURATION) $(GO) test -count=1 -v -timeout 2h \
 		-run '^(TestSim|TestSimReplaysIdentically|TestSimScenarios|TestSimGroup|TestSimGroupReplaysIdentically|TestSimGroupScenarios|TestRecorderTermWonBeforeDataLoss)$$' ./pkg/election
 	if [ "$(SIM_REDIS)" != 0 ]; then \
-		$(GO) test -count=1 -run '^(TestDifferentialAgainstRedis|TestTokenFromServerClock|TestScriptTypoFails)$$' ./internal/sim; fi
+		$(GO) test -count=1 -run '^(TestDifferentialAgainstRedis|TestTokenFromServerClock|TestScriptTypoFails)$$' ./internal/testing/sim; fi
 endif
 
 ## mutants: every known bug kept as a patch in test/mutants is put back, one at a time, in a

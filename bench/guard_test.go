@@ -13,7 +13,7 @@ import (
 
 	"github.com/elector/elector/bench/internal/systems"
 	"github.com/elector/elector/internal/lease"
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/redistest"
 )
 
 // The guards of issue 27 item 4: elector's cost per acquire+release is checked as a ratio

@@ -19,7 +19,7 @@ import (
 	"github.com/elector/elector/bench/internal/redisproc"
 	"github.com/elector/elector/bench/internal/stats"
 	"github.com/elector/elector/internal/lease"
-	"github.com/elector/elector/internal/redistest/serverbin"
+	"github.com/elector/elector/internal/testing/redistest/serverbin"
 )
 
 // The guard of TestQuickRunHandover (issue 27 item 4). Its floor is the start of the same

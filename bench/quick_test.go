@@ -14,7 +14,7 @@ import (
 	"github.com/elector/elector/bench/internal/stats"
 	"github.com/elector/elector/bench/internal/suite"
 	"github.com/elector/elector/bench/internal/systems"
-	"github.com/elector/elector/internal/redistest/serverbin"
+	"github.com/elector/elector/internal/testing/redistest/serverbin"
 )
 
 // TestQuick runs every measurement of cmd/electorbench in its quick mode, as CI does

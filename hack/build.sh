@@ -20,7 +20,7 @@
 #
 # A value that is neither given nor known (no git checkout, as in a Docker
 # build context) is not stamped; the binary then falls back to what the Go
-# toolchain recorded (see internal/version).
+# toolchain recorded (see cmd/elector/internal/version).
 set -euo pipefail
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -45,7 +45,7 @@ if [[ -z "$date" && -n "${SOURCE_DATE_EPOCH:-}" ]]; then
 	date=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)
 fi
 
-version_pkg=github.com/elector/elector/internal/version
+version_pkg=github.com/elector/elector/cmd/elector/internal/version
 ldflags="-s -w"
 [[ -z "$version" ]] || ldflags+=" -X $version_pkg.Version=$version"
 [[ -z "$commit" ]] || ldflags+=" -X $version_pkg.Commit=$commit"

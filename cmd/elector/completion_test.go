@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/elector/elector/internal/ciskip"
+	"github.com/elector/elector/internal/testing/ciskip"
 )
 
 // TestBashCompletion sources `elector completion bash` in a real bash, checks that complete

@@ -13,7 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/elector/elector/cmd/elector/internal/demo"
-	"github.com/elector/elector/internal/demoredis"
+	"github.com/elector/elector/cmd/elector/internal/demoredis"
 	"github.com/elector/elector/internal/redisclient"
 )
 

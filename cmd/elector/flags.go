@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
-	"github.com/elector/elector/internal/envflag"
+	"github.com/elector/elector/cmd/elector/internal/envflag"
 	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redisclient"
 )

@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/elector/elector/internal/version"
+	"github.com/elector/elector/cmd/elector/internal/version"
 )
 
 // versionCmd is `elector version`.

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
-	"github.com/elector/elector/internal/kube"
+	"github.com/elector/elector/cmd/elector/internal/kube"
 	"github.com/elector/elector/pkg/election"
 )
 

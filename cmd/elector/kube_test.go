@@ -17,10 +17,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/kube"
+	"github.com/elector/elector/cmd/elector/internal/kube"
 	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redisclient"
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/redistest"
 	"github.com/elector/elector/pkg/election"
 )
 

@@ -28,7 +28,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"k8s.io/klog/v2"
 
-	"github.com/elector/elector/internal/child"
+	"github.com/elector/elector/cmd/elector/internal/child"
 )
 
 // Exit codes of every command. `elector run` also exits with the code of its child.

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
-	"github.com/elector/elector/internal/child"
+	"github.com/elector/elector/cmd/elector/internal/child"
 	"github.com/elector/elector/internal/timing"
 )
 

@@ -6,7 +6,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/elector/elector/internal/child"
+	"github.com/elector/elector/cmd/elector/internal/child"
 	"github.com/elector/elector/pkg/election"
 )
 

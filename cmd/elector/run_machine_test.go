@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elector/elector/internal/child"
+	"github.com/elector/elector/cmd/elector/internal/child"
 	"github.com/elector/elector/pkg/election"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/elector/elector/internal/child"
+	"github.com/elector/elector/cmd/elector/internal/child"
 	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/pkg/election"
 )

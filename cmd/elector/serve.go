@@ -26,11 +26,11 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
-	"github.com/elector/elector/internal/kube"
+	"github.com/elector/elector/cmd/elector/internal/kube"
+	"github.com/elector/elector/cmd/elector/internal/version"
 	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/readonly"
 	"github.com/elector/elector/internal/timing"
-	"github.com/elector/elector/internal/version"
 	"github.com/elector/elector/pkg/election"
 	publease "github.com/elector/elector/pkg/lease"
 )

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elector/elector/internal/outbuf"
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/outbuf"
+	"github.com/elector/elector/internal/testing/redistest"
 )
 
 // electorArgsEnv carries the arguments of TestElectorProcess, one per line. It does not

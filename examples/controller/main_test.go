@@ -11,8 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/lease"
-	"github.com/elector/elector/internal/outbuf"
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/outbuf"
+	"github.com/elector/elector/internal/testing/redistest"
 )
 
 // Two replicas of the controller: one reconciles, both agree on the leader; when it stops,

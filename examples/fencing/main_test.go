@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/redistest"
 )
 
 func TestFencingExample(t *testing.T) {

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elector/elector/internal/outbuf"
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/outbuf"
+	"github.com/elector/elector/internal/testing/redistest"
 )
 
 // Three replicas share 12 tenants: every tenant's job runs, and each replica runs some.

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elector/elector/internal/outbuf"
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/outbuf"
+	"github.com/elector/elector/internal/testing/redistest"
 )
 
 // Two replicas: only one runs the job; when it stops, the other does.

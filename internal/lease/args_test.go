@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/elector/elector/internal/lease"
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/redistest"
 )
 
 // TestOneLeaseFromManyGoroutines uses one Lease from several goroutines at once, as

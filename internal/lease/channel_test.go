@@ -10,7 +10,7 @@ import (
 
 	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redisfail"
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/redistest"
 )
 
 // TestLeaseOfChannel: the parser of events channels accepts only its own prefix's channels.

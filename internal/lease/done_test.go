@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/elector/elector/internal/lease"
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/redistest"
 )
 
 // TestDoneMarkFenced writes done marks against a real Redis: the holder's term writes one

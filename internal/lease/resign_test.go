@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/lease"
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/redistest"
 )
 
 func newResignLease(t testing.TB, c redis.UniversalClient, identity string) *lease.Lease {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/elector/elector/internal/testcert"
+	"github.com/elector/elector/internal/testing/testcert"
 )
 
 // parse registers the flags on a fresh FlagSet, parses args and returns the Config.

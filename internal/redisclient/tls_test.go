@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elector/elector/internal/testcert"
+	"github.com/elector/elector/internal/testing/testcert"
 )
 
 // tlsServer accepts TLS connections that must present a client certificate

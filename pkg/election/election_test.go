@@ -13,10 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/elector/elector/internal/faultproxy"
 	"github.com/elector/elector/internal/lease"
-	"github.com/elector/elector/internal/redistest"
-	"github.com/elector/elector/internal/wakeprobe"
+	"github.com/elector/elector/internal/testing/faultproxy"
+	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/internal/testing/wakeprobe"
 	"github.com/elector/elector/pkg/election"
 )
 

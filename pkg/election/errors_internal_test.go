@@ -16,7 +16,7 @@ import (
 
 	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redisfail"
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/redistest"
 )
 
 // TestErrorLogRepeatsWithFix: a failure that persists is logged again at error level every

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/elector/elector/internal/lease"
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/redistest"
 )
 
 // TestGroupEventsStayInTheirPrefix (issue 23, item 6): a Group whose key prefix holds a glob

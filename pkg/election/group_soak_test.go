@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elector/elector/internal/faultproxy"
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/faultproxy"
+	"github.com/elector/elector/internal/testing/redistest"
 	"github.com/elector/elector/pkg/election"
 )
 

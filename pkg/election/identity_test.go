@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/ciskip"
+	"github.com/elector/elector/internal/testing/ciskip"
 	"github.com/elector/elector/pkg/election"
 )
 

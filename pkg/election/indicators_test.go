@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/faultproxy"
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/faultproxy"
+	"github.com/elector/elector/internal/testing/redistest"
 	"github.com/elector/elector/pkg/election"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/redistest"
 	"github.com/elector/elector/pkg/election"
 )
 

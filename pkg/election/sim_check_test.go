@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/elector/elector/internal/sim"
+	"github.com/elector/elector/internal/testing/sim"
 )
 
 // The simulator's invariants: the recorder collects what the callbacks of every replica do,

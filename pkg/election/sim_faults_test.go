@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/elector/elector/internal/sim"
+	"github.com/elector/elector/internal/testing/sim"
 )
 
 // tick injects one fault or user action, then schedules the next while the chaos lasts.

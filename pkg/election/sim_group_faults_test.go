@@ -3,7 +3,7 @@ package election
 import (
 	"time"
 
-	"github.com/elector/elector/internal/sim"
+	"github.com/elector/elector/internal/testing/sim"
 )
 
 // tick injects one fault or user action into the Group world, then schedules the next while

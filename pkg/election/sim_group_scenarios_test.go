@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/sim"
+	"github.com/elector/elector/internal/testing/sim"
 )
 
 // Directed Group workloads: as sim_scenarios_test.go's for the Elector, a scripted sequence of

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/elector/elector/internal/lease"
-	"github.com/elector/elector/internal/sim"
+	"github.com/elector/elector/internal/testing/sim"
 )
 
 // simGroupRedis is the groupRedis seam of one Group over the simulator's network: the batches

@@ -18,7 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"k8s.io/utils/clock"
 
-	"github.com/elector/elector/internal/sim"
+	"github.com/elector/elector/internal/testing/sim"
 )
 
 // The Group driver of the deterministic simulator (issue 24, docs/MODEL.md): N replicas run

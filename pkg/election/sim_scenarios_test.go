@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/lease"
-	"github.com/elector/elector/internal/sim"
+	"github.com/elector/elector/internal/testing/sim"
 )
 
 // Directed workloads ("scenarios", as FoundationDB's workloads): per seed, a scripted sequence

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/elector/elector/internal/lease"
-	"github.com/elector/elector/internal/sim"
+	"github.com/elector/elector/internal/testing/sim"
 )
 
 // simStore is the store seam of one Elector over the simulator's network: it runs the

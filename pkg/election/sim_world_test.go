@@ -13,7 +13,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/elector/elector/internal/lease"
-	"github.com/elector/elector/internal/sim"
+	"github.com/elector/elector/internal/testing/sim"
 )
 
 // The world features of issue 24 that came last (docs/MODEL.md, "Deterministic simulator"):

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/redistest"
 	"github.com/elector/elector/pkg/fence"
 )
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/redistest"
 )
 
 // Environment variables of the chaos test (see the package comment).

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/elector/elector/internal/testbin"
+	"github.com/elector/elector/internal/testing/testbin"
 )
 
 // binDir holds the binaries built for this test binary; TestMain removes it.

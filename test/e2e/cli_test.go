@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/redistest"
 )
 
 // TestBadInput checks every kind of bad input: exit code 2 and one line on stderr that names

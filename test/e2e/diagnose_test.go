@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/elector/elector/internal/lease"
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/redistest"
 )
 
 // slowTiming overrides the test timing of leaseArgs (the last value of a flag wins) where a

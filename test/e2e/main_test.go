@@ -26,9 +26,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/outbuf"
-	"github.com/elector/elector/internal/testbin"
-	"github.com/elector/elector/internal/wakeprobe"
+	"github.com/elector/elector/internal/testing/outbuf"
+	"github.com/elector/elector/internal/testing/testbin"
+	"github.com/elector/elector/internal/testing/wakeprobe"
 )
 
 // Fast election timing for the tests; bounds in assertions are many times these.

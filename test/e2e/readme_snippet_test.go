@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/elector/elector/internal/lease"
-	"github.com/elector/elector/internal/redistest"
-	"github.com/elector/elector/internal/testbin"
+	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/internal/testing/testbin"
 )
 
 // snippetMain is the program around README.md's library snippet: the snippet is main's body,

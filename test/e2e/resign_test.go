@@ -17,8 +17,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/faultproxy"
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/faultproxy"
+	"github.com/elector/elector/internal/testing/redistest"
 )
 
 // resignJSON is what `elector resign -o json` prints: the new holder, as status does.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/redistest"
 )
 
 // TestRunOnSuccessHold runs a job that succeeds on two replicas with --on-success=hold: the

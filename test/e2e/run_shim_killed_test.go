@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/redistest"
 )
 
 // shimKilledJobs start the worker ("$@" after the pid file "$1") outside the command's

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elector/elector/internal/ciskip"
-	"github.com/elector/elector/internal/redistest"
-	"github.com/elector/elector/internal/wakeprobe"
+	"github.com/elector/elector/internal/testing/ciskip"
+	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/internal/testing/wakeprobe"
 )
 
 func isStart(ev workerEvent) bool { return ev.Ev == "start" }

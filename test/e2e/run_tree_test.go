@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/redistest"
 )
 
 // treeGoneBound is how soon after the death of a SIGKILLed elector every descendant of its

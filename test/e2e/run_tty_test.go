@@ -11,9 +11,9 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/elector/elector/internal/ciskip"
-	"github.com/elector/elector/internal/outbuf"
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/ciskip"
+	"github.com/elector/elector/internal/testing/outbuf"
+	"github.com/elector/elector/internal/testing/redistest"
 )
 
 // openPty opens a new pseudo-terminal pair through /dev/ptmx: the master, and the slave to

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elector/elector/internal/redistest"
-	"github.com/elector/elector/internal/wakeprobe"
+	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/internal/testing/wakeprobe"
 )
 
 // sidecar is one `elector sidecar` process with its endpoints.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elector/elector/internal/faultproxy"
+	"github.com/elector/elector/internal/testing/faultproxy"
 )
 
 // TestStalledStderr: replicas whose stderr is a pipe that nobody reads (full before they

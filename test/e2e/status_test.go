@@ -11,10 +11,10 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/elector/elector/internal/faultproxy"
 	"github.com/elector/elector/internal/lease"
-	"github.com/elector/elector/internal/redistest"
-	"github.com/elector/elector/internal/wakeprobe"
+	"github.com/elector/elector/internal/testing/faultproxy"
+	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/internal/testing/wakeprobe"
 )
 
 // statusJSON is the output of `elector status -o json`.

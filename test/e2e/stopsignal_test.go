@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/redistest"
 )
 
 // stopSignalJob is the command of TestRunStopSignalKillsTree: "$1" is its log, "$2" the lock

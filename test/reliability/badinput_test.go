@@ -12,7 +12,7 @@ import (
 
 	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redisclient"
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/redistest"
 	timingrules "github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/election"
 	"github.com/elector/elector/pkg/fence"

@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/redisclient"
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/redistest"
 	timingrules "github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/election"
 	"github.com/elector/elector/pkg/lease"

@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/redisclient"
-	"github.com/elector/elector/internal/redistest"
-	"github.com/elector/elector/internal/wakeprobe"
+	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/internal/testing/wakeprobe"
 )
 
 // node is one Cluster node with a direct (non-cluster) client.

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/elector/elector/internal/redisclient"
-	"github.com/elector/elector/internal/redistest"
-	"github.com/elector/elector/internal/testcert"
+	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/internal/testing/testcert"
 	"github.com/elector/elector/pkg/lease"
 )
 

@@ -23,7 +23,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/redistest/serverbin"
+	"github.com/elector/elector/internal/testing/redistest/serverbin"
 )
 
 // Server is one redis-server process.

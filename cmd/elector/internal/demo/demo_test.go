@@ -12,9 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/elector/elector/internal/demoredis"
+	"github.com/elector/elector/cmd/elector/internal/demoredis"
 	"github.com/elector/elector/internal/redisclient"
-	"github.com/elector/elector/internal/wakeprobe"
+	"github.com/elector/elector/internal/testing/wakeprobe"
 )
 
 // testConfig is a demo of replicas for d on the server at addr, as the CLI configures it.

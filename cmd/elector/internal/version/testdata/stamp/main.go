@@ -5,7 +5,7 @@ package main
 import (
 	"fmt"
 
-	"github.com/elector/elector/internal/version"
+	"github.com/elector/elector/cmd/elector/internal/version"
 )
 
 func main() {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/redistest/serverbin"
+	"github.com/elector/elector/internal/testing/redistest/serverbin"
 )
 
 // childEnv names the variable that makes a re-executed test binary play the child role.

@@ -15,7 +15,7 @@ import (
 
 	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redisclient"
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/redistest"
 )
 
 func TestMain(m *testing.M) {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/elector/elector/internal/ciskip"
+	"github.com/elector/elector/internal/testing/ciskip"
 )
 
 func TestResolve(t *testing.T) {
@@ -96,7 +96,7 @@ func TestLdflagsStamp(t *testing.T) {
 		ciskip.Skip(t, "go toolchain not on PATH: %v", err)
 	}
 	bin := filepath.Join(t.TempDir(), "stamp")
-	const pkg = "github.com/elector/elector/internal/version"
+	const pkg = "github.com/elector/elector/cmd/elector/internal/version"
 	ldflags := "-X " + pkg + ".Version=v1.2.3 -X " + pkg + ".Commit=cafe -X " + pkg + ".Date=2024-05-01T10:00:00Z"
 	build := exec.Command(goBin, "build", "-o", bin, "-ldflags", ldflags, "./testdata/stamp")
 	if out, err := build.CombinedOutput(); err != nil {

@@ -18,8 +18,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/elector/elector/internal/faultproxy"
-	"github.com/elector/elector/internal/redistest"
+	"github.com/elector/elector/internal/testing/faultproxy"
+	"github.com/elector/elector/internal/testing/redistest"
 )
 
 func TestMain(m *testing.M) {

@@ -22,7 +22,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/elector/elector/internal/wakeprobe"
+	"github.com/elector/elector/internal/testing/wakeprobe"
 )
 
 // helperEnv selects a helper mode when the test binary re-executes itself.
