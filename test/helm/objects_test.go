@@ -7,9 +7,11 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,6 +41,13 @@ var typedKinds = map[string]func() any{
 	"rbac.authorization.k8s.io/v1/Role":        func() any { return &rbacv1.Role{} },
 	"rbac.authorization.k8s.io/v1/RoleBinding": func() any { return &rbacv1.RoleBinding{} },
 	"coordination.k8s.io/v1/Lease":             func() any { return &coordinationv1.Lease{} },
+	"networking.k8s.io/v1/NetworkPolicy":       func() any { return &networkingv1.NetworkPolicy{} },
+	"admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy": func() any {
+		return &admissionregistrationv1.ValidatingAdmissionPolicy{}
+	},
+	"admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding": func() any {
+		return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+	},
 }
 
 // customKinds maps the custom resources the chart may render, which have no
