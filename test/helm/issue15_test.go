@@ -206,7 +206,8 @@ func killGraceBound(leaseDuration, renewDeadline time.Duration) time.Duration {
 }
 
 // TestKillGraceArithmetic: the chart's default kill grace keeps within the
-// bound, the NOTES warn exactly when a kill grace exceeds it, and
+// bound, rendering fails exactly when a kill grace exceeds it (elector run
+// refuses it as a usage error), and
 // terminationGracePeriodSeconds must cover the kill grace plus 5 s for the
 // release and the exit.
 func TestKillGraceArithmetic(t *testing.T) {
@@ -243,13 +244,12 @@ func TestKillGraceArithmetic(t *testing.T) {
 			}
 			values := fmt.Sprintf("mode: run\nlease: {duration: %s, renewDeadline: %s, retryPeriod: 1s}\nrun: {killGrace: %s}\nterminationGracePeriodSeconds: 300",
 				goDuration(lease.duration), goDuration(lease.renew), goDuration(kg))
-			r, _ := mustRender(t, renderOptions{values: values})
-			warned := strings.Contains(r.notes, "WARNING: run.killGrace")
-			if want := kg > bound; warned != want {
-				t.Errorf("lease %v/%v, kill grace %v (bound %v): warned %v, want %v:\n%s", lease.duration, lease.renew, kg, bound, warned, want, r.notes)
+			_, err := renderChart(renderOptions{values: values})
+			if refused := err != nil; refused != (kg > bound) {
+				t.Errorf("lease %v/%v, kill grace %v (bound %v): render error %v, want one: %v", lease.duration, lease.renew, kg, bound, err, kg > bound)
 			}
-			if warned && !strings.Contains(r.notes, goDuration(bound)) {
-				t.Errorf("the warning does not give the bound %v:\n%s", bound, r.notes)
+			if err != nil && !strings.Contains(err.Error(), "run.killGrace") {
+				t.Errorf("the refusal does not name run.killGrace: %v", err)
 			}
 		}
 	}
@@ -258,11 +258,12 @@ func TestKillGraceArithmetic(t *testing.T) {
 		killGrace string
 		need      int
 	}{{"4s", 9}, {"4001ms", 10}, {"0s", 5}, {"1m", 65}, {"1.5s", 7}} {
-		ok := fmt.Sprintf("mode: run\nrun: {killGrace: %s}\nterminationGracePeriodSeconds: %d", tc.killGrace, tc.need)
+		const lease = "lease: {duration: 2m, renewDeadline: 30s, retryPeriod: 5s}\n" // a bound of 88.798s
+		ok := fmt.Sprintf(lease+"mode: run\nrun: {killGrace: %s}\nterminationGracePeriodSeconds: %d", tc.killGrace, tc.need)
 		if _, err := renderChart(renderOptions{values: ok}); err != nil {
 			t.Errorf("kill grace %s with terminationGracePeriodSeconds %d: %v", tc.killGrace, tc.need, err)
 		}
-		short := fmt.Sprintf("mode: run\nrun: {killGrace: %s}\nterminationGracePeriodSeconds: %d", tc.killGrace, tc.need-1)
+		short := fmt.Sprintf(lease+"mode: run\nrun: {killGrace: %s}\nterminationGracePeriodSeconds: %d", tc.killGrace, tc.need-1)
 		if _, err := renderChart(renderOptions{values: short}); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("must be at least run.killGrace (%s) + 5s for the release: %d", tc.killGrace, tc.need)) {
 			t.Errorf("kill grace %s with terminationGracePeriodSeconds %d: %v, want a failure asking for %d", tc.killGrace, tc.need-1, err, tc.need)
 		}

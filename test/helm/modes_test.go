@@ -228,8 +228,13 @@ func TestRunMode(t *testing.T) {
 	if !strings.Contains(r.notes, "Only the leader runs: /usr/local/bin/reconciler") {
 		t.Errorf("NOTES.txt does not show the wrapped command:\n%s", r.notes)
 	}
-	if !strings.Contains(r.notes, "WARNING: run.killGrace (20s) is longer than 4848ms, that is lease.duration") {
-		t.Errorf("NOTES.txt does not warn that a 20s kill grace outlasts the 4848ms bound of the lease:\n%s", r.notes)
+	if strings.Contains(r.notes, "WARNING") {
+		t.Errorf("NOTES.txt warns with a 20s kill grace within its 40s/15s lease's bound:\n%s", r.notes)
+	}
+	// The same kill grace with the default lease is refused, as elector run refuses it.
+	if _, err := renderChart(renderOptions{valuesFiles: []string{"ci/run-values.yaml"}, values: "lease: {duration: 15s, renewDeadline: 10s}"}); err == nil ||
+		!strings.Contains(err.Error(), "run.killGrace (20s) is longer than its bound") || !strings.Contains(err.Error(), "4848ms") {
+		t.Errorf("a 20s kill grace with the default lease renders (%v); want a refusal giving the 4848ms bound", err)
 	}
 
 	// Without extra flags, the wrapped command follows the defaults and the
@@ -381,7 +386,7 @@ func TestTemplateChecks(t *testing.T) {
 		{"units compared", "lease: {duration: 1m, renewDeadline: 90s}", "", "lease.duration (1m) must be longer than lease.renewDeadline (90s)"},
 		{"renewDeadline not longer than retryPeriod", "lease: {renewDeadline: 2000ms, retryPeriod: 2s}", "", "lease.renewDeadline (2000ms) must be longer than 1.2 × lease.retryPeriod (2s)"},
 		{"renewDeadline within the retry jitter", "lease: {renewDeadline: 2400ms, retryPeriod: 2s}", "", "lease.renewDeadline (2400ms) must be longer than 1.2 × lease.retryPeriod (2s)"},
-		{"grace shorter than kill grace", "mode: run\nrun: {killGrace: 1m}\nterminationGracePeriodSeconds: 60", "", "terminationGracePeriodSeconds (60) must be at least run.killGrace (1m) + 5s for the release: 65"},
+		{"grace shorter than kill grace", "mode: run\nlease: {duration: 2m, renewDeadline: 30s, retryPeriod: 5s}\nrun: {killGrace: 1m}\nterminationGracePeriodSeconds: 60", "", "terminationGracePeriodSeconds (60) must be at least run.killGrace (1m) + 5s for the release: 65"},
 		{"run mode with args but no command", "mode: run\napp: {args: [x]}", "", "mode run needs app.command"},
 		{"tag without repository", "app: {image: {tag: '1.4'}}", "", "app.image.tag and app.image.digest need app.image.repository"},
 		{"probes of the app in run mode", "mode: run\napp: {livenessProbe: {tcpSocket: {port: 80}}}", "", "mode run does not use app.livenessProbe"},
@@ -401,7 +406,7 @@ func TestTemplateChecks(t *testing.T) {
 	for _, values := range []string{
 		"lease: {duration: 1m30s, renewDeadline: 1m, retryPeriod: 1500ms}",
 		"lease: {duration: 3s, renewDeadline: 2500ms, retryPeriod: 2s}",
-		"mode: run\nrun: {killGrace: 1m}\nterminationGracePeriodSeconds: 65",
+		"mode: run\nlease: {duration: 2m, renewDeadline: 30s, retryPeriod: 5s}\nrun: {killGrace: 1m}\nterminationGracePeriodSeconds: 65",
 		"mode: run\nrun: {killGrace: 500ms}\nterminationGracePeriodSeconds: 6",
 	} {
 		if _, err := renderChart(renderOptions{values: values}); err != nil {

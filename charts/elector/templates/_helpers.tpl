@@ -476,6 +476,10 @@ Checks across values that the schema cannot express.
 {{- if eq .Values.mode "run" }}
 {{- /* SIGTERM, then up to killGrace for the command, then the release and the exit: 5 s */}}
 {{- $killGrace := include "elector.durationNanos" .Values.run.killGrace | int64 }}
+{{- $bound := include "elector.killGraceBound" . | int64 }}
+{{- if gt $killGrace $bound }}
+{{- fail (printf "run.killGrace (%s) is longer than its bound, lease.duration - lease.renewDeadline - (1%% of lease.duration + 2ms) = %s - %s - the drift margin = %s: a command that lost leadership could still run when the next leader's starts (elector run refuses it too); shorten run.killGrace or lengthen lease.duration" .Values.run.killGrace .Values.lease.duration .Values.lease.renewDeadline (include "elector.formatNanos" $bound)) }}
+{{- end }}
 {{- $need := div (add $killGrace 5000000000 999999999) 1000000000 }}
 {{- if lt (int64 .Values.terminationGracePeriodSeconds) $need }}
 {{- fail (printf "terminationGracePeriodSeconds (%v) must be at least run.killGrace (%s) + 5s for the release: %d" .Values.terminationGracePeriodSeconds .Values.run.killGrace $need) }}
