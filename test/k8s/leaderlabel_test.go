@@ -172,7 +172,8 @@ func TestLeaderLabel(t *testing.T) {
 	ctx := context.Background()
 	r := e.install(t, ctx, "ll", "--set", "replicaCount=3", "--set", "app.command={/worker,idle}",
 		"--set", "leaderLabel.enabled=true", "--set", "leaderService.enabled=true", "--set", "events.enabled=true",
-		"--set", "mirrorLease.enabled=true", "--set", "leaderService.ports[0].name=http", "--set", "leaderService.ports[0].port=8080",
+		"--set", "mirrorLease.enabled=true", "--set", "leaderLabel.admissionPolicy=true",
+		"--set", "leaderService.ports[0].name=http", "--set", "leaderService.ports[0].port=8080",
 		"--set", "leaderService.ports[0].targetPort=http-elector")
 	var svc *corev1.Service
 	for i := range r.services {
@@ -235,6 +236,7 @@ func TestLeaderLabel(t *testing.T) {
 	amu.Unlock()
 	checkEvents(t, ctx, r, graceful)
 	checkMirrorLease(t, ctx, s, r)
+	checkAdmissionPolicy(t, ctx, r)
 	checkWithoutRBAC(t, ctx, s, r)
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/elector/elector/test/k8s/cluster"
@@ -43,6 +44,7 @@ const (
 type env struct {
 	c         *cluster.Cluster
 	cs        kubernetes.Interface
+	cfg       *rest.Config // the administrator's, for clients that impersonate another user
 	redis     *redis.Client
 	redisAddr string
 	helm      string
@@ -224,6 +226,7 @@ func (e *env) prepare(ctx context.Context, work string) error {
 		return err
 	}
 	cfg.QPS, cfg.Burst = 100, 200
+	e.cfg = cfg
 	e.cs, err = kubernetes.NewForConfig(cfg)
 	return err
 }
