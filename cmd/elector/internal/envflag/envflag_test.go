@@ -146,3 +146,53 @@ func TestMarkNoEnvUnknownFlag(t *testing.T) {
 		t.Error("MarkNoEnv of an unknown flag succeeded")
 	}
 }
+
+func TestEditDistance(t *testing.T) {
+	for _, tt := range []struct {
+		a, b string
+		want int
+	}{
+		{"", "", 0}, {"run", "run", 0}, {"", "run", 3}, {"run", "", 3},
+		{"rnu", "run", 1},       // a swap of neighbours is one edit
+		{"statsu", "status", 1}, // also at the end
+		{"sidecra", "sidecar", 1},
+		{"resing", "resign", 1},
+		{"ab", "ba", 1},
+		{"abc", "ca", 3},         // optimal string alignment: no edit of a swapped pair
+		{"kitten", "sitting", 3}, // Levenshtein's classic
+	} {
+		if got := editDistance(tt.a, tt.b); got != tt.want {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", tt.a, tt.b, got, tt.want)
+		}
+	}
+}
+
+func TestClosest(t *testing.T) {
+	names := []string{"run", "sidecar", "status", "resign", "lease-name", "lease-duration"}
+	for word, want := range map[string]string{
+		"rnu": "run", "statsu": "status", "sidcar": "sidecar", "resing": "resign", "xyz": "",
+		"lease-nme": "lease-name", "lease-dur": "lease-duration",
+	} {
+		if got := Closest(word, names); got != want {
+			t.Errorf("Closest(%q) = %q, want %q", word, got, want)
+		}
+	}
+}
+
+func TestCheckUnknown(t *testing.T) {
+	known := []string{"ELECTOR_LEASE_NAME", "ELECTOR_REDIS_ADDR"}
+	ignore := func(name, _ string) bool { return name == "ELECTOR_FENCING_TOKEN" }
+	env := []string{"HOME=/root", "ELECTOR_LEASE_NAME=x", "ELECTOR_FENCING_TOKEN=7", "ELECTORX=1"}
+	if err := CheckUnknown(env, "ELECTOR", known, ignore); err != nil {
+		t.Errorf("known variables refused: %v", err)
+	}
+	err := CheckUnknown(append(env, "ELECTOR_LEASE_NAMEE=x"), "ELECTOR", known, ignore)
+	var unknown *UnknownError
+	if !errors.As(err, &unknown) || unknown.Env != "ELECTOR_LEASE_NAMEE" || unknown.Closest != "ELECTOR_LEASE_NAME" ||
+		!strings.Contains(err.Error(), "ELECTOR_LEASE_NAMEE") || !strings.Contains(err.Error(), "did you mean ELECTOR_LEASE_NAME?") {
+		t.Errorf("typo: %v", err)
+	}
+	if err := CheckUnknown([]string{"ELECTOR_WHATEVER_ELSE=1"}, "ELECTOR", known, nil); err == nil || strings.Contains(err.Error(), "did you mean") {
+		t.Errorf("unrelated variable: %v", err)
+	}
+}
