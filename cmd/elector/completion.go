@@ -1,212 +1,99 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"sort"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 
-	"github.com/spf13/pflag"
+	"github.com/spf13/cobra"
 
 	"github.com/elector/elector/internal/redisclient"
 )
 
 // completionShells are the shells `elector completion` writes scripts for.
-var completionShells = []string{"bash", "zsh", "fish"}
+var completionShells = []string{"bash", "zsh", "fish", "powershell"}
 
 // flagValues are the values offered after a flag that takes one of a few words.
 var flagValues = map[string][]string{
 	redisclient.FlagMode: {redisclient.ModeStandalone, redisclient.ModeSentinel, redisclient.ModeCluster},
 	flagOutput:           {"text", "json", "yaml"},
 	flagLogFormat:        {logFormatText, logFormatJSON},
+	flagOnSuccess:        {onSuccessRelease, onSuccessHold},
+	flagResignEndpoint:   {resignLoopback, resignAny, resignOff},
 }
 
-// compFlag is one flag as completion sees it.
-type compFlag struct {
-	name, short, usage string
-	value              bool // takes a value
-}
-
-// compCommand is one command with its flags and its words after the flags.
-type compCommand struct {
-	name, short string
-	flags       []compFlag
-	args        []string // completed as arguments (help: commands; completion: shells)
-}
-
-// completionTable learns every command's flags from the flag set the command builds, so that
-// the scripts list exactly the flags the commands accept.
-func (c *cli) completionTable() []compCommand {
-	var table []compCommand
-	for _, cmd := range commands() {
-		cc := compCommand{name: cmd.name, short: cmd.short}
-		switch cmd.name {
-		case "help":
-			for _, other := range commands() {
-				cc.args = append(cc.args, other.name)
+// newCompletionCmd returns `elector completion SHELL`. The scripts are cobra's: they ask the
+// binary (its hidden __complete command) for the words, so they follow the flags of each
+// command as it is.
+func (c *cli) newCompletionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:       "completion " + strings.Join(completionShells, "|"),
+		Short:     "print a shell completion script for bash, zsh, fish or PowerShell",
+		ValidArgs: completionShells,
+		Long: `Print a script that completes elector's commands, flags and flag values:
+  bash        source <(elector completion bash)   or save it in /etc/bash_completion.d/elector
+  zsh         source <(elector completion zsh)    or save it as _elector in a dir of $fpath
+  fish        elector completion fish > ~/.config/fish/completions/elector.fish
+  powershell  elector completion powershell | Out-String | Invoke-Expression`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return fmt.Errorf("want exactly one shell: %s", strings.Join(completionShells, ", "))
 			}
-		case "completion":
-			cc.args = completionShells
-		default:
-			sub := *c
-			sub.flagSink = func(fs *flagSet) {
-				fs.all.VisitAll(func(f *pflag.Flag) {
-					if f.Hidden {
-						return
-					}
-					usage := strings.SplitN(f.Usage, ";", 2)[0]
-					usage = strings.ReplaceAll(usage, "`", "")
-					cc.flags = append(cc.flags, compFlag{name: f.Name, short: f.Shorthand, usage: usage, value: f.Value.Type() != "bool"})
-				})
+			var err error
+			root, out := cmd.Root(), cmd.OutOrStdout()
+			switch args[0] {
+			case "bash":
+				err = root.GenBashCompletionV2(out, true)
+			case "zsh":
+				err = root.GenZshCompletion(out)
+			case "fish":
+				err = root.GenFishCompletion(out, true)
+			case "powershell":
+				err = root.GenPowerShellCompletionWithDesc(out)
+			default:
+				return fmt.Errorf("unknown shell %q; allowed: %s", args[0], strings.Join(completionShells, ", "))
 			}
-			cmd.run(&sub, context.Background(), nil)
-		}
-		table = append(table, cc)
-	}
-	return table
-}
-
-// completionCmd is `elector completion bash|zsh|fish`.
-func (c *cli) completionCmd(_ context.Context, args []string) int {
-	const who = "elector completion"
-	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help") {
-		cmd, _ := findCommand("completion")
-		fmt.Fprintf(c.stdout, "Usage: elector %s\n\n%s\n", cmd.synopsis, strings.TrimSpace(commandHelp("completion")))
-		return exitOK
-	}
-	if len(args) != 1 {
-		return c.usageError(who, fmt.Errorf("want exactly one shell: %s", strings.Join(completionShells, ", ")))
-	}
-	table := c.completionTable()
-	switch args[0] {
-	case "bash":
-		fmt.Fprint(c.stdout, bashCompletion(table))
-	case "zsh":
-		fmt.Fprint(c.stdout, "#compdef elector\n# elector completion for zsh, through zsh's bash completion support.\nautoload -U +X bashcompinit && bashcompinit\n")
-		fmt.Fprint(c.stdout, bashCompletion(table))
-	case "fish":
-		fmt.Fprint(c.stdout, fishCompletion(table))
-	default:
-		return c.usageError(who, fmt.Errorf("unknown shell %q; allowed: %s", args[0], strings.Join(completionShells, ", ")))
-	}
-	return exitOK
-}
-
-// bashCompletion returns a bash script that completes commands, flags, the values of flags
-// with few values (files for other flags with values) and commands after `run ... --`.
-func bashCompletion(table []compCommand) string {
-	var b strings.Builder
-	b.WriteString(`# elector completion for bash: source it, or put it in /etc/bash_completion.d/elector.
-_elector() {
-    local cur prev cmd i
-    cur="${COMP_WORDS[COMP_CWORD]}"
-    prev="${COMP_WORDS[COMP_CWORD-1]}"
-    if [[ "$cur" == "=" ]]; then cur=""; prev="${COMP_WORDS[COMP_CWORD-1]}"
-    elif [[ "$prev" == "=" ]]; then prev="${COMP_WORDS[COMP_CWORD-2]}"; fi
-    COMPREPLY=()
-    if [[ $COMP_CWORD -eq 1 ]]; then
-`)
-	var names []string
-	for _, cc := range table {
-		names = append(names, cc.name)
-	}
-	fmt.Fprintf(&b, "        COMPREPLY=($(compgen -W %q -- \"$cur\"))\n        return\n    fi\n", strings.Join(append(names, "--help", "--version"), " "))
-	b.WriteString(`    cmd="${COMP_WORDS[1]}"
-    for ((i = 2; i < COMP_CWORD; i++)); do
-        if [[ "${COMP_WORDS[i]}" == "--" ]]; then
-            if [[ $i -eq $((COMP_CWORD - 1)) ]]; then COMPREPLY=($(compgen -c -- "$cur")); else COMPREPLY=($(compgen -f -- "$cur")); fi
-            return
-        fi
-    done
-    local flags="" valued=""
-    case "$cmd" in
-`)
-	for _, cc := range table {
-		flags, valued := cc.flagWords()
-		if len(cc.args) > 0 {
-			fmt.Fprintf(&b, "    %s) COMPREPLY=($(compgen -W %q -- \"$cur\")); return ;;\n", cc.name, strings.Join(cc.args, " "))
-			continue
-		}
-		fmt.Fprintf(&b, "    %s) flags=%q; valued=%q ;;\n", cc.name, strings.Join(append(flags, "--help"), " "), strings.Join(valued, " "))
-	}
-	b.WriteString("    *) return ;;\n    esac\n    case \"$prev\" in\n")
-	for _, name := range sortedKeys(flagValues) {
-		pattern := "--" + name
-		if name == flagOutput {
-			pattern += "|-o"
-		}
-		fmt.Fprintf(&b, "    %s) COMPREPLY=($(compgen -W %q -- \"$cur\")); return ;;\n", pattern, strings.Join(flagValues[name], " "))
-	}
-	b.WriteString(`    esac
-    if [[ " $valued " == *" $prev "* ]]; then
-        COMPREPLY=($(compgen -f -- "$cur"))
-        return
-    fi
-    COMPREPLY=($(compgen -W "$flags" -- "$cur"))
-}
-complete -F _elector elector
-`)
-	return b.String()
-}
-
-// flagWords returns the words of cc's flags (--name and -short) and those of them that take
-// a value.
-func (cc compCommand) flagWords() (flags, valued []string) {
-	for _, f := range cc.flags {
-		words := []string{"--" + f.name}
-		if f.short != "" {
-			words = append(words, "-"+f.short)
-		}
-		flags = append(flags, words...)
-		if f.value {
-			valued = append(valued, words...)
-		}
-	}
-	return flags, valued
-}
-
-// fishCompletion returns a fish script with the same completions as bashCompletion.
-func fishCompletion(table []compCommand) string {
-	var b strings.Builder
-	b.WriteString("# elector completion for fish: put it in ~/.config/fish/completions/elector.fish.\ncomplete -c elector -f\n")
-	var names []string
-	for _, cc := range table {
-		names = append(names, cc.name)
-	}
-	for _, cc := range table {
-		fmt.Fprintf(&b, "complete -c elector -n 'not __fish_seen_subcommand_from %s' -a %s -d %s\n", strings.Join(names, " "), cc.name, fishQuote(cc.short))
-	}
-	for _, cc := range table {
-		cond := "__fish_seen_subcommand_from " + cc.name
-		if len(cc.args) > 0 {
-			fmt.Fprintf(&b, "complete -c elector -n '%s' -a %s\n", cond, fishQuote(strings.Join(cc.args, " ")))
-		}
-		for _, f := range cc.flags {
-			line := fmt.Sprintf("complete -c elector -n '%s' -l %s", cond, f.name)
-			if f.short != "" {
-				line += " -s " + f.short
+			if err != nil {
+				return exitStatus(c.runtimeError("elector completion", err))
 			}
-			if vals, ok := flagValues[f.name]; ok {
-				line += " -x -a " + fishQuote(strings.Join(vals, " "))
-			} else if f.value {
-				line += " -r -F"
-			}
-			fmt.Fprintf(&b, "%s -d %s\n", line, fishQuote(f.usage))
+			return nil
+		},
+	}
+}
+
+// addValueCompletions offers the values of flagValues after those flags of cmd.
+func addValueCompletions(cmd *cobra.Command) {
+	for name, values := range flagValues {
+		if cmd.Flags().Lookup(name) != nil {
+			// Fails only for a flag cmd does not have or has a function for already.
+			_ = cmd.RegisterFlagCompletionFunc(name, cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
 		}
 	}
-	return b.String()
 }
 
-// fishQuote quotes s for fish in single quotes.
-func fishQuote(s string) string {
-	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
-}
-
-func sortedKeys(m map[string][]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+// completeCommandAfterDash completes elector run's arguments: the programs on $PATH right
+// after "--", files for CMD's own arguments, nothing before "--".
+func completeCommandAfterDash(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+	switch dash := cmd.ArgsLenAtDash(); {
+	case dash < 0:
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	case len(args) > dash:
+		return nil, cobra.ShellCompDirectiveDefault
 	}
-	sort.Strings(keys)
-	return keys
+	var found []string
+	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		entries, _ := os.ReadDir(dir) // a missing or unreadable directory has no programs
+		for _, e := range entries {
+			if !strings.HasPrefix(e.Name(), toComplete) || slices.Contains(found, e.Name()) {
+				continue
+			}
+			if st, err := os.Stat(filepath.Join(dir, e.Name())); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+				found = append(found, e.Name())
+			}
+		}
+	}
+	slices.Sort(found)
+	return found, cobra.ShellCompDirectiveNoFileComp
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
@@ -23,13 +24,42 @@ const (
 	flagDuration = "duration"
 )
 
-// demoCmd is `elector demo`: the simulation of package cmd/elector/internal/demo on an embedded server,
-// or on the Redis of --redis-addr.
-func (c *cli) demoCmd(ctx context.Context, args []string) int {
+// demoLong is the paragraph of elector demo's help; docs/CLI.md#elector-demo shows a run.
+const demoLong = `Start an embedded Redis-compatible server on loopback (or use --redis-addr) and --replicas
+electors, each leading with a toy job that makes fenced writes, while the leader crashes or
+stops gracefully every few seconds. Prints a timeline and a summary; exits 1 if a safety
+check failed (two leaders at once, a token that did not increase, a takeover before expiry).`
+
+// demoRedisGroup is the heading of the demo's Redis flags.
+const demoRedisGroup = "Redis flags (optional: without --redis-addr the demo starts an embedded server)"
+
+// newDemoCmd returns `elector demo`: the simulation of package cmd/elector/internal/demo on an
+// embedded server, or on the Redis of --redis-addr.
+func (c *cli) newDemoCmd() *cobra.Command {
+	var cfg demo.Config
+	cmd := c.newCommand("demo [flags]", "watch replicas elect a leader through crashes and graceful stops; needs no Redis", demoLong,
+		func(ctx context.Context, cmd *cobra.Command, args []string) int {
+			return c.demo(ctx, cmd, args, &cfg)
+		})
+	addGroup(cmd, "Demo flags", func(fs *pflag.FlagSet) {
+		fs.IntVar(&cfg.Replicas, flagReplicas, 3, fmt.Sprintf("number of electors, 2 to %d", demo.MaxReplicas))
+		fs.DurationVar(&cfg.Duration, flagDuration, 30*time.Second, "how long the demo runs")
+	})
+	addGroup(cmd, demoRedisGroup, func(fs *pflag.FlagSet) {
+		cfg.Redis.AddFlags(fs)
+		// The demo's default is its embedded server, not the default address of the other commands.
+		fs.Lookup(redisclient.FlagAddr).DefValue = ""
+	})
+	addKlogFlags(cmd)
+	return cmd
+}
+
+// demo is `elector demo` once cobra parsed its flags.
+func (c *cli) demo(ctx context.Context, cmd *cobra.Command, args []string, cfg *demo.Config) int {
 	const who = "elector demo"
-	cfg, realRedis, code, ok := c.parseDemo(args)
-	if !ok {
-		return code
+	realRedis, err := c.configureDemo(cmd, args, cfg)
+	if err != nil {
+		return c.usageError(who, err)
 	}
 	// Ctrl-C ends the demo early, with its summary.
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
@@ -49,7 +79,7 @@ func (c *cli) demoCmd(ctx context.Context, args []string) int {
 		}
 		cfg.Where = "an embedded Redis-compatible server (miniredis) at " + srv.Addr()
 	}
-	failures, err := demo.Run(ctx, c.stdout, cfg)
+	failures, err := demo.Run(ctx, c.stdout, *cfg)
 	if err != nil {
 		return c.runtimeError(who, err)
 	}
@@ -59,25 +89,12 @@ func (c *cli) demoCmd(ctx context.Context, args []string) int {
 	return exitOK
 }
 
-// parseDemo parses and checks the flags of elector demo. realRedis tells whether
-// --redis-addr was given; ok is false when the command must exit with code.
-func (c *cli) parseDemo(args []string) (cfg demo.Config, realRedis bool, code int, ok bool) {
-	cmd, _ := findCommand("demo")
-	fs := newFlagSet(cmd)
-	dg := fs.group("Demo flags")
-	dg.IntVar(&cfg.Replicas, flagReplicas, 3, fmt.Sprintf("number of electors, 2 to %d", demo.MaxReplicas))
-	dg.DurationVar(&cfg.Duration, flagDuration, 30*time.Second, "how long the demo runs")
-	rg := fs.group("Redis flags (optional: without --redis-addr the demo starts an embedded server)")
-	cfg.Redis.AddFlags(rg)
-	// The demo's default is its embedded server, not the default address of the other commands.
-	rg.Lookup(redisclient.FlagAddr).DefValue = ""
-	fs.addKlogFlags()
-	if code, done := c.parseArgs(fs, args); done {
-		return cfg, false, code, false
-	}
-	realRedis = fs.changed(redisclient.FlagAddr)
-	if err := c.checkDemo(fs, &cfg, realRedis); err != nil {
-		return cfg, false, c.usageError("elector demo", err), false
+// configureDemo checks the flags cmd parsed and completes cfg; realRedis tells whether
+// --redis-addr was given.
+func (c *cli) configureDemo(cmd *cobra.Command, args []string, cfg *demo.Config) (realRedis bool, err error) {
+	realRedis = cmd.Flags().Changed(redisclient.FlagAddr)
+	if err := c.checkDemo(cmd, args, cfg, realRedis); err != nil {
+		return false, err
 	}
 	t := demo.CallTimeout()
 	cfg.Redis.DialTimeout, cfg.Redis.ReadTimeout, cfg.Redis.WriteTimeout = t, t, t
@@ -85,14 +102,14 @@ func (c *cli) parseDemo(args []string) (cfg demo.Config, realRedis bool, code in
 	if klog.V(1).Enabled() {
 		cfg.Logger = klog.Background()
 	}
-	return cfg, realRedis, 0, true
+	return realRedis, nil
 }
 
 // checkDemo checks the parsed flags of elector demo.
-func (c *cli) checkDemo(fs *flagSet, cfg *demo.Config, realRedis bool) error {
+func (c *cli) checkDemo(cmd *cobra.Command, args []string, cfg *demo.Config, realRedis bool) error {
 	switch {
-	case fs.all.NArg() > 0:
-		return errOnlyFlags(fs, "demo")
+	case len(args) > 0:
+		return errOnlyFlags(cmd, args)
 	case cfg.Replicas < 2 || cfg.Replicas > demo.MaxReplicas:
 		return fmt.Errorf("--%s: must be from 2 to %d, got %d", flagReplicas, demo.MaxReplicas, cfg.Replicas)
 	case cfg.Duration <= 0:
@@ -100,7 +117,7 @@ func (c *cli) checkDemo(fs *flagSet, cfg *demo.Config, realRedis bool) error {
 	}
 	if !realRedis {
 		var other string
-		fs.all.VisitAll(func(f *pflag.Flag) {
+		cmd.Flags().VisitAll(func(f *pflag.Flag) {
 			if f.Changed && other == "" && isRedisFlag(f.Name) {
 				other = f.Name
 			}

@@ -1,10 +1,18 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
+
+// docsURL is the reference of every command; each command's help links to its section.
+const docsURL = "https://github.com/elector/elector/blob/main/docs/CLI.md"
+
+// maxHelpLines bounds a command's help: what does not fit is in the documentation.
+const maxHelpLines = 40
 
 // exitCodesHelp is the exit code table shared by `elector help` and docs/CLI.md.
 const exitCodesHelp = `Exit codes:
@@ -18,21 +26,48 @@ const exitCodesHelp = `Exit codes:
      the elector got SIGTERM/SIGINT (128+S when signal S killed it)
 `
 
-// mainHelp is the text of `elector help`.
-func mainHelp() string {
-	var b strings.Builder
-	b.WriteString(`elector: leader election on a Redis lease, for singleton jobs and Kubernetes sidecars.
+// envHelp ends the help of every command that has flags.
+const envHelp = "Every flag can also be set from the environment as ELECTOR_<FLAG> (--redis-addr is\n" +
+	"ELECTOR_REDIS_ADDR, -v is ELECTOR_V); the command line wins; unknown ELECTOR_* are refused.\n"
 
-Usage: elector COMMAND [flags]
-
-Commands:
-`)
-	width := 0
-	for _, cmd := range commands() {
-		width = max(width, len(cmd.name))
+// helpText returns the help of cmd: the command list for elector itself.
+func helpText(cmd *cobra.Command) string {
+	if !cmd.HasParent() {
+		return mainHelp(cmd)
 	}
-	for _, cmd := range commands() {
-		fmt.Fprintf(&b, "  %-*s  %s\n", width, cmd.name, cmd.short)
+	head := fmt.Sprintf("Usage: elector %s\n\n%s\n", cmd.Use, strings.TrimSpace(cmd.Long))
+	foot := "\n  -h, --help   show this help\n\n"
+	groups := flagGroups(cmd)
+	if len(groups) > 0 {
+		foot += envHelp
+	}
+	foot += "Documentation, every flag in full: " + docsURL + "#" + docsAnchor(cmd.Name()) + "\n"
+	budget := maxHelpLines - strings.Count(head, "\n") - strings.Count(foot, "\n")
+	return head + renderGroups(groups, budget) + foot
+}
+
+// docsAnchor is the section of docs/CLI.md about the command name.
+func docsAnchor(name string) string {
+	switch name {
+	case "version", "install", "help":
+		return "elector-version-install-help"
+	}
+	return "elector-" + name
+}
+
+// mainHelp is the text of `elector help`.
+func mainHelp(root *cobra.Command) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "elector: %s.\n\nUsage: elector COMMAND [flags]\n\nCommands:\n", root.Short)
+	cmds := append(root.Commands(), newHelpCmd())
+	width := 0
+	for _, cmd := range cmds {
+		width = max(width, len(cmd.Name()))
+	}
+	for _, cmd := range cmds {
+		if cmd.IsAvailableCommand() || cmd.Name() == "help" {
+			fmt.Fprintf(&b, "  %-*s  %s\n", width, cmd.Name(), cmd.Short)
+		}
 	}
 	b.WriteString(`
 Try it without Redis: elector demo
@@ -43,159 +78,153 @@ REDIS_PASSWORD environment variable or --redis-password-file, never from a flag.
 
 `)
 	b.WriteString(exitCodesHelp)
-	b.WriteString(`
-Run 'elector help COMMAND' or 'elector COMMAND --help' for the flags of a command.
-Documentation: docs/CLI.md.
-`)
+	fmt.Fprintf(&b, "\nRun 'elector help COMMAND' or 'elector COMMAND --help' for the flags of a command.\nDocumentation: %s\n", docsURL)
 	return b.String()
 }
 
-// commandHelp returns the description of a command, shown between its usage line and flags.
-func commandHelp(name string) string {
-	switch name {
-	case "run":
-		return runHelp
-	case "sidecar":
-		return sidecarHelp
-	case "status":
-		return statusHelp
-	case "resign":
-		return resignHelp
-	case "demo":
-		return demoHelp
-	case "version":
-		return versionHelp
-	case "install":
-		return installHelp
-	case "help":
-		return helpHelp
-	case "completion":
-		return completionHelp
-	}
-	return ""
+// flagGroup is the visible flags of one help heading.
+type flagGroup struct {
+	title   string
+	flags   []*pflag.Flag
+	summary bool // listed by name only
 }
 
-// runHelp is the description of `elector run`, shown between its usage line and flags.
-const runHelp = `Campaign for the lease and run CMD (directly, no shell) while this replica leads, with
-stdin, stdout and stderr passed through and these variables added to its environment:
-  ELECTOR_FENCING_TOKEN  the fencing token of the term (larger for every new term)
-  ELECTOR_IDENTITY       this replica's identity
-  ELECTOR_LEASE_NAME     the lease name
+// flagGroups returns the visible flags of cmd by heading, in the order they were added.
+func flagGroups(cmd *cobra.Command) []*flagGroup {
+	var groups []*flagGroup
+	byTitle := map[string]*flagGroup{}
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		title := f.Annotations[groupAnnotation]
+		if f.Hidden || len(title) == 0 {
+			return
+		}
+		g := byTitle[title[0]]
+		if g == nil {
+			g = &flagGroup{title: title[0]}
+			byTitle[title[0]] = g
+			groups = append(groups, g)
+		}
+		g.flags = append(g.flags, f)
+	})
+	return groups
+}
 
-CMD runs under a small shim (this binary) that leads CMD's process group and is a child
-subreaper: on Linux every descendant of CMD, even one that called setsid, is killed when CMD
-exits, at SIGKILL after --kill-grace, and when the elector dies, even by SIGKILL. Should the
-shim itself be killed, the elector, a child subreaper too, kills what it left before it
-releases the lease; if it cannot make sure of that, it exits without releasing (the lease
-expires). A --kill-grace above its bound is refused; when not set, it is derived from the
-lease timing (see the flag). As PID 1 the elector also reaps orphaned zombies. When stdin is a terminal in whose foreground the elector
-runs, CMD's group gets the foreground while it runs (Ctrl-C and Ctrl-Z then reach CMD).
-
-  leadership lost    --stop-signal to CMD's group, SIGKILL after --kill-grace; then campaign
-                     again and rerun CMD when leading again (with --exit-on-lost: exit 3)
-  SIGTERM/SIGINT     forwarded to CMD (also while campaigning), SIGKILL after --kill-grace,
-                     lease released; exit with CMD's code (128+S if signal S killed it; 0 if
-                     no CMD was running). A second SIGTERM/SIGINT: SIGKILL at once
-  SIGHUP/USR1/USR2   forwarded to CMD's group
-  CMD exits          lease released; exit with CMD's exit code. With --on-success=hold, an
-                     exit 0 keeps the lease (renewed, CMD not rerun) until SIGTERM/SIGINT
-  --once-per D       an exit 0 writes a done mark (PREFIX:{NAME}:done) for D from CMD's start;
-                     a leader that finds it keeps the lease and runs CMD when it expires
-                     (with --exit-if-done: exit 0); elector status shows it
-  --timeout D        exit 4 if not leading D after the start
-  --try-once         exit 4 as soon as another replica is seen holding the lease
-  elector resign     (or POST /resign) --stop-signal to CMD's group, SIGKILL after --kill-grace,
-                     lease renewed until CMD exited, then released with a reservation for
-                     another replica; campaign again (refused during the hold-off)
-
-With --http-addr the endpoints of 'elector sidecar' are served as well.`
-
-// sidecarHelp is the description of `elector sidecar`, shown between its usage line and flags.
-const sidecarHelp = `Campaign for the lease and tell a neighbouring container whether this replica leads:
-
-  GET /leader    200 JSON {"name": current leader ("" if none), "identity", "isLeader", "lease",
-                 "token"}; "name" as in the classic Kubernetes leader-elector sidecar; while
-                 Redis calls fail also "redisError" {"op", "reason", "error", "fix", "since"}
-  GET /healthz   liveness: 200 unless the elector is wedged (never tied to leadership or to
-                 Redis: restarting cannot fix Redis, and would restart every replica at once)
-  GET /readyz    200 while this replica leads, else 503
-  GET /metrics   Prometheus metrics, including leader_election_master_status{name}
-  POST /resign   step down (as elector resign does) and answer once the lease is released;
-                 ?to=IDENTITY names the successor. Needs the header X-Elector-Resign: 1
-                 (and the token of --resign-token-file); 409 on a follower. Loopback peers
-                 only by default (kubectl exec, kubectl port-forward): see --resign-endpoint
-
---status-file is rewritten atomically with "leader" and the term's deadline (until_unix=,
-until=), or "follower"; a reader trusts "leader" only before that deadline.
-SIGTERM or SIGINT releases the lease and exits 0.`
-
-// statusHelp is the description of `elector status`, shown between its usage line and flags.
-const statusHelp = `Print the holder of the lease, its fencing token, remaining time, when its term began and
-how many terms the lease had (JSON and YAML fields lease, key, holder, instance, token, ttlMs,
-acquiredAt, transitions, done: the mark of run --once-per). Exit 0 when the lease is held, 3 when it has no holder, 1 when Redis
-cannot be read (the message names the address, the cause and its fix: for example a Sentinel
-master name that no Sentinel knows, or the ACL permission to add).
-
-With --watch (-w), print the state and then a line per change as it happens — acquired,
-released, expired — from the lease's events channel (no polling), until SIGINT or SIGTERM
-(exit 0). With -o json or yaml each change is one object (fields time, event and the above).`
-
-// resignHelp is the description of `elector resign`, shown between its usage line and flags.
-const resignHelp = `Ask the holder of the lease to step down, for a planned switchover (draining a node), and
-wait until a new term begins; print the new holder as elector status does. The request is a
-Redis key that the leader picks up at its next renewal (within its --retry-period, 2s by
-default): it stops its work (elector run: the command gets its stop signal and kill grace),
-releases the lease, and for --hold-off only --to (or, without --to, any replica but the old
-holder) may acquire it, so that the old holder does not take it straight back.
-
-Exit 0 when a new term began (with --to: the one of --to); 3 when nobody holds the lease
-(nothing written); 1 when --timeout passed, saying what did not happen: the holder did not
-step down (an election.Group member or an older elector ignores requests; or its work did
-not stop), or --to did not take over (nobody leads until the hold-off ends, then anyone may);
-2 for a bad flag. Needs the Redis user of run and sidecar (it runs a script), not the
-observer's.`
-
-// demoHelp is the description of `elector demo`, shown between its usage line and flags.
-const demoHelp = `Start an embedded Redis-compatible server on loopback (or use --redis-addr) and --replicas
-electors in this process, each leading with a toy singleton job that makes fenced writes.
-Every few seconds the leader crashes (stops renewing, never releases) or stops gracefully
-(releases), and comes back later. Prints a timeline and a summary; exits 1 if a safety check
-failed (two leaders at once, a token that did not increase, a crash takeover before expiry).
-Uses lease duration 2s, renew deadline 1.2s, retry period 300ms.`
-
-// versionHelp is the description of `elector version`, shown between its usage line and flags.
-const versionHelp = `Print the version, commit, build date, Go version and platform of this binary; a
-field the build did not record (e.g. -buildvcs=false) prints as unknown.`
-
-// installHelp is the description of `elector install`, shown between its usage line and flags.
-const installHelp = `Copy this executable to PATH (into PATH/elector if PATH is a directory) with mode 0755,
-atomically (a temporary file renamed over PATH). For init containers of images without cp.`
-
-// helpHelp is the description of `elector help`, shown between its usage line and flags.
-const helpHelp = `Show the help of elector, or of COMMAND.`
-
-// completionHelp is the description of `elector completion`, shown between its usage line and flags.
-const completionHelp = `Print a script that completes elector's commands, flags and flag values in bash, zsh or fish:
-  bash   source <(elector completion bash)      or save it in /etc/bash_completion.d/elector
-  zsh    source <(elector completion zsh)       (uses zsh's bashcompinit)
-  fish   elector completion fish > ~/.config/fish/completions/elector.fish`
-
-// helpCmd is `elector help [COMMAND]`.
-func (c *cli) helpCmd(_ context.Context, args []string) int {
-	switch {
-	case len(args) == 0 || len(args) == 1 && (args[0] == "-h" || args[0] == "--help"):
-		fmt.Fprint(c.stdout, mainHelp())
-		return exitOK
-	case len(args) > 1:
-		return c.usageError("elector help", fmt.Errorf("unexpected argument %q: want elector help [COMMAND]", args[1]))
+// renderGroups lists the flags of each group, one line each with the first clause of its
+// usage; while that takes more than budget lines, the largest group but the first (the
+// command's own flags) is listed by name only.
+func renderGroups(groups []*flagGroup, budget int) string {
+	for {
+		var b strings.Builder
+		for _, g := range groups {
+			b.WriteString(g.render())
+		}
+		var largest *flagGroup
+		for _, g := range groups[min(1, len(groups)):] {
+			if !g.summary && (largest == nil || len(g.flags) > len(largest.flags)) {
+				largest = g
+			}
+		}
+		if strings.Count(b.String(), "\n") <= budget || largest == nil {
+			return b.String()
+		}
+		largest.summary = true
 	}
-	cmd, ok := findCommand(args[0])
-	if !ok {
-		return c.usageError("elector help", errUnknownCommand(args[0]))
+}
+
+// render returns the group's heading and flags.
+func (g *flagGroup) render() string {
+	if g.summary {
+		return "\n" + wrapWords(g.title+":", flagNames(g.flags), 100)
 	}
-	if cmd.name == "help" {
-		fmt.Fprint(c.stdout, mainHelp())
-		return exitOK
+	fs := pflag.NewFlagSet(g.title, pflag.ContinueOnError)
+	fs.SortFlags = false
+	for _, f := range g.flags {
+		short := *f
+		short.Usage = firstClause(f.Usage)
+		fs.AddFlag(&short)
 	}
-	return cmd.run(c, context.Background(), []string{"--help"})
+	return "\n" + g.title + ":\n" + fs.FlagUsagesWrapped(0)
+}
+
+// flagNames returns --name (-v for a one-letter name) of each flag.
+func flagNames(flags []*pflag.Flag) []string {
+	names := make([]string, len(flags))
+	for i, f := range flags {
+		names[i] = "--" + f.Name
+		if len(f.Name) == 1 {
+			names[i] = "-" + f.Name
+		}
+	}
+	return names
+}
+
+// wrapWords returns title and words on lines of at most width bytes, continuation lines
+// indented by two spaces.
+func wrapWords(title string, words []string, width int) string {
+	var b strings.Builder
+	line := title
+	for _, w := range words {
+		if len(line)+1+len(w) > width {
+			b.WriteString(line + "\n")
+			line = " "
+		}
+		line += " " + w
+	}
+	return b.String() + line + "\n"
+}
+
+// firstClause returns usage up to its first "; " or ". " outside parentheses, or its first
+// ": " or " (" after five words or more: the help shows that much of a flag, the
+// documentation all of it.
+func firstClause(usage string) string {
+	depth := 0
+	for i := 0; i < len(usage)-1; i++ {
+		long := len(strings.Fields(usage[:i])) >= 5
+		switch c := usage[i]; {
+		case c == '(' && long && depth == 0:
+			return strings.TrimSuffix(usage[:i], " ")
+		case c == '(':
+			depth++
+		case c == ')':
+			depth--
+		case depth == 0 && usage[i+1] == ' ' && (c == ';' || c == '.' || c == ':' && long):
+			return usage[:i]
+		}
+	}
+	return usage
+}
+
+// newHelpCmd returns `elector help [COMMAND]`.
+func newHelpCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "help [COMMAND]",
+		Short: "show help for elector or one command",
+		Long:  "Show the help of elector, or of COMMAND.",
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+			var names []string
+			for _, sub := range cmd.Root().Commands() {
+				if len(args) == 0 && sub.IsAvailableCommand() && strings.HasPrefix(sub.Name(), toComplete) {
+					names = append(names, sub.Name())
+				}
+			}
+			return names, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			root := cmd.Root()
+			if len(args) > 1 {
+				return fmt.Errorf("unexpected argument %q: want elector help [COMMAND]", args[1])
+			}
+			if len(args) == 0 || args[0] == "help" {
+				fmt.Fprint(cmd.OutOrStdout(), helpText(root))
+				return nil
+			}
+			for _, sub := range root.Commands() {
+				if sub.Name() == args[0] && sub.IsAvailableCommand() {
+					fmt.Fprint(cmd.OutOrStdout(), helpText(sub))
+					return nil
+				}
+			}
+			return errUnknownCommand(root, args[0])
+		},
+	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -9,25 +10,55 @@ import (
 // TestHelpHeadingsOnce: every heading of a command's help appears once (run printed "Redis
 // flags:" twice, status "Status flags:" twice), and status lists no flag it ignores.
 func TestHelpHeadingsOnce(t *testing.T) {
-	for _, cmd := range commands() {
+	c, _, _ := testCLI(nil)
+	heading := regexp.MustCompile(`^([A-Z][a-z]* flags[^:]*):`)
+	for _, cmd := range testRoot(c).Commands() {
 		c, stdout, stderr := testCLI(nil)
-		if code := c.main(context.Background(), []string{cmd.name, "--help"}); code != exitOK {
-			t.Fatalf("%s --help: exit %d: %s", cmd.name, code, stderr)
+		if code := c.main(context.Background(), []string{cmd.Name(), "--help"}); code != exitOK {
+			t.Fatalf("%s --help: exit %d: %s", cmd.Name(), code, stderr)
 		}
 		seen := map[string]bool{}
 		for _, line := range strings.Split(stdout.String(), "\n") {
-			if strings.HasSuffix(line, "flags:") || strings.HasSuffix(line, "):") && !strings.HasPrefix(line, " ") {
-				if seen[line] {
-					t.Errorf("elector %s --help has the heading %q twice", cmd.name, line)
+			if m := heading.FindStringSubmatch(line); m != nil {
+				if seen[m[1]] {
+					t.Errorf("elector %s --help has the heading %q twice", cmd.Name(), m[1])
 				}
-				seen[line] = true
+				seen[m[1]] = true
 			}
 		}
 	}
 	for _, ignored := range []string{"identity", "lease-duration", "renew-deadline", "retry-period", "redis-replica-acks"} {
-		for _, name := range flagsInHelp(t, "status") {
+		for _, name := range visibleFlags(testCommand(t, "status")) {
 			if name == ignored {
-				t.Errorf("status --help lists --%s, which status does not use", ignored)
+				t.Errorf("status has --%s, which status does not use", ignored)
+			}
+		}
+	}
+}
+
+// TestHelpShort: each command's help fits in maxHelpLines, names every flag the command
+// shows, and links to the command's section of the documentation (issue 43: run's help had
+// 145 lines).
+func TestHelpShort(t *testing.T) {
+	c, _, _ := testCLI(nil)
+	for _, cmd := range testRoot(c).Commands() {
+		if cmd.Hidden {
+			continue
+		}
+		c, stdout, _ := testCLI(nil)
+		if code := c.main(context.Background(), []string{cmd.Name(), "--help"}); code != exitOK {
+			t.Fatalf("%s --help: exit %d", cmd.Name(), code)
+		}
+		help := stdout.String()
+		if n := strings.Count(help, "\n"); n > maxHelpLines {
+			t.Errorf("elector %s --help has %d lines, more than %d:\n%s", cmd.Name(), n, maxHelpLines, help)
+		}
+		if link := docsURL + "#" + docsAnchor(cmd.Name()); !strings.Contains(help, link) {
+			t.Errorf("elector %s --help does not link to %s", cmd.Name(), link)
+		}
+		for _, name := range visibleFlags(cmd) {
+			if !regexp.MustCompile(`(^|[ ,])--` + regexp.QuoteMeta(name) + `\b`).MatchString(strings.ReplaceAll(help, "\n", " ")) {
+				t.Errorf("elector %s --help does not name --%s", cmd.Name(), name)
 			}
 		}
 	}
@@ -49,13 +80,13 @@ func TestCommandListAligned(t *testing.T) {
 		}
 	}
 	column := -1
-	for _, cmd := range commands() {
-		line, ok := byName[cmd.name]
+	for _, cmd := range testRoot(c).Commands() {
+		line, ok := byName[cmd.Name()]
 		if !ok {
-			t.Errorf("elector --help does not list %s", cmd.name)
+			t.Errorf("elector --help does not list %s", cmd.Name())
 			continue
 		}
-		col := strings.Index(line, cmd.short)
+		col := strings.Index(line, cmd.Short)
 		if column < 0 {
 			column = col
 		}

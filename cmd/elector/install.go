@@ -7,39 +7,42 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/spf13/cobra"
+
 	"github.com/elector/elector/cmd/elector/internal/version"
 )
 
-// versionCmd is `elector version`.
-func (c *cli) versionCmd(_ context.Context, args []string) int {
-	cmd, _ := findCommand("version")
-	fs := newFlagSet(cmd)
-	if code, done := c.parseArgs(fs, args); done {
-		return code
-	}
-	if fs.all.NArg() > 0 {
-		return c.usageError("elector version", fmt.Errorf("unexpected argument %q: elector version takes no arguments", fs.all.Arg(0)))
-	}
-	fmt.Fprintln(c.stdout, version.String())
-	return exitOK
+// newVersionCmd returns `elector version`.
+func (c *cli) newVersionCmd() *cobra.Command {
+	return c.newCommand("version", "print the version, commit and Go version",
+		"Print the version, commit, build date, Go version and platform of this binary; a field the\nbuild did not record (e.g. -buildvcs=false) prints as unknown.",
+		func(_ context.Context, _ *cobra.Command, args []string) int {
+			if len(args) > 0 {
+				return c.usageError("elector version", fmt.Errorf("unexpected argument %q: elector version takes no arguments", args[0]))
+			}
+			fmt.Fprintln(c.stdout, version.String())
+			return exitOK
+		})
 }
 
-// installCmd is `elector install PATH`.
-func (c *cli) installCmd(_ context.Context, args []string) int {
-	cmd, _ := findCommand("install")
+// newInstallCmd returns `elector install PATH`.
+func (c *cli) newInstallCmd() *cobra.Command {
+	return c.newCommand("install PATH", "copy this executable to PATH with mode 0755 (for init containers)",
+		"Copy this executable to PATH (into PATH/elector if PATH is a directory) with mode 0755,\natomically (a temporary file renamed over PATH). For init containers of images without cp.",
+		func(_ context.Context, _ *cobra.Command, args []string) int { return c.install(args) })
+}
+
+// install is `elector install PATH` once cobra parsed its flags.
+func (c *cli) install(args []string) int {
 	const who = "elector install"
-	fs := newFlagSet(cmd)
-	if code, done := c.parseArgs(fs, args); done {
-		return code
-	}
-	switch fs.all.NArg() {
+	switch len(args) {
 	case 0:
 		return c.usageError(who, fmt.Errorf("PATH: missing; want elector install PATH"))
 	case 1:
 	default:
-		return c.usageError(who, fmt.Errorf("unexpected argument %q: elector install takes one PATH", fs.all.Arg(1)))
+		return c.usageError(who, fmt.Errorf("unexpected argument %q: elector install takes one PATH", args[1]))
 	}
-	dst := fs.all.Arg(0)
+	dst := args[0]
 	if st, err := os.Stat(dst); err == nil && st.IsDir() {
 		dst = filepath.Join(dst, "elector")
 	}

@@ -7,11 +7,12 @@
 //	elector demo                           watch an election with failovers, no Redis needed
 //	elector version                        print the version
 //	elector install PATH                   copy this executable to PATH
-//	elector completion bash|zsh|fish       print a shell completion script
+//	elector completion SHELL               print a completion script: bash, zsh, fish, powershell
 //
 // Every flag can also be set from the environment as ELECTOR_<FLAG>; see docs/CLI.md for the
 // flags, endpoints, signals and exit codes.
 //
+// The commands, their flags, help and completion are github.com/spf13/cobra's, on pflag.
 // The command owns flags, help, exit codes, signals, the status file and the child process's
 // lifecycle around an Elector. It must not implement election logic or build Redis keys: it
 // configures package election and asks package lease (KeysFor, List, Get) for the rest.
@@ -19,6 +20,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -26,6 +28,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
 	"github.com/elector/elector/cmd/elector/internal/child"
@@ -52,9 +55,6 @@ type cli struct {
 	environ        func() []string
 	hostname       func() (string, error)
 	executable     func() (string, error)
-	// flagSink, when set, receives the flag set of a command instead of parsing: completion
-	// runs each command with it to learn its flags.
-	flagSink func(*flagSet)
 	// logs is the process's stderr for the logs, which never blocks a log call; nil in tests
 	// of single commands, whose logs go where klog's defaults send them.
 	logs *stderrLog
@@ -64,39 +64,6 @@ type cli struct {
 func (c *cli) getenv(name string) string {
 	v, _ := c.lookupEnv(name)
 	return v
-}
-
-// command is one subcommand of elector.
-type command struct {
-	name     string
-	synopsis string // usage line after "elector "
-	short    string // one line for the command list
-	run      func(c *cli, ctx context.Context, args []string) int
-}
-
-// commands returns the subcommands in the order of the help text.
-func commands() []command {
-	return []command{
-		{"run", "run [flags] -- CMD [ARGS...]", "run CMD only while this replica leads the lease (singleton job runner)", (*cli).runCmd},
-		{"sidecar", "sidecar [flags]", "serve this replica's leadership over HTTP and a status file, for a neighbouring container", (*cli).sidecarCmd},
-		{"status", "status [flags] [-o text|json|yaml] [--watch]", "print the holder, fencing token and remaining time of a lease", (*cli).statusCmd},
-		{"resign", "resign [flags] [--to IDENTITY] [-o text|json|yaml]", "ask the holder of a lease to step down, and wait for the next leader (switchover)", (*cli).resignCmd},
-		{"demo", "demo [flags]", "watch replicas elect a leader through crashes and graceful stops; needs no Redis", (*cli).demoCmd},
-		{"version", "version", "print the version, commit and Go version", (*cli).versionCmd},
-		{"install", "install PATH", "copy this executable to PATH with mode 0755 (for init containers)", (*cli).installCmd},
-		{"completion", "completion bash|zsh|fish", "print a shell completion script for bash, zsh or fish", (*cli).completionCmd},
-		{"help", "help [COMMAND]", "show help for elector or one command", (*cli).helpCmd},
-	}
-}
-
-// findCommand returns the command called name.
-func findCommand(name string) (command, bool) {
-	for _, cmd := range commands() {
-		if cmd.name == name {
-			return cmd, true
-		}
-	}
-	return command{}, false
 }
 
 func main() {
@@ -121,68 +88,40 @@ func main() {
 
 // main runs the command named by args[0] and returns the exit code.
 func (c *cli) main(ctx context.Context, args []string) int {
-	if len(args) == 0 {
-		fmt.Fprint(c.stderr, mainHelp())
-		return exitUsage
-	}
-	switch name := args[0]; {
-	case name == "-h" || name == "--help":
-		fmt.Fprint(c.stdout, mainHelp())
-		return exitOK
-	case name == child.ShimArg:
+	if len(args) > 0 && args[0] == child.ShimArg {
 		// Hidden: elector run re-executes itself as the shim between it and CMD.
 		return child.RunShim(args[1:])
-	case name == "--version":
-		return c.versionCmd(ctx, args[1:])
-	case strings.HasPrefix(name, "-"):
-		if moved, ok := c.commandFirst(args); ok {
-			return c.main(ctx, moved)
-		}
-		return c.usageError("elector", fmt.Errorf("unknown flag %s: the command comes first, as in 'elector run --lease-name=NAME -- CMD'", name))
-	default:
-		cmd, ok := findCommand(name)
+	}
+	root := c.newRoot(c.commands()...)
+	switch {
+	case len(args) == 0:
+		fmt.Fprint(c.stderr, helpText(root))
+		return exitUsage
+	case args[0] == "--version":
+		args = append([]string{"version"}, args[1:]...)
+	case args[0] != "-h" && args[0] != "--help" && strings.HasPrefix(args[0], "-"):
+		moved, ok := c.commandFirst(args)
 		if !ok {
-			return c.usageError("elector", errUnknownCommand(name))
+			return c.usageError("elector", fmt.Errorf("unknown flag %s: the command comes first, as in 'elector run --lease-name=NAME -- CMD'", args[0]))
 		}
-		return cmd.run(c, ctx, args[1:])
+		args = moved
 	}
+	return c.execute(ctx, root, args)
 }
 
-// commandFirst accepts flags before the command, as kubectl and etcdctl do: for
-// `elector --redis-addr=X status -o json` it returns `status --redis-addr=X -o json`. The
-// command is the first argument that names one and before which every argument parses as
-// that command's flags (so a flag's value that happens to be a command name is not taken
-// for it); false when there is none.
-func (c *cli) commandFirst(args []string) ([]string, bool) {
-	for i, a := range args {
-		if a == "--" {
-			return nil, false
-		}
-		cmd, ok := findCommand(a)
-		if !ok || cmd.name == "help" || cmd.name == "completion" {
-			continue
-		}
-		parsed := false
-		sub := *c
-		sub.flagSink = func(fs *flagSet) {
-			fs.all.SetOutput(io.Discard)
-			parsed = fs.all.Parse(args[:i]) == nil && fs.all.NArg() == 0
-		}
-		cmd.run(&sub, context.Background(), nil)
-		if parsed {
-			return append(append([]string{a}, args[:i]...), args[i+1:]...), true
-		}
+// execute runs root with args and turns the outcome into an exit code: cobra's own errors
+// (flags, arguments, prepare) are usage errors of the command they came from.
+func (c *cli) execute(ctx context.Context, root *cobra.Command, args []string) int {
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	var status exitStatus
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &status):
+		return int(status)
 	}
-	return nil, false
-}
-
-// commandNames lists the commands for error messages.
-func commandNames() string {
-	var names []string
-	for _, cmd := range commands() {
-		names = append(names, cmd.name)
-	}
-	return strings.Join(names, ", ")
+	return c.usageError(cmd.CommandPath(), err)
 }
 
 // usageError prints err as the one line of a usage error and returns exitUsage.

@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"os"
-	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // testCLI returns a cli whose output goes to buffers and whose environment is env.
@@ -21,56 +23,97 @@ func testCLI(env map[string]string) (*cli, *bytes.Buffer, *bytes.Buffer) {
 			v, ok := env[name]
 			return v, ok
 		},
-		environ:    func() []string { return nil },
+		environ: func() []string {
+			var kvs []string
+			for k, v := range env {
+				kvs = append(kvs, k+"="+v)
+			}
+			return kvs
+		},
 		hostname:   func() (string, error) { return "", errors.New("no host name in tests") },
 		executable: os.Executable,
 	}, &stdout, &stderr
 }
 
-// flagsInHelp returns the long flag names listed in the help of a command.
-func flagsInHelp(t *testing.T, cmd string) []string {
+// testRoot returns the command tree main builds for c, with its help command.
+func testRoot(c *cli) *cobra.Command {
+	root := c.newRoot(c.commands()...)
+	root.InitDefaultHelpCmd()
+	return root
+}
+
+// testCommand returns elector's command called name.
+func testCommand(t *testing.T, name string) *cobra.Command {
 	t.Helper()
-	c, stdout, stderr := testCLI(nil)
-	if code := c.main(context.Background(), []string{cmd, "--help"}); code != exitOK {
-		t.Fatalf("elector %s --help: exit code %d, stderr %s", cmd, code, stderr)
-	}
-	var names []string
-	re := regexp.MustCompile(`^\s+(?:-\w, )?--([a-z0-9_-]+)`)
-	for _, line := range strings.Split(stdout.String(), "\n") {
-		if m := re.FindStringSubmatch(line); m != nil && m[1] != "help" {
-			names = append(names, m[1])
+	c, _, _ := testCLI(nil)
+	for _, cmd := range testRoot(c).Commands() {
+		if cmd.Name() == name {
+			return cmd
 		}
 	}
-	if len(names) == 0 && cmd != "version" && cmd != "install" && cmd != "help" && cmd != "completion" {
-		t.Fatalf("no flags found in the help of %s:\n%s", cmd, stdout)
-	}
+	t.Fatalf("no command %s", name)
+	return nil
+}
+
+// visibleFlags returns the long names of the flags a command shows, in its help or its
+// documentation: all but the hidden ones and --help.
+func visibleFlags(cmd *cobra.Command) []string {
+	var names []string
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if !f.Hidden && f.Name != "help" {
+			names = append(names, f.Name)
+		}
+	})
 	return names
 }
 
-// TestDocsListEveryFlag keeps docs/CLI.md and the commands' help in step: every flag a
-// command shows is documented with its environment variable, and every command and exit code
-// has its place.
+// TestDocsListEveryFlag keeps docs/CLI.md and the commands in step: every flag a command
+// shows is documented with its environment variable, and every command and exit code has its
+// place.
 func TestDocsListEveryFlag(t *testing.T) {
 	b, err := os.ReadFile("../../docs/CLI.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	doc := string(b)
-	for _, cmd := range commands() {
-		if !strings.Contains(doc, "elector "+cmd.name) {
-			t.Errorf("docs/CLI.md does not mention elector %s", cmd.name)
+	anchors := map[string]bool{}
+	for _, line := range strings.Split(doc, "\n") {
+		if title, ok := strings.CutPrefix(line, "## "); ok { // GitHub's anchor of a heading
+			slug := strings.Map(func(r rune) rune {
+				switch {
+				case r == ' ':
+					return '-'
+				case r == '-' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
+					return r
+				}
+				return -1
+			}, strings.ToLower(title))
+			anchors[slug] = true
 		}
-		if !strings.Contains(doc, "elector "+cmd.synopsis) {
-			t.Errorf("docs/CLI.md does not show the synopsis of the help, elector %s", cmd.synopsis)
+	}
+	c, _, _ := testCLI(nil)
+	root := testRoot(c)
+	for _, cmd := range root.Commands() {
+		if cmd.Hidden {
+			continue
 		}
-		for _, name := range flagsInHelp(t, cmd.name) {
+		if !strings.Contains(doc, "elector "+cmd.Name()) {
+			t.Errorf("docs/CLI.md does not mention elector %s", cmd.Name())
+		}
+		if !strings.Contains(doc, "elector "+cmd.Use) {
+			t.Errorf("docs/CLI.md does not show the synopsis of the help, elector %s", cmd.Use)
+		}
+		if !anchors[docsAnchor(cmd.Name())] {
+			t.Errorf("docs/CLI.md has no section #%s, which the help of elector %s links to", docsAnchor(cmd.Name()), cmd.Name())
+		}
+		for _, name := range visibleFlags(cmd) {
 			flag := "`--" + name + "`"
 			if name == "v" {
 				flag = "`-v`"
 			}
 			env := "`" + envPrefix + "_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")) + "`"
 			if !strings.Contains(doc, flag) {
-				t.Errorf("docs/CLI.md does not document %s of elector %s", flag, cmd.name)
+				t.Errorf("docs/CLI.md does not document %s of elector %s", flag, cmd.Name())
 			}
 			if !strings.Contains(doc, env) {
 				t.Errorf("docs/CLI.md does not name %s, the variable of %s", env, flag)
@@ -88,12 +131,13 @@ func TestDocsListEveryFlag(t *testing.T) {
 		}
 	}
 	for _, code := range []string{"  0  ", "  1  ", "  2  ", "  3  ", "  N  "} {
-		if !strings.Contains(mainHelp(), code) {
+		if !strings.Contains(helpText(root), code) {
 			t.Errorf("elector help has no exit code line %q", code)
 		}
 	}
+	sidecarHelp := helpText(testCommand(t, "sidecar"))
 	for _, endpoint := range []string{"/leader", "/healthz", "/readyz", "/metrics"} {
-		if !strings.Contains(doc, "`GET "+endpoint+"`") || !strings.Contains(commandHelp("sidecar"), endpoint) {
+		if !strings.Contains(doc, "`GET "+endpoint+"`") || !strings.Contains(sidecarHelp, endpoint) {
 			t.Errorf("endpoint %s is missing from docs/CLI.md or the help of sidecar", endpoint)
 		}
 	}
@@ -114,11 +158,10 @@ func TestFlagsFromEnvironment(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, _, stderr := testCLI(tc.env)
-			cmd, _ := findCommand("status")
-			fs := newFlagSet(cmd)
 			var co commonOptions
-			co.addFlags(fs)
-			if code, done := c.parseArgs(fs, tc.args); done {
+			probe := c.newCommand("probe", "", "", func(context.Context, *cobra.Command, []string) int { return exitOK })
+			co.addFlags(probe)
+			if code := c.execute(context.Background(), c.newRoot(probe), append([]string{"probe"}, tc.args...)); code != exitOK {
 				t.Fatalf("parse: exit code %d, stderr %s", code, stderr)
 			}
 			if co.lease.name != tc.want {
@@ -224,6 +267,37 @@ func TestWatchRowsAligned(t *testing.T) {
 			if l[at-2:at] != "  " || l[at] == ' ' {
 				t.Errorf("row %d: column %d (%s) does not start at offset %d:\n%s\n%s", i+1, j+1, col, at, header, l)
 			}
+		}
+	}
+}
+
+// An ELECTOR_* variable that no flag reads is a usage error naming it and the closest known
+// one (issue 43: ELECTOR_LEASE_NAMEE=x was ignored in silence); the variables run gives its
+// command and Kubernetes' service links are not settings and pass.
+func TestUnknownEnvironment(t *testing.T) {
+	for _, tt := range []struct {
+		env  map[string]string
+		want string // "" for no usage error
+	}{
+		{map[string]string{"ELECTOR_LEASE_NAMEE": "x"}, "elector status: unknown environment variable ELECTOR_LEASE_NAMEE: no flag reads it; did you mean ELECTOR_LEASE_NAME? (see 'elector status --help')"},
+		{map[string]string{"ELECTOR_REDIS_ADR": "h:1"}, "did you mean ELECTOR_REDIS_ADDR?"},
+		{map[string]string{"ELECTOR_NOTHING_LIKE_IT": "1"}, "unknown environment variable ELECTOR_NOTHING_LIKE_IT: no flag reads it (see"},
+		{map[string]string{"ELECTOR_HTTP_PORT": "8080"}, "unknown environment variable ELECTOR_HTTP_PORT"},
+		{map[string]string{"ELECTOR_FENCING_TOKEN": "7", "ELECTOR_IDENTITY": "a"}, ""},
+		{map[string]string{"ELECTOR_STOP_SIGNAL": "TERM", "ELECTOR_HTTP_ADDR": ":1", "ELECTOR_LOGTOSTDERR": "true"}, ""},
+		{map[string]string{"ELECTOR_SERVICE_HOST": "10.0.0.1", "ELECTOR_SERVICE_PORT_HTTP": "8080", "ELECTOR_PORT": "tcp://10.0.0.1:8080",
+			"ELECTOR_PORT_8080_TCP": "tcp://10.0.0.1:8080", "ELECTOR_PORT_8080_TCP_ADDR": "10.0.0.1", "ELECTOR_REDIS_PORT_6379_TCP_PROTO": "tcp"}, ""},
+	} {
+		c, _, stderr := testCLI(tt.env)
+		code := c.main(context.Background(), []string{"status", "--lease-name", "a b"}) // a usage error of its own after the environment
+		if tt.want == "" {
+			if !strings.Contains(stderr.String(), "--lease-name") {
+				t.Errorf("%v: refused: %s", tt.env, stderr)
+			}
+			continue
+		}
+		if code != exitUsage || !strings.Contains(stderr.String(), tt.want) || strings.Count(stderr.String(), "\n") != 1 {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", tt.env, code, stderr, tt.want)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/elector/elector/internal/identity"
@@ -114,10 +115,11 @@ const (
 )
 
 // addElectionFlags registers the flags that only campaigning commands have.
-func (o *commonOptions) addElectionFlags(fs *flagSet) {
-	g := fs.group("Redis flags")
-	g.IntVar(&o.ack.Replicas, flagReplicaAcks, 0, "`replicas` that must acknowledge (WAIT) each acquire and renew before it counts; 0: none. Ask for fewer than exist")
-	g.DurationVar(&o.ack.Timeout, flagReplicaAckTimeout, 250*time.Millisecond, "how long each acquire or renew waits for --"+flagReplicaAcks+"; below --"+flagRetryPeriod)
+func (o *commonOptions) addElectionFlags(cmd *cobra.Command) {
+	addGroup(cmd, redisGroup, func(g *pflag.FlagSet) {
+		g.IntVar(&o.ack.Replicas, flagReplicaAcks, 0, "`replicas` that must acknowledge (WAIT) each acquire and renew before it counts; 0: none. Ask for fewer than exist")
+		g.DurationVar(&o.ack.Timeout, flagReplicaAckTimeout, 250*time.Millisecond, "how long each acquire or renew waits for --"+flagReplicaAcks+"; below --"+flagRetryPeriod)
+	})
 }
 
 // validateAck checks the replica acknowledgement flags.
@@ -136,10 +138,17 @@ func (o *commonOptions) validateAck() error {
 	return nil
 }
 
+// Headings of the flags shared by several commands.
+const (
+	leaseGroup = "Lease flags"
+	redisGroup = "Redis flags"
+	kubeGroup  = "Kubernetes flags"
+)
+
 // addFlags registers the lease and Redis flags, each in its group.
-func (o *commonOptions) addFlags(fs *flagSet) {
-	o.lease.addFlags(fs.group("Lease flags"))
-	o.redis.AddFlags(fs.group("Redis flags"))
+func (o *commonOptions) addFlags(cmd *cobra.Command) {
+	addGroup(cmd, leaseGroup, o.lease.addFlags)
+	addGroup(cmd, redisGroup, o.redis.AddFlags)
 }
 
 // complete fills in defaults, reads the password and checks every flag, without contacting
@@ -181,9 +190,9 @@ func requirePasswords(rc redisclient.Config) error {
 }
 
 // addObserverFlags registers the observer lease flags and the Redis flags, each in its group.
-func (o *commonOptions) addObserverFlags(fs *flagSet) {
-	o.lease.addObserverFlags(fs.group("Lease flags"))
-	o.redis.AddFlags(fs.group("Redis flags"))
+func (o *commonOptions) addObserverFlags(cmd *cobra.Command) {
+	addGroup(cmd, leaseGroup, o.lease.addObserverFlags)
+	addGroup(cmd, redisGroup, o.redis.AddFlags)
 }
 
 // newClient builds the Redis client; complete must have succeeded.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -34,27 +33,19 @@ func readmeFlagRows(t *testing.T) []*flagRow {
 	var rows []*flagRow
 	byName := map[string]*flagRow{}
 	for _, name := range readmeCommands {
-		cmd, ok := findCommand(name)
-		if !ok {
-			t.Fatalf("no command %s", name)
-		}
-		c, _, _ := testCLI(nil)
-		c.flagSink = func(fs *flagSet) {
-			fs.all.VisitAll(func(f *pflag.Flag) {
-				if f.Hidden || f.Name == "help" {
-					return
-				}
-				r := byName[f.Name]
-				if r == nil {
-					r = &flagRow{f: f, defaults: map[string]string{}}
-					byName[f.Name] = r
-					rows = append(rows, r)
-				}
-				r.cmds = append(r.cmds, name)
-				r.defaults[name] = f.DefValue
-			})
-		}
-		cmd.run(c, context.Background(), nil)
+		testCommand(t, name).Flags().VisitAll(func(f *pflag.Flag) {
+			if f.Hidden || f.Name == "help" {
+				return
+			}
+			r := byName[f.Name]
+			if r == nil {
+				r = &flagRow{f: f, defaults: map[string]string{}}
+				byName[f.Name] = r
+				rows = append(rows, r)
+			}
+			r.cmds = append(r.cmds, name)
+			r.defaults[name] = f.DefValue
+		})
 	}
 	// The flags of every command first, then those of fewer, each group in the help's order.
 	sort.SliceStable(rows, func(i, j int) bool { return len(rows[i].cmds) > len(rows[j].cmds) })
@@ -175,19 +166,14 @@ func TestDocsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defaults := map[string]map[string]bool{} // flag → defaults in any command
-	for _, cmd := range commands() {
-		c, _, _ := testCLI(nil)
-		c.flagSink = func(fs *flagSet) {
-			fs.all.VisitAll(func(f *pflag.Flag) {
-				if defaults[f.Name] == nil {
-					defaults[f.Name] = map[string]bool{}
-				}
-				defaults[f.Name][f.DefValue] = true
-			})
-		}
-		if cmd.name != "help" && cmd.name != "completion" {
-			cmd.run(c, context.Background(), nil)
-		}
+	c, _, _ := testCLI(nil)
+	for _, cmd := range testRoot(c).Commands() {
+		cmd.Flags().VisitAll(func(f *pflag.Flag) {
+			if defaults[f.Name] == nil {
+				defaults[f.Name] = map[string]bool{}
+			}
+			defaults[f.Name][f.DefValue] = true
+		})
 	}
 	row := regexp.MustCompile("^\\| `--([a-z0-9-]+)`[^|]* \\| `[A-Z_]+` \\| `([^`]*)`(?: \\([^)]*\\))? \\|")
 	checked := 0

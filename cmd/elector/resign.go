@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
@@ -61,30 +62,31 @@ func (o *resignOptions) validate() error {
 	return validateOutput(o.output)
 }
 
-// resignCmd is `elector resign`: ask the holder to step down and wait for the next term.
-func (c *cli) resignCmd(ctx context.Context, args []string) int {
-	cmd, _ := findCommand("resign")
-	const who = "elector resign"
-	fs := newFlagSet(cmd)
+// resignLong is the paragraph of elector resign's help; docs/CLI.md#elector-resign has the
+// reservation and what each exit code says.
+const resignLong = `Ask the holder of the lease to step down, for a planned switchover, and wait until a new
+term begins; print the new holder as elector status does. For --hold-off only --to (or anyone
+but the old holder) may acquire. Exit 0 when a new term began, 3 when nobody holds the lease,
+1 when --timeout passed. Needs the Redis user of run and sidecar, not the observer's.`
+
+// newResignCmd returns `elector resign`: ask the holder to step down and wait for the next term.
+func (c *cli) newResignCmd() *cobra.Command {
 	var ro resignOptions
-	ro.addFlags(fs.group("Resign flags"))
 	var co commonOptions
-	co.addObserverFlags(fs)
-	fs.addKlogFlags()
-	if code, done := c.parseArgs(fs, args); done {
-		return code
-	}
-	var err error
-	if fs.all.NArg() > 0 {
-		err = errOnlyFlags(fs, "resign")
-	}
-	if err == nil {
-		err = ro.validate()
-	}
-	if err == nil {
-		err = co.complete(c)
-	}
-	if err != nil {
+	cmd := c.newCommand("resign [flags] [--to IDENTITY] [-o text|json|yaml]", "ask the holder of a lease to step down, and wait for the next leader (switchover)", resignLong,
+		func(ctx context.Context, cmd *cobra.Command, args []string) int {
+			return c.resign(ctx, cmd, args, &ro, &co)
+		})
+	addGroup(cmd, "Resign flags", ro.addFlags)
+	co.addObserverFlags(cmd)
+	addKlogFlags(cmd)
+	return cmd
+}
+
+// resign is `elector resign` once cobra parsed its flags.
+func (c *cli) resign(ctx context.Context, cmd *cobra.Command, args []string, ro *resignOptions, co *commonOptions) int {
+	const who = "elector resign"
+	if err := c.checkResign(cmd, args, ro, co); err != nil {
 		return c.usageError(who, err)
 	}
 	client, err := co.newClient()
@@ -96,13 +98,13 @@ func (c *cli) resignCmd(ctx context.Context, args []string) int {
 	if err != nil {
 		return c.usageError(who, err)
 	}
-	e, err := observeLease(&co, client)
+	e, err := observeLease(co, client)
 	if err != nil {
 		return c.usageError(who, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, ro.timeout)
 	defer cancel()
-	r := &resigner{co: &co, ro: &ro, l: l, followers: countFollowers(client, l.Keys().Events), warn: c.stderr}
+	r := &resigner{co: co, ro: ro, l: l, followers: countFollowers(client, l.Keys().Events), warn: c.stderr}
 	next, code, err := r.run(ctx, e)
 	if err != nil {
 		fmt.Fprintf(c.stderr, "%s: %v\n", who, err)
@@ -112,6 +114,17 @@ func (c *cli) resignCmd(ctx context.Context, args []string) int {
 		return c.runtimeError(who, fmt.Errorf("write the new holder: %w", err))
 	}
 	return exitOK
+}
+
+// checkResign checks the arguments and flags of elector resign; every error is a usage error.
+func (c *cli) checkResign(cmd *cobra.Command, args []string, ro *resignOptions, co *commonOptions) error {
+	if len(args) > 0 {
+		return errOnlyFlags(cmd, args)
+	}
+	if err := ro.validate(); err != nil {
+		return err
+	}
+	return co.complete(c)
 }
 
 // resigner is one elector resign: the request, then the wait for the next term.

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
@@ -176,31 +177,36 @@ type runConfig struct {
 	argv   []string // CMD [ARGS...]
 }
 
-// runCmd is `elector run`.
-func (c *cli) runCmd(ctx context.Context, args []string) int {
-	rc, code, ok := c.parseRun(args)
-	if !ok {
-		return code
-	}
-	return c.supervise(ctx, rc)
+// runLong is the paragraph of elector run's help; docs/CLI.md#elector-run has the rest: what
+// happens on each signal, loss, resignation and exit.
+const runLong = `Campaign for the lease and run CMD (directly, no shell) while this replica leads, with
+ELECTOR_FENCING_TOKEN, ELECTOR_IDENTITY and ELECTOR_LEASE_NAME added to its environment.
+Leadership lost: --stop-signal to CMD's group, SIGKILL after --kill-grace, campaign again.
+SIGTERM/SIGINT: forwarded to CMD, lease released. CMD exits: lease released, its code is ours.`
+
+// newRunCmd returns `elector run` and the configuration its flags fill.
+func (c *cli) newRunCmd() (*cobra.Command, *runConfig) {
+	rc := &runConfig{}
+	cmd := c.newCommand("run [flags] -- CMD [ARGS...]", "run CMD only while this replica leads the lease (singleton job runner)", runLong,
+		func(ctx context.Context, cmd *cobra.Command, _ []string) int {
+			if err := c.completeRun(cmd, rc); err != nil {
+				return c.usageError("elector run", err)
+			}
+			return c.supervise(ctx, rc)
+		})
+	addGroup(cmd, "Run flags", rc.run.addFlags)
+	addGroup(cmd, "Endpoint flags", func(fs *pflag.FlagSet) { rc.serve.addFlags(fs, "") })
+	rc.common.addFlags(cmd)
+	rc.common.addElectionFlags(cmd)
+	addGroup(cmd, kubeGroup, rc.kube.addFlags)
+	addKlogFlags(cmd)
+	cmd.ValidArgsFunction = completeCommandAfterDash
+	return cmd, rc
 }
 
-// parseRun parses and checks every flag and looks CMD up, before anything contacts Redis. ok
-// is false when the command must exit with code (help printed, or a usage error).
-func (c *cli) parseRun(args []string) (rc *runConfig, code int, ok bool) {
-	cmd, _ := findCommand("run")
-	fs := newFlagSet(cmd)
-	rc = &runConfig{}
-	rc.run.addFlags(fs.group("Run flags"))
-	rc.serve.addFlags(fs.group("Endpoint flags"), "")
-	rc.common.addFlags(fs)
-	rc.common.addElectionFlags(fs)
-	rc.kube.addFlags(fs.group("Kubernetes flags"))
-	fs.addKlogFlags()
-	if code, done := c.parseArgs(fs, args); done {
-		return nil, code, false
-	}
-	argv, err := commandAfterDash(fs.all)
+// completeRun checks every flag cmd parsed and looks CMD up, before anything contacts Redis.
+func (c *cli) completeRun(cmd *cobra.Command, rc *runConfig) error {
+	argv, err := commandAfterDash(cmd.Flags())
 	if err == nil {
 		err = rc.common.complete(c)
 	}
@@ -208,7 +214,7 @@ func (c *cli) parseRun(args []string) (rc *runConfig, code int, ok bool) {
 		err = rc.run.validate()
 	}
 	if err == nil {
-		err = rc.run.completeKillGrace(fs.changed(flagKillGrace), &rc.common.lease)
+		err = rc.run.completeKillGrace(cmd.Flags().Changed(flagKillGrace), &rc.common.lease)
 	}
 	if err == nil {
 		err = rc.serve.validate()
@@ -220,11 +226,8 @@ func (c *cli) parseRun(args []string) (rc *runConfig, code int, ok bool) {
 		// Checked before campaigning: a replica that could never run the command must not lead.
 		_, err = child.LookPath(argv[0])
 	}
-	if err != nil {
-		return nil, c.usageError("elector run", err), false
-	}
 	rc.argv = argv
-	return rc, 0, true
+	return err
 }
 
 // supervise campaigns and runs the command during each term until the elector is signalled,

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/elector/elector/internal/timing"
@@ -99,7 +101,7 @@ func TestKillGraceFromLeaseTiming(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c, _, stderr := testCLI(tc.env)
 			args := append([]string{"--lease-name=k", "--identity=a"}, tc.args...)
-			rc, code, ok := c.parseRun(append(args, "--", "true"))
+			rc, code, ok := parseRun(c, append(args, "--", "true"))
 			if tc.err != "" {
 				if ok || code != exitUsage || !strings.Contains(stderr.String(), tc.err) {
 					t.Errorf("ok %v, exit code %d, stderr %q; want exit %d and %q", ok, code, stderr, exitUsage, tc.err)
@@ -117,4 +119,18 @@ func TestKillGraceFromLeaseTiming(t *testing.T) {
 			}
 		})
 	}
+}
+
+// parseRun parses args as elector run's, through the command tree as main does, and checks
+// them without running anything; ok is false when run would exit with code.
+func parseRun(c *cli, args []string) (rc *runConfig, code int, ok bool) {
+	run, rc := c.newRunCmd()
+	run.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := c.completeRun(cmd, rc); err != nil {
+			return exitStatus(c.usageError("elector run", err))
+		}
+		ok = true
+		return nil
+	}
+	return rc, c.execute(context.Background(), c.newRoot(run), append([]string{"run"}, args...)), ok
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redisfail"
@@ -71,24 +73,42 @@ type watchEvent struct {
 	leaseStatus
 }
 
-// statusCmd is `elector status`.
-func (c *cli) statusCmd(ctx context.Context, args []string) int {
-	cmd, _ := findCommand("status")
+// statusLong is the paragraph of elector status's help; docs/CLI.md#elector-status has the
+// fields of its output.
+const statusLong = `Print the holder of the lease, its fencing token, remaining time, when its term began and
+how many terms the lease had; with --watch (-w), then a line per change (acquired, released,
+expired) until SIGINT or SIGTERM. Exit 0 when the lease is held, 3 when it has no holder,
+1 when Redis cannot be read (the message names the address, the cause and its fix).`
+
+// statusFlags are the flags of elector status.
+type statusFlags struct {
+	output     string
+	all, watch bool
+	co         commonOptions
+}
+
+// newStatusCmd returns `elector status`.
+func (c *cli) newStatusCmd() *cobra.Command {
+	var sf statusFlags
+	cmd := c.newCommand("status [flags] [-o text|json|yaml] [--watch]", "print the holder, fencing token and remaining time of a lease", statusLong,
+		func(ctx context.Context, cmd *cobra.Command, args []string) int {
+			return c.status(ctx, cmd, args, &sf)
+		})
+	addGroup(cmd, "Status flags", func(fs *pflag.FlagSet) {
+		fs.StringVarP(&sf.output, flagOutput, "o", "text", "output `format`: text, json or yaml")
+		fs.BoolVar(&sf.all, flagAll, false, "list every held lease under --key-prefix (for election.Group) instead of one --lease-name")
+		fs.BoolVarP(&sf.watch, flagWatch, "w", false, "after the status, print a line per change (acquired, released, expired) as it happens, until interrupted")
+	})
+	sf.co.addObserverFlags(cmd)
+	addKlogFlags(cmd)
+	return cmd
+}
+
+// status is `elector status` once cobra parsed its flags.
+func (c *cli) status(ctx context.Context, cmd *cobra.Command, args []string, sf *statusFlags) int {
 	const who = "elector status"
-	fs := newFlagSet(cmd)
-	var output string
-	var all, watch bool
-	sf := fs.group("Status flags")
-	sf.StringVarP(&output, flagOutput, "o", "text", "output `format`: text, json or yaml")
-	sf.BoolVar(&all, flagAll, false, "list every held lease under --key-prefix (for election.Group) instead of one --lease-name")
-	sf.BoolVarP(&watch, flagWatch, "w", false, "after the status, print a line per change (acquired, released, expired) as it happens, until interrupted")
-	var co commonOptions
-	co.addObserverFlags(fs)
-	fs.addKlogFlags()
-	if code, done := c.parseArgs(fs, args); done {
-		return code
-	}
-	err := statusFlagsError(fs, output, all, watch, co.lease.name)
+	co, output, all, watch := &sf.co, sf.output, sf.all, sf.watch
+	err := statusFlagsError(cmd, args, output, all, watch, co.lease.name)
 	if err == nil {
 		co.lease.nameOptional = all
 		err = co.complete(c)
@@ -103,16 +123,16 @@ func (c *cli) statusCmd(ctx context.Context, args []string) int {
 	}
 	defer func() { _ = client.Close() }()
 	if all {
-		return c.statusAll(ctx, who, &co, client, output)
+		return c.statusAll(ctx, who, co, client, output)
 	}
 	l, err := lease.New(client, co.lease.name, lease.Options{Prefix: co.lease.prefix})
 	if err != nil {
 		return c.usageError(who, err)
 	}
 	if watch {
-		return c.statusWatch(ctx, who, &co, client, l, output)
+		return c.statusWatch(ctx, who, co, client, l, output)
 	}
-	out, err := readStatus(ctx, &co, l)
+	out, err := readStatus(ctx, co, l)
 	if err != nil {
 		return c.runtimeError(who, err)
 	}
@@ -126,11 +146,11 @@ func (c *cli) statusCmd(ctx context.Context, args []string) int {
 }
 
 // statusFlagsError checks the combination of status's flags; each error names a flag.
-func statusFlagsError(fs *flagSet, output string, all, watch bool, leaseName string) error {
+func statusFlagsError(cmd *cobra.Command, args []string, output string, all, watch bool, leaseName string) error {
 	outputErr := validateOutput(output)
 	switch {
-	case fs.all.NArg() > 0:
-		return errOnlyFlags(fs, "status")
+	case len(args) > 0:
+		return errOnlyFlags(cmd, args)
 	case outputErr != nil:
 		return outputErr
 	case all && leaseName != "":

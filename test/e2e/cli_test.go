@@ -101,6 +101,8 @@ func TestBadInput(t *testing.T) {
 		{"completion unknown shell", []string{"completion", "tcsh"}, nil, `unknown shell "tcsh"`},
 		{"bad value in environment", []string{"sidecar", "--lease-name", "x"}, []string{"ELECTOR_RETRY_PERIOD=soon"}, "ELECTOR_RETRY_PERIOD (flag --retry-period)"},
 		{"bad mode in environment", []string{"status", "--lease-name", "x"}, []string{"ELECTOR_REDIS_MODE=ring"}, "--redis-mode"},
+		{"unknown variable in environment", []string{"status", "--lease-name", "x"}, []string{"ELECTOR_LEASE_NAMEE=x"}, "unknown environment variable ELECTOR_LEASE_NAMEE: no flag reads it; did you mean ELECTOR_LEASE_NAME?"},
+		{"CMD's flags are CMD's", append(run("--kill-grace", "-1s"), "--help", "--bogus"), nil, "--kill-grace"},
 		{"bad verbosity", []string{"status", "--lease-name", "x", "-v", "loud"}, nil, "-v"},
 		{"demo replicas", []string{"demo", "--replicas", "1"}, nil, "--replicas: must be from 2 to 9"},
 		{"demo duration", []string{"demo", "--duration", "0s"}, nil, "--duration"},
@@ -188,10 +190,13 @@ func TestHelp(t *testing.T) {
 			t.Errorf("elector %s: exit code %d, output differs from elector help", args[0], code)
 		}
 	}
-	for _, cmd := range []string{"run", "sidecar", "status", "demo", "version", "install"} {
+	for _, cmd := range []string{"run", "sidecar", "status", "resign", "demo", "version", "install", "completion"} {
 		code, viaFlag, _ := runElector(t, 10*time.Second, nil, cmd, "--help")
 		if code != 0 || !strings.HasPrefix(viaFlag, "Usage: elector "+cmd) {
 			t.Errorf("elector %s --help: exit code %d, output:\n%s", cmd, code, viaFlag)
+		}
+		if n := strings.Count(viaFlag, "\n"); n > 40 || !strings.Contains(viaFlag, "docs/CLI.md#elector-") {
+			t.Errorf("elector %s --help: %d lines (at most 40) or no link to its section of docs/CLI.md:\n%s", cmd, n, viaFlag)
 		}
 		code, viaHelp, _ := runElector(t, 10*time.Second, nil, "help", cmd)
 		if code != 0 || viaHelp != viaFlag {
