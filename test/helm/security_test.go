@@ -1,6 +1,8 @@
 package helm
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -127,5 +129,35 @@ leaderLabel: {enabled: true}
 	}
 	if api.Ports[0].Port.IntValue() != 443 || dns.Ports[0].Port.IntValue() != 53 || extra.Ports[0].Port.IntValue() != 5432 {
 		t.Errorf("API %+v, DNS %+v, extra %+v", api, dns, extra)
+	}
+}
+
+// TestNotesACL: the NOTES print README.md's per-lease ACL line for the release's own lease
+// (glob characters of the name escaped), with the cluster commands in cluster mode.
+func TestNotesACL(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const prefix = "ACL SETUSER elector on >PASSWORD "
+	var line string
+	for _, l := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(l, prefix) {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "{NAME}") {
+		t.Fatalf("README.md's elector ACL line %q has no per-lease {NAME}", line)
+	}
+	for _, tc := range []struct{ values, name, extra string }{
+		{"", "test", ""},
+		{"lease: {name: 'jobs*[1]'}", `jobs\*\[1\]`, ""},
+		{"redis: {mode: cluster}", "test", " +cluster|slots +command"},
+	} {
+		r, _ := mustRender(t, renderOptions{values: tc.values})
+		want := strings.ReplaceAll(line, "{NAME}", "{"+tc.name+"}") + tc.extra
+		if !strings.Contains(r.notes, want+"\n") && !strings.HasSuffix(strings.TrimSpace(r.notes), want) {
+			t.Errorf("%q: the NOTES do not print\n%s\nNOTES:\n%s", tc.values, want, r.notes)
+		}
 	}
 }
