@@ -61,10 +61,10 @@ check-adapters:
 ## (golang/go#75804, fixed in Go 1.27), which failed CI with no crasher written.
 FUZZTIME ?= 30000x
 fuzz-smoke:
-	$(GO) test -run '^$$' -fuzz '^FuzzParseRecord$$' -fuzztime $(FUZZTIME) ./internal/lease
-	$(GO) test -run '^$$' -fuzz '^FuzzParseEvent$$' -fuzztime $(FUZZTIME) ./internal/lease
-	$(GO) test -run '^$$' -fuzz '^FuzzEventRoundTrip$$' -fuzztime $(FUZZTIME) ./internal/lease
-	$(GO) test -run '^$$' -fuzz '^FuzzNewLease$$' -fuzztime $(FUZZTIME) ./internal/lease
+	$(GO) test -run '^$$' -fuzz '^FuzzParseRecord$$' -fuzztime $(FUZZTIME) ./pkg/lease
+	$(GO) test -run '^$$' -fuzz '^FuzzParseEvent$$' -fuzztime $(FUZZTIME) ./internal/leasekit
+	$(GO) test -run '^$$' -fuzz '^FuzzEventRoundTrip$$' -fuzztime $(FUZZTIME) ./internal/leasekit
+	$(GO) test -run '^$$' -fuzz '^FuzzNewLease$$' -fuzztime $(FUZZTIME) ./internal/leasekit
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateTiming$$' -fuzztime $(FUZZTIME) ./pkg/election
 	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./internal/redisclient
 	$(GO) test -run '^$$' -fuzz '^FuzzPasswordNeverPrinted$$' -fuzztime $(FUZZTIME) ./internal/redisclient
@@ -73,7 +73,7 @@ fuzz-smoke:
 ## test-under-load: the timing-sensitive packages (election and Group, lease, the e2e tests)
 ## under the race detector while two busy loops load both cores (hack/under-load.sh; in CI,
 ## while its builds lane still runs, the lane is the load instead: UNDER_LOAD_LANE).
-LOAD_PKGS ?= ./pkg/election/... ./internal/lease/... ./test/e2e/...
+LOAD_PKGS ?= ./pkg/election/... ./pkg/lease/... ./internal/leasekit/... ./test/e2e/...
 test-under-load: test-deps
 	hack/under-load.sh $(GO) test -race -count=1 -timeout 20m $(LOAD_PKGS)
 

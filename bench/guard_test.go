@@ -12,8 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/bench/internal/systems"
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // The guards of issue 27 item 4: elector's cost per acquire+release is checked as a ratio
@@ -25,7 +26,7 @@ import (
 // allocation of a background goroutine (the client's pool) that AllocsPerRun counts.
 const allocSlack = 1
 
-// TestQuickGuardAllocs: allocations per acquire+release of internal/lease ≤ the raw go-redis floor
+// TestQuickGuardAllocs: allocations per acquire+release of pkg/lease ≤ the raw go-redis floor
 // (SET NX PX, compare-and-DEL script) + allocSlack, both on one connection of one client.
 func TestQuickGuardAllocs(t *testing.T) {
 	ctx := context.Background()
@@ -62,7 +63,7 @@ func TestQuickGuardAllocs(t *testing.T) {
 
 // maxAcquireOverSetNX bounds Redis's own time for the acquire script (INFO commandstats, usec
 // per EVALSHA) as a multiple of SET NX PX's, measured interleaved on the same server. Both run
-// pipelined (lease.Batch runs the same acquire script as Lease.Acquire), so that Redis is busy
+// pipelined (leasekit.Batch runs the same acquire script as Lease.Acquire), so that Redis is busy
 // for both and a sub-microsecond SET is not measured on a cold, just-woken server (one round
 // trip at a time, SET NX PX's figure moved from 0.5 to 1.8 µs between runs). Why the bound is
 // safe: the script makes 8 calls (GET, GET, TIME, SET, SET, GET, SET, PUBLISH) plus its own
@@ -79,17 +80,17 @@ func TestQuickGuardAcquireServerTime(t *testing.T) {
 	const guardRounds, blocks, perBlock = 15, 4, 100
 	ctx := context.Background()
 	c := redistest.Start(t).Client(t)
-	leases := make([]*lease.Lease, perBlock)
+	leases := make([]*leasekit.Lease, perBlock)
 	keys := make([]string, perBlock)
 	for i := range leases {
-		l, err := lease.New(c, fmt.Sprintf("guard-time-%d", i), lease.Options{Identity: systems.Identity})
+		l, err := leasekit.New(c, fmt.Sprintf("guard-time-%d", i), lease.Options{Identity: systems.Identity})
 		if err != nil {
 			t.Fatal(err)
 		}
 		leases[i], keys[i] = l, l.Keys().Lease
 	}
 	acquire := func() error {
-		b := lease.NewBatch(c)
+		b := leasekit.NewBatch(c)
 		for _, l := range leases {
 			b.Acquire(l, systems.PrimitiveTTL)
 		}

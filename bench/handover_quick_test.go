@@ -18,8 +18,9 @@ import (
 
 	"github.com/elector/elector/bench/internal/redisproc"
 	"github.com/elector/elector/bench/internal/stats"
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/testing/redistest/serverbin"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // The guard of TestQuickRunHandover (issue 27 item 4). Its floor is the start of the same
@@ -273,7 +274,7 @@ func (p *runPair) trial(ctx context.Context, t *testing.T, crash bool) {
 		_ = old.Process.Signal(syscall.SIGKILL)
 		_ = old.Wait()
 		sent := time.Now()
-		pttl, err := p.rdb.PTTL(ctx, lease.KeysFor("", p.lease).Lease).Result()
+		pttl, err := p.rdb.PTTL(ctx, leasewire.KeysFor(lease.DefaultPrefix, p.lease).Lease).Result()
 		if err != nil || pttl <= 0 {
 			t.Fatalf("%s: PTTL of the lease after the crash: %v, %v", p.name, pttl, err)
 		}

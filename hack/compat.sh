@@ -3,7 +3,7 @@
 # ../shared/servers (relative to the repository root: CI runs in a fresh clone with shared/
 # beside it) with TLS, caches the binaries outside the repository keyed by server and version
 # (${XDG_CACHE_HOME:-~/.cache}/elector-compat/<server>-<version>/bin, reused while the archive's
-# sha256 is the same), and runs the real-server suites against each server: internal/lease, pkg/lease,
+# sha256 is the same), and runs the real-server suites against each server: pkg/lease, internal/leasekit,
 # pkg/election, pkg/fence, test/reliability (Sentinel, Cluster, TLS, ACL, the clock test),
 # test/e2e, internal/testing/redistest and internal/redisclient, and the chaos suite's short run.
 # What passed is written to hack/compat/results.tsv, from which `go run ./hack/compat readme`
@@ -116,7 +116,7 @@ build_all() {
 # The suites that talk to real servers. Without -race: the race detector's instrumentation
 # would make the two servers' runs exceed the 12-minute budget of CI; `make test` runs the same
 # packages with -race against Debian's 7.0. The chaos suite runs its short (20 s) schedule.
-suites=(./internal/lease/... ./pkg/lease/... ./pkg/election/... ./pkg/fence/... ./test/reliability/... ./test/e2e/...
+suites=(./pkg/lease/... ./internal/leasekit/... ./pkg/election/... ./pkg/fence/... ./test/reliability/... ./test/e2e/...
 	./internal/testing/redistest/... ./internal/redisclient/...)
 
 # run_server KEY SERVER-PROGRAM: runs the suites with the programs beside SERVER-PROGRAM (named

@@ -31,7 +31,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 GO=${GO:-go}
 n=${FLAKE_N:-10}
-pkgs=${FLAKE_PKGS:-./pkg/election ./pkg/lease ./internal/lease ./cmd/elector/internal/child ./test/e2e ./test/reliability}
+pkgs=${FLAKE_PKGS:-./pkg/election ./pkg/lease ./internal/leasekit ./cmd/elector/internal/child ./test/e2e ./test/reliability}
 adapters=${FLAKE_ADAPTERS:-adapters/gocron adapters/clientgo}
 [[ $pkgs == none ]] && pkgs=""
 [[ $adapters == none ]] && adapters=""

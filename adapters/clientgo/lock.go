@@ -39,8 +39,9 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/rediserr"
+	"github.com/elector/elector/pkg/lease"
 )
 
 //go:embed scripts/write.lua
@@ -93,23 +94,23 @@ func New(client redis.UniversalClient, name, identity string, opts Options) (*Lo
 	if client == nil {
 		return nil, errors.New("new client-go redis lock: redis client is nil")
 	}
-	if err := lease.ValidateName(name); err != nil {
+	if err := leasewire.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("new client-go redis lock: name %q %w", name, err)
 	}
 	prefix := opts.Prefix
 	if prefix == "" {
 		prefix = lease.DefaultPrefix
 	}
-	if err := lease.ValidateName(prefix); err != nil {
+	if err := leasewire.ValidateName(prefix); err != nil {
 		return nil, fmt.Errorf("new client-go redis lock %q: key prefix %q %w", name, prefix, err)
 	}
-	if err := lease.ValidateIdentity(identity); err != nil {
+	if err := leasewire.ValidateIdentity(identity); err != nil {
 		return nil, fmt.Errorf("new client-go redis lock %q: identity %q %w", name, identity, err)
 	}
 	if opts.EventRecorder != nil && opts.EventObject == nil {
 		return nil, fmt.Errorf("new client-go redis lock %q: Options.EventRecorder is set but Options.EventObject is nil", name)
 	}
-	keys := lease.KeysFor(prefix, name)
+	keys := leasewire.KeysFor(prefix, name)
 	return &Lock{
 		client:   client,
 		name:     name,

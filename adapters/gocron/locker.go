@@ -13,7 +13,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"k8s.io/klog/v2"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/internal/leasewire"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // Defaults of LockerOptions.
@@ -80,11 +82,11 @@ func NewLocker(client redis.UniversalClient, opts LockerOptions) (*Locker, error
 		return nil, errors.New("new gocron locker: redis client is nil")
 	}
 	if opts.Prefix != "" {
-		if err := lease.ValidateName(opts.Prefix); err != nil {
+		if err := leasewire.ValidateName(opts.Prefix); err != nil {
 			return nil, fmt.Errorf("new gocron locker: Prefix %q %w", opts.Prefix, err)
 		}
 	}
-	if err := lease.ValidateIdentity(opts.Identity); err != nil {
+	if err := leasewire.ValidateIdentity(opts.Identity); err != nil {
 		return nil, fmt.Errorf("new gocron locker: Identity %q %w", opts.Identity, err)
 	}
 	if opts.TTL == 0 {
@@ -101,7 +103,7 @@ func NewLocker(client redis.UniversalClient, opts LockerOptions) (*Locker, error
 
 // LeaseName returns the name of the lease that locks the job called key.
 func LeaseName(key string) string {
-	if lease.ValidateName(key) == nil {
+	if leasewire.ValidateName(key) == nil {
 		return key
 	}
 	sum := sha256.Sum256([]byte(key))
@@ -112,7 +114,7 @@ func LeaseName(key string) string {
 // this process included, it returns an error wrapping ErrLocked at once, and gocron skips the
 // run. While the lock is held it is renewed every TTL/3.
 func (l *Locker) Lock(ctx context.Context, key string) (gocronv2.Lock, error) {
-	ls, err := lease.New(l.client, LeaseName(key), lease.Options{Prefix: l.opts.Prefix, Identity: l.opts.Identity})
+	ls, err := leasekit.New(l.client, LeaseName(key), lease.Options{Prefix: l.opts.Prefix, Identity: l.opts.Identity})
 	if err != nil { // a fresh instance id per run: two runs in one process exclude each other
 		return nil, fmt.Errorf("lock job %q: %w", key, err)
 	}
@@ -151,7 +153,7 @@ func (l *Locker) Token(key string) (int64, bool) {
 type Lock struct {
 	locker *Locker
 	key    string
-	lease  *lease.Lease
+	lease  *leasekit.Lease
 	term   lease.Record
 	taken  time.Time // send time of the acquire
 

@@ -10,9 +10,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/testing/outbuf"
 	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // Two replicas of the controller: one reconciles, both agree on the leader; when it stops,
@@ -83,7 +84,7 @@ func TestControllerExampleResign(t *testing.T) {
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { client.Close() })
-	l, err := lease.New(client, "example-controller", lease.Options{})
+	l, err := leasekit.New(client, "example-controller", lease.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +119,7 @@ func TestControllerExampleResign(t *testing.T) {
 		if err != nil || st.Record.Identity != from {
 			t.Fatalf("round %d: holder %+v (err %v), want %s", round, st.Record, err, from)
 		}
-		if _, err := l.RequestResign(context.Background(), lease.ResignRequest{HoldOff: time.Second, Timeout: 10 * time.Second, Term: st.Record}); err != nil {
+		if _, err := l.RequestResign(context.Background(), leasekit.ResignRequest{HoldOff: time.Second, Timeout: 10 * time.Second, Term: st.Record}); err != nil {
 			t.Fatalf("round %d: request resign: %v", round, err)
 		}
 		waitFor(t, func() bool { return holder() == to })

@@ -2,7 +2,7 @@
 // election (an empty Config.Identity) and the elector command (no --identity): $POD_NAME,
 // which a pod sets from the Kubernetes downward API (metadata.name), else the host name.
 //
-// It owns that rule only: what an identity may contain is checked by internal/lease.
+// It owns that rule only: what an identity may contain is checked by internal/leasewire.
 package identity
 
 import "fmt"

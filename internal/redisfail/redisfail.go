@@ -17,9 +17,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/leaseerr"
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/luaerr"
 	"github.com/elector/elector/internal/rediserr"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // Reason classifies an error of a Redis call for metrics and logs:
@@ -52,11 +53,11 @@ func Reason(err error) string {
 		return "timeout"
 	case errors.Is(err, redis.ErrClosed):
 		return "closed"
-	case errors.Is(err, leaseerr.BadRecord):
+	case errors.Is(err, leasewire.ErrBadRecord):
 		return "bad_record"
-	case errors.Is(err, leaseerr.NotReplicated):
+	case errors.Is(err, lease.ErrNotReplicated):
 		return "not_replicated"
-	case errors.Is(err, leaseerr.TokenRange):
+	case errors.Is(err, lease.ErrTokenRange):
 		return "token_range"
 	case redis.IsAuthError(err), errors.As(err, &redisErr) && isAuthMessage(redisErr.Error()):
 		return "auth"

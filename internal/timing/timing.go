@@ -2,8 +2,8 @@
 // jitter factor, the check that ties LeaseDuration, RenewDeadline and RetryPeriod together,
 // the timeout of one Redis call, and how long a subscription stays silent before it pings.
 // package election enforces them; the CLI checks its flags with the same Check (naming the
-// flags through Names) and times its Redis client with CallTimeout; internal/lease's subscriptions
-// use HealthInterval.
+// flags through Names) and times its Redis client with CallTimeout; internal/leasekit's
+// subscriptions use HealthInterval.
 //
 // It owns numbers and checks only: it must not talk to Redis, start timers, or know of flags.
 package timing

@@ -10,9 +10,10 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/redisfail"
 	"github.com/elector/elector/internal/timing"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // errLateReply marks a winning acquire whose reply came at or after send time + RenewDeadline:
@@ -76,9 +77,9 @@ func (f *follower) attempt(ctx context.Context) (attempt, bool) {
 	a := attempt{sent: e.clock.Now()}
 	base := context.WithoutCancel(ctx)
 	actx, cancel := context.WithTimeout(base, e.callTimeout())
-	won, st, err := e.store.acquire(actx, e.cfg.LeaseDuration)
+	won, st, res, err := e.store.acquire(actx, e.cfg.LeaseDuration)
 	cancel()
-	r := acquireReply{sent: a.sent, won: won, rec: st.Record, ttl: st.TTL, reservation: st.Reservation, err: err}
+	r := acquireReply{sent: a.sent, won: won, rec: st.Record, ttl: st.TTL, reservation: res, err: err}
 	e.mu.Lock()
 	d := e.core.reply(e.timing(), e.clock.Now(), r, ctx.Err() != nil, f.retry.next, f.w.subscribed())
 	e.mu.Unlock()
@@ -101,7 +102,7 @@ func (f *follower) attempt(ctx context.Context) (attempt, bool) {
 	case d.verdict == verdictReserved:
 		e.errs.succeeded(f.logger)
 		f.retry.reset()
-		f.logger.V(4).Info("Lease is reserved after a resignation", "resigned", st.Reservation.Resigned.Identity, "target", st.Reservation.Target, "ttl", st.Reservation.TTL)
+		f.logger.V(4).Info("Lease is reserved after a resignation", "resigned", res.Resigned.Identity, "target", res.Target, "ttl", res.TTL)
 	case d.verdict == verdictHeld:
 		e.errs.succeeded(f.logger)
 		f.retry.reset()
@@ -181,7 +182,7 @@ func (f *follower) sleep(ctx context.Context) bool {
 				continue
 			}
 			f.logger.V(4).Info("Lease event", "event", ev.Kind, "holder", ev.Record.Identity, "token", ev.Record.Token)
-			if ev.Kind == lease.Acquired || ev.Kind == lease.Renewed { // only a live process sends these
+			if ev.Kind == leasekit.Acquired || ev.Kind == leasekit.Renewed { // only a live process sends these
 				now := f.e.clock.Now()
 				f.e.twin.saw(f.logger, f.e.cfg.Identity, f.e.lease.Instance(), ev.Record, ev.TTL, true, now, now)
 			}
@@ -216,7 +217,7 @@ func (f *follower) listening() {
 // onEvent records what an event says (leaseCore.event) and decides what a sleeping follower
 // does: wake at once (the current term was released), sleep again for rearm (the current
 // term was taken or renewed; rearm >= 0), or nothing (stale news).
-func (e *Elector) onEvent(ev lease.Event) (wake bool, rearm time.Duration) {
+func (e *Elector) onEvent(ev leasekit.Event) (wake bool, rearm time.Duration) {
 	e.mu.Lock()
 	current, wake, rearm := e.core.event(e.timing(), e.clock.Now(), ev)
 	if !current {
@@ -306,7 +307,7 @@ func (e *Elector) subscribe(ctx context.Context) (subscription, error) {
 }
 
 // events returns the channel of events, nil (blocking forever) without a subscription.
-func (w *watch) events() <-chan lease.Event {
+func (w *watch) events() <-chan leasekit.Event {
 	if w.sub == nil {
 		return nil
 	}

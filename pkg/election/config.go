@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	ilease "github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/lease"
 )
@@ -115,11 +115,11 @@ func (c *Config) validate() error {
 	if c.Client == nil {
 		return errors.New("election config: Client must be set")
 	}
-	if err := ilease.ValidateName(c.LeaseName); err != nil {
+	if err := leasewire.ValidateName(c.LeaseName); err != nil {
 		return fmt.Errorf("election config: LeaseName %q %w", c.LeaseName, err)
 	}
 	if c.KeyPrefix != "" {
-		if err := ilease.ValidateName(c.KeyPrefix); err != nil {
+		if err := leasewire.ValidateName(c.KeyPrefix); err != nil {
 			return fmt.Errorf("election config: KeyPrefix %q %w", c.KeyPrefix, err)
 		}
 	}

@@ -5,8 +5,9 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/timing"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // The per-lease decision core: what one replica knows of one lease (leaseCore: its tokens,
@@ -70,9 +71,9 @@ type leaseCore struct {
 type acquireReply struct {
 	sent        time.Time // when it was sent; in a Group batch, zero: the batch's send time
 	won         bool
-	rec         lease.Record       // the holder's record (ours when won)
-	ttl         time.Duration      // the holder's remaining time (lease.NoExpiry: no expiry)
-	reservation *lease.Reservation // free, but reserved after a resignation
+	rec         lease.Record          // the holder's record (ours when won)
+	ttl         time.Duration         // the holder's remaining time (lease.NoExpiry: no expiry)
+	reservation *leasekit.Reservation // free, but reserved after a resignation
 	err         error
 }
 
@@ -150,15 +151,15 @@ func logUntrusted(logger klog.Logger, rec lease.Record) {
 // already heard of: it must neither wake a follower nor move its wake-up, as news is ordered
 // by token), wake is true when the current term was released (try at once), and rearm >= 0
 // is the new wait until the expiry when a term was taken or renewed.
-func (c *leaseCore) event(t leaseTiming, now time.Time, ev lease.Event) (current, wake bool, rearm time.Duration) {
+func (c *leaseCore) event(t leaseTiming, now time.Time, ev leasekit.Event) (current, wake bool, rearm time.Duration) {
 	switch ev.Kind {
-	case lease.Released:
+	case leasekit.Released:
 		if !c.guard.news(ev.Record.Token, true) {
 			return false, false, -1
 		}
 		c.known.released(ev.Record.Token)
 		return true, true, -1
-	case lease.Acquired, lease.Renewed:
+	case leasekit.Acquired, leasekit.Renewed:
 		if !c.guard.news(ev.Record.Token, false) {
 			return false, false, -1
 		}

@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/timing"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // verdictNames are the words docs/DESIGN.md's table of acquire replies uses for the verdicts.
@@ -42,7 +43,7 @@ func coreCases(now time.Time) []coreCase {
 			verdict: verdictDecline, wait: 200 * time.Millisecond},
 		{row: "won", reply: acquireReply{sent: now, won: true, rec: mine, ttl: time.Second}, verdict: verdictStart},
 		{row: "free, reserved for a successor after a resignation", reply: acquireReply{sent: now,
-			reservation: &lease.Reservation{Resigned: lease.Record{Token: 10}, TTL: 400 * time.Millisecond}}, listening: true, verdict: verdictReserved, wait: 400 * time.Millisecond},
+			reservation: &leasekit.Reservation{Resigned: lease.Record{Token: 10}, TTL: 400 * time.Millisecond}}, listening: true, verdict: verdictReserved, wait: 400 * time.Millisecond},
 		{row: "held by another", reply: acquireReply{sent: now, rec: lease.Record{Token: 11, Instance: "b"}, ttl: 5 * time.Second},
 			listening: true, verdict: verdictHeld, wait: coreTiming.leaseDuration},
 	}
@@ -99,21 +100,21 @@ func TestCoreReplyNotListening(t *testing.T) {
 func TestCoreEvent(t *testing.T) {
 	now := time.Unix(1000, 0)
 	c := &leaseCore{}
-	ev := func(k lease.EventKind, token int64, ttl time.Duration) lease.Event {
-		return lease.Event{Kind: k, Record: lease.Record{Token: token}, TTL: ttl}
+	ev := func(k leasekit.EventKind, token int64, ttl time.Duration) leasekit.Event {
+		return leasekit.Event{Kind: k, Record: lease.Record{Token: token}, TTL: ttl}
 	}
 	for _, step := range []struct {
-		ev                  lease.Event
+		ev                  leasekit.Event
 		current, wake       bool
 		rearm, knownExpires time.Duration // knownExpires 0: none known
 	}{
-		{ev(lease.Acquired, 10, 5*time.Second), true, false, coreTiming.leaseDuration, coreTiming.leaseDuration},
-		{ev(lease.Renewed, 9, time.Millisecond), false, false, -1, coreTiming.leaseDuration}, // older term: stale
-		{ev(lease.Released, 9, 0), false, false, -1, coreTiming.leaseDuration},
-		{ev(lease.Released, 10, 0), true, true, -1, 0},
-		{ev(lease.Renewed, 10, time.Millisecond), false, false, -1, 0}, // renewal of a released term: stale
-		{ev(lease.ResignRequested, 11, 0), false, false, -1, 0},
-		{ev(lease.Acquired, 11, 300*time.Millisecond), true, false, 300 * time.Millisecond, 300 * time.Millisecond},
+		{ev(leasekit.Acquired, 10, 5*time.Second), true, false, coreTiming.leaseDuration, coreTiming.leaseDuration},
+		{ev(leasekit.Renewed, 9, time.Millisecond), false, false, -1, coreTiming.leaseDuration}, // older term: stale
+		{ev(leasekit.Released, 9, 0), false, false, -1, coreTiming.leaseDuration},
+		{ev(leasekit.Released, 10, 0), true, true, -1, 0},
+		{ev(leasekit.Renewed, 10, time.Millisecond), false, false, -1, 0}, // renewal of a released term: stale
+		{ev(leasekit.ResignRequested, 11, 0), false, false, -1, 0},
+		{ev(leasekit.Acquired, 11, 300*time.Millisecond), true, false, 300 * time.Millisecond, 300 * time.Millisecond},
 	} {
 		current, wake, rearm := c.event(coreTiming, now, step.ev)
 		left, knows := c.known.until(now)

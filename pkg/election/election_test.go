@@ -13,11 +13,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/testing/faultproxy"
 	"github.com/elector/elector/internal/testing/redistest"
 	"github.com/elector/elector/internal/testing/wakeprobe"
 	"github.com/elector/elector/pkg/election"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // 1. Five electors over many terms, with graceful stops and network cuts of the leader:
@@ -666,7 +667,7 @@ func warmUp(t testing.TB, client, admin *redis.Client) {
 	if err := client.Ping(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	warm, err := lease.New(admin, "warm-up", lease.Options{Identity: "x"})
+	warm, err := leasekit.New(admin, "warm-up", lease.Options{Identity: "x"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,8 +35,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/timing"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // ErrLeadershipLost is returned by Run when this replica lost its leadership and
@@ -59,7 +60,7 @@ const maxJitter = 2 * time.Millisecond
 // start it with Run; its methods are safe for concurrent use.
 type Elector struct {
 	cfg   Config
-	lease *lease.Lease
+	lease *leasekit.Lease
 	store store       // the lease, as campaign, lead and watch use it
 	clock clock.Clock // every time and timer of the algorithm
 
@@ -90,13 +91,11 @@ func New(cfg Config) (*Elector, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	l, err := lease.New(cfg.Client, cfg.LeaseName, lease.Options{
-		Prefix:           cfg.KeyPrefix,
-		Identity:         cfg.Identity,
-		AnnounceRenewals: true,
-		ResignRequests:   true,
-		ReplicaAck:       lease.ReplicaAck(cfg.ReplicaAck),
-	})
+	l, err := leasekit.NewWith(cfg.Client, cfg.LeaseName, lease.Options{
+		Prefix:     cfg.KeyPrefix,
+		Identity:   cfg.Identity,
+		ReplicaAck: cfg.ReplicaAck,
+	}, leasekit.Ext{AnnounceRenewals: true, ResignRequests: true})
 	if err != nil {
 		return nil, fmt.Errorf("election config: %w", err)
 	}
@@ -371,29 +370,29 @@ func (b *backoff) reset() { b.cur = 0 }
 // through a fake, with a fake clock, to replay exact interleavings (late and lost replies,
 // stale events, a deadline at the exact tick).
 type store interface {
-	// acquire is lease.Lease.Acquire.
-	acquire(ctx context.Context, ttl time.Duration) (bool, lease.Status, error)
-	// renew is lease.Lease.Renew.
+	// acquire is leasekit.Lease.AcquireOrReservation.
+	acquire(ctx context.Context, ttl time.Duration) (bool, lease.Status, *leasekit.Reservation, error)
+	// renew is leasekit.Lease.Renew.
 	renew(ctx context.Context, term lease.Record, ttl time.Duration) (bool, error)
-	// release is lease.Lease.Release.
+	// release is leasekit.Lease.Release.
 	release(ctx context.Context, term lease.Record) (bool, error)
-	// subscribe is lease.Lease.Subscribe.
+	// subscribe is leasekit.Lease.Subscribe.
 	subscribe(ctx context.Context) (subscription, error)
-	// resign is lease.Lease.RequestResign for this replica's own term.
+	// resign is leasekit.Lease.RequestResign for this replica's own term.
 	resign(ctx context.Context, term lease.Record, target string, holdOff, timeout time.Duration) error
 }
 
-// subscription is what a follower uses of a *lease.Subscription.
+// subscription is what a follower uses of a *leasekit.Subscription.
 type subscription interface {
-	Events() <-chan lease.Event
+	Events() <-chan leasekit.Event
 	Close() error
 }
 
 // redisStore is the store of a lease in Redis.
-type redisStore struct{ l *lease.Lease }
+type redisStore struct{ l *leasekit.Lease }
 
-func (s redisStore) acquire(ctx context.Context, ttl time.Duration) (bool, lease.Status, error) {
-	return s.l.Acquire(ctx, ttl)
+func (s redisStore) acquire(ctx context.Context, ttl time.Duration) (bool, lease.Status, *leasekit.Reservation, error) {
+	return s.l.AcquireOrReservation(ctx, ttl)
 }
 
 func (s redisStore) renew(ctx context.Context, term lease.Record, ttl time.Duration) (bool, error) {

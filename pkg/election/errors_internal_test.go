@@ -14,9 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/redisfail"
 	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // TestErrorLogRepeatsWithFix: a failure that persists is logged again at error level every
@@ -98,12 +99,12 @@ func refusedBy(t *testing.T) map[string]error {
 	}
 	errs := map[string]error{}
 	errs["scan"] = as("observer", "pw").Scan(ctx, 0, "*", 10).Err()
-	other, err := lease.New(as("observer", "pw"), "x", lease.Options{Prefix: "other"})
+	other, err := leasekit.New(as("observer", "pw"), "x", lease.Options{Prefix: "other"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, errs["keys"] = other.Get(ctx)
-	l, err := lease.New(as("noset", "pw"), "x", lease.Options{Identity: "a"})
+	l, err := leasekit.New(as("noset", "pw"), "x", lease.Options{Identity: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}

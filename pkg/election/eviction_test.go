@@ -16,9 +16,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"k8s.io/klog/v2"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/testing/redistest"
 	"github.com/elector/elector/pkg/election"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // evictionRun is one Elector ("job", identity "a") run against srv with its metrics, its
@@ -191,7 +193,7 @@ func TestEvictionRiskFlaggedAndReal(t *testing.T) {
 		t.Errorf("/leader = %v, want evictionPolicy volatile-lru and evictionRisk true", b)
 	}
 
-	leaseKey := lease.KeysFor("", "job").Lease
+	leaseKey := leasewire.KeysFor(lease.DefaultPrefix, "job").Lease
 	n, evicted, oom := fill(t, admin, leaseKey)
 	if !evicted {
 		t.Fatalf("write %d refused and the lease key kept: %v", n, oom)
@@ -200,7 +202,7 @@ func TestEvictionRiskFlaggedAndReal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := lease.New(srv.Client(t), "job", lease.Options{Identity: "b"})
+	b, err := leasekit.New(srv.Client(t), "job", lease.Options{Identity: "b"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +238,7 @@ func TestNoEvictionNotFlagged(t *testing.T) {
 	if b := r.leaderJSON(t); b["evictionPolicy"] != "noeviction" || b["evictionRisk"] != false {
 		t.Errorf("/leader = %v, want evictionPolicy noeviction and evictionRisk false", b)
 	}
-	n, evicted, oom := fill(t, admin, lease.KeysFor("", "job").Lease)
+	n, evicted, oom := fill(t, admin, leasewire.KeysFor(lease.DefaultPrefix, "job").Lease)
 	if evicted || oom == nil || !strings.Contains(oom.Error(), "OOM") {
 		t.Fatalf("fill under noeviction: %d writes, lease key evicted %v, err %v; want an OOM refusal with the lease key kept", n, evicted, oom)
 	}

@@ -12,7 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"k8s.io/utils/clock"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasewire"
+	"github.com/elector/elector/pkg/lease"
 )
 
 //go:embed scripts/members.lua
@@ -161,7 +162,7 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	instance, err := lease.NewInstanceID()
+	instance, err := leasewire.NewInstanceID()
 	if err != nil {
 		return nil, fmt.Errorf("group config: %w", err)
 	}
@@ -169,8 +170,8 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 		cfg:      cfg,
 		instance: instance,
 		member:   instance + ":" + cfg.Identity,
-		members:  lease.KeysFor(cfg.KeyPrefix, cfg.Group).Members,
-		pattern:  lease.EventsPattern(cfg.KeyPrefix),
+		members:  leasewire.KeysFor(cfg.KeyPrefix, cfg.Group).Members,
+		pattern:  leasewire.EventsPattern(cfg.KeyPrefix),
 		names:    map[string]struct{}{},
 		wake:     make(chan struct{}, 1),
 		cores:    map[string]*leaseCore{},
@@ -191,13 +192,13 @@ func (c *GroupConfig) validate() error {
 	if c.Client == nil {
 		return errors.New("group config: Client must be set")
 	}
-	if err := lease.ValidateName(c.Group); err != nil {
+	if err := leasewire.ValidateName(c.Group); err != nil {
 		return fmt.Errorf("group config: Group %q %w", c.Group, err)
 	}
 	if c.KeyPrefix == "" {
 		c.KeyPrefix = lease.DefaultPrefix
 	}
-	if err := lease.ValidateName(c.KeyPrefix); err != nil {
+	if err := leasewire.ValidateName(c.KeyPrefix); err != nil {
 		return fmt.Errorf("group config: KeyPrefix %q %w", c.KeyPrefix, err)
 	}
 	id, err := resolveIdentity(c.Identity)
@@ -222,7 +223,7 @@ func (c *GroupConfig) validate() error {
 // only once that is over: Add never resumes a term.
 func (g *Group) Add(names ...string) error {
 	for _, n := range names {
-		if err := lease.ValidateName(n); err != nil {
+		if err := leasewire.ValidateName(n); err != nil {
 			return fmt.Errorf("group %q: add lease %q: name %w", g.cfg.Group, n, err)
 		}
 	}

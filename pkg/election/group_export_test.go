@@ -5,14 +5,14 @@ import (
 	"slices"
 	"time"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 )
 
 // ConfigOf returns e's configuration with its defaults filled in.
 func ConfigOf(e *Elector) Config { return e.cfg }
 
 // LeaseOf returns the lease e campaigns for.
-func LeaseOf(e *Elector) *lease.Lease { return e.lease }
+func LeaseOf(e *Elector) *leasekit.Lease { return e.lease }
 
 // Subscriptions returns how many subscriptions to the lease's events Redis confirmed to e.
 func Subscriptions(e *Elector) int64 { return e.subscriptions.Load() }

@@ -8,7 +8,8 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // The per-lease state machine of a Group. The states and transitions are the table in
@@ -43,7 +44,7 @@ func (s leaseState) String() string {
 // groupLease is one lease of a Group replica, owned by the machine.
 type groupLease struct {
 	name    string
-	l       *lease.Lease
+	l       *leasekit.Lease
 	state   leaseState
 	removed bool // Remove was called (and no Add since): forgotten on reaching idle
 
@@ -120,7 +121,7 @@ type groupMachine struct {
 	jitter   func() time.Duration
 	fx       groupEffects
 	logger   logr.Logger
-	newLease func(name string) (*lease.Lease, error)
+	newLease func(name string) (*leasekit.Lease, error)
 	instance string // ours: events about our own terms carry no news
 
 	leases    map[string]*groupLease
@@ -156,7 +157,7 @@ type groupMachine struct {
 }
 
 func newGroupMachine(cfg *GroupConfig, clk clock.PassiveClock, fx groupEffects, view *groupView, logger logr.Logger,
-	instance string, newLease func(string) (*lease.Lease, error)) *groupMachine {
+	instance string, newLease func(string) (*leasekit.Lease, error)) *groupMachine {
 	return &groupMachine{
 		cfg: cfg, clock: clk, jitter: jitter, fx: fx, view: view, logger: logger, newLease: newLease, instance: instance,
 		leases: map[string]*groupLease{}, held: map[*groupLease]struct{}{}, cores: map[string]*leaseCore{},
@@ -633,7 +634,7 @@ func (m *groupMachine) onNotified(gl *groupLease, term lease.Record) {
 }
 
 // onEvent handles an announcement on a lease's channel, as the core decides (leaseCore.event).
-func (m *groupMachine) onEvent(name string, ev lease.Event) {
+func (m *groupMachine) onEvent(name string, ev leasekit.Event) {
 	gl := m.leases[name]
 	if gl == nil || m.stopping || ev.Record.Instance == m.instance {
 		return

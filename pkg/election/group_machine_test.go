@@ -12,8 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/timing"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // The Group's state machine, driven deterministically: a fake clock, fake effects (batches
@@ -64,8 +65,8 @@ func newMachineTest(t *testing.T) *machineTest {
 	t.Cleanup(func() { client.Close() })
 	mt := &machineTest{t: t, fx: &fakeEffects{cancels: map[string]int{}}, clk: clocktesting.NewFakeClock(time.Unix(1_000_000, 0)), tok: 100}
 	mt.cfg = GroupConfig{Group: "g", Identity: "pod", LeaseDuration: mtLease, RenewDeadline: mtRenew, RetryPeriod: mtRetry}
-	mt.m = newGroupMachine(&mt.cfg, mt.clk, mt.fx, newGroupView(), logr.Discard(), mtOurs, func(name string) (*lease.Lease, error) {
-		return lease.New(client, name, lease.Options{Identity: "pod", Instance: mtOurs})
+	mt.m = newGroupMachine(&mt.cfg, mt.clk, mt.fx, newGroupView(), logr.Discard(), mtOurs, func(name string) (*leasekit.Lease, error) {
+		return leasekit.NewWith(client, name, lease.Options{Identity: "pod"}, leasekit.Ext{Instance: mtOurs})
 	})
 	mt.m.jitter = func() time.Duration { return 0 }
 	// The first heartbeat: one live member.
@@ -272,13 +273,13 @@ var machineEvents = []struct {
 	}},
 	{"OnStoppedLeading returned", func(mt *machineTest, gl *groupLease) { mt.m.onNotified(gl, gl.term) }},
 	{"event released", func(mt *machineTest, gl *groupLease) {
-		mt.m.onEvent("x", lease.Event{Kind: lease.Released, Record: mt.rec(mtTheirs)})
+		mt.m.onEvent("x", leasekit.Event{Kind: leasekit.Released, Record: mt.rec(mtTheirs)})
 	}},
 	{"event acquired", func(mt *machineTest, gl *groupLease) {
-		mt.m.onEvent("x", lease.Event{Kind: lease.Acquired, TTL: time.Hour, Record: mt.rec(mtTheirs)})
+		mt.m.onEvent("x", leasekit.Event{Kind: leasekit.Acquired, TTL: time.Hour, Record: mt.rec(mtTheirs)})
 	}},
 	{"event with an older token", func(mt *machineTest, gl *groupLease) {
-		mt.m.onEvent("x", lease.Event{Kind: lease.Released, Record: lease.Record{Token: gl.core.guard.seen - 1, Instance: mtTheirs}})
+		mt.m.onEvent("x", leasekit.Event{Kind: leasekit.Released, Record: lease.Record{Token: gl.core.guard.seen - 1, Instance: mtTheirs}})
 	}},
 }
 
@@ -626,16 +627,16 @@ func TestGroupMachineCapsAndOrder(t *testing.T) {
 	gl := mt.setup(rowIdle)
 	seen := gl.core.guard.seen
 	next := gl.next
-	mt.m.onEvent("x", lease.Event{Kind: lease.Acquired, TTL: time.Hour, Record: lease.Record{Token: seen - 1, Instance: mtTheirs}})
-	mt.m.onEvent("x", lease.Event{Kind: lease.Released, Record: lease.Record{Token: seen - 1, Instance: mtTheirs}})
+	mt.m.onEvent("x", leasekit.Event{Kind: leasekit.Acquired, TTL: time.Hour, Record: lease.Record{Token: seen - 1, Instance: mtTheirs}})
+	mt.m.onEvent("x", leasekit.Event{Kind: leasekit.Released, Record: lease.Record{Token: seen - 1, Instance: mtTheirs}})
 	if !gl.next.Equal(next) {
 		t.Errorf("an older event moved the attempt by %v", gl.next.Sub(next))
 	}
-	mt.m.onEvent("x", lease.Event{Kind: lease.Released, Record: lease.Record{Token: seen, Instance: mtTheirs}})
+	mt.m.onEvent("x", leasekit.Event{Kind: leasekit.Released, Record: lease.Record{Token: seen, Instance: mtTheirs}})
 	if !gl.next.Equal(mt.clk.Now()) {
 		t.Errorf("release of the known term: next in %v, want now", gl.next.Sub(mt.clk.Now()))
 	}
-	mt.m.onEvent("x", lease.Event{Kind: lease.Renewed, TTL: time.Hour, Record: lease.Record{Token: seen, Instance: mtTheirs}})
+	mt.m.onEvent("x", leasekit.Event{Kind: leasekit.Renewed, TTL: time.Hour, Record: lease.Record{Token: seen, Instance: mtTheirs}})
 	if !gl.next.Equal(mt.clk.Now()) {
 		t.Errorf("renewed event of a term heard released moved the attempt")
 	}
@@ -817,20 +818,20 @@ func TestGroupMachineStaleReleaseResumeStartsNoTerm(t *testing.T) {
 func TestGroupMachineErrorKeepsTheKnownExpiry(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		ev   func(mt *machineTest, holder lease.Record) lease.Event
+		ev   func(mt *machineTest, holder lease.Record) leasekit.Event
 		wait time.Duration
 	}{
-		{"renewal heard", func(_ *machineTest, h lease.Record) lease.Event {
-			return lease.Event{Kind: lease.Renewed, Record: h, TTL: mtHeldTTL}
+		{"renewal heard", func(_ *machineTest, h lease.Record) leasekit.Event {
+			return leasekit.Event{Kind: leasekit.Renewed, Record: h, TTL: mtHeldTTL}
 		}, mtHeldTTL},
-		{"renewal longer than the lease", func(_ *machineTest, h lease.Record) lease.Event {
-			return lease.Event{Kind: lease.Renewed, Record: h, TTL: time.Hour}
+		{"renewal longer than the lease", func(_ *machineTest, h lease.Record) leasekit.Event {
+			return leasekit.Event{Kind: leasekit.Renewed, Record: h, TTL: time.Hour}
 		}, mtLease},
-		{"release heard", func(_ *machineTest, h lease.Record) lease.Event {
-			return lease.Event{Kind: lease.Released, Record: h}
+		{"release heard", func(_ *machineTest, h lease.Record) leasekit.Event {
+			return leasekit.Event{Kind: leasekit.Released, Record: h}
 		}, mtRetry},
-		{"older term renewed", func(_ *machineTest, h lease.Record) lease.Event {
-			return lease.Event{Kind: lease.Renewed, Record: lease.Record{Token: h.Token - 1, Instance: mtTheirs}, TTL: mtLease}
+		{"older term renewed", func(_ *machineTest, h lease.Record) leasekit.Event {
+			return leasekit.Event{Kind: leasekit.Renewed, Record: lease.Record{Token: h.Token - 1, Instance: mtTheirs}, TTL: mtLease}
 		}, mtRetry},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,8 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // TestGroupEventsStayInTheirPrefix (issue 23, item 6): a Group whose key prefix holds a glob
@@ -60,7 +61,7 @@ func TestGroupEventsStayInTheirPrefix(t *testing.T) {
 	}
 
 	// The marker: a term of "billing" under A's prefix.
-	marker, err := lease.New(client, "billing", lease.Options{Prefix: "tenant?", Identity: "marker"})
+	marker, err := leasekit.New(client, "billing", lease.Options{Prefix: "tenant?", Identity: "marker"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"k8s.io/klog/v2"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/luaerr"
 	"github.com/elector/elector/internal/timing"
 )
@@ -30,7 +31,7 @@ type groupRedis interface {
 // groupSubscription delivers the events of a pattern subscription.
 type groupSubscription interface {
 	// next blocks until the next event; an error ends the subscription.
-	next(ctx context.Context) (name string, ev lease.Event, err error)
+	next(ctx context.Context) (name string, ev leasekit.Event, err error)
 	close()
 }
 
@@ -54,8 +55,8 @@ func chunked(n int, exec func(lo, hi int)) {
 func (r redisGroup) acquire(ctx context.Context, b *acquireBatch) {
 	b.replies = make([]acquireReply, len(b.items))
 	chunked(len(b.items), func(lo, hi int) {
-		batch := lease.NewBatch(r.g.cfg.Client)
-		res := make([]*lease.AcquireResult, hi-lo)
+		batch := leasekit.NewBatch(r.g.cfg.Client)
+		res := make([]*leasekit.AcquireResult, hi-lo)
 		for i, gl := range b.items[lo:hi] {
 			res[i] = batch.Acquire(gl.l, r.g.cfg.LeaseDuration)
 		}
@@ -70,8 +71,8 @@ func (r redisGroup) acquire(ctx context.Context, b *acquireBatch) {
 func (r redisGroup) renew(ctx context.Context, b *renewBatch) {
 	b.replies = make([]renewReply, len(b.items))
 	chunked(len(b.items), func(lo, hi int) {
-		batch := lease.NewBatch(r.g.cfg.Client)
-		res := make([]*lease.Result, hi-lo)
+		batch := leasekit.NewBatch(r.g.cfg.Client)
+		res := make([]*leasekit.Result, hi-lo)
 		for i, it := range b.items[lo:hi] {
 			res[i] = batch.Renew(it.gl.l, it.term, r.g.cfg.LeaseDuration)
 		}
@@ -89,8 +90,8 @@ func (r redisGroup) renew(ctx context.Context, b *renewBatch) {
 func (r redisGroup) release(ctx context.Context, b *releaseBatch) {
 	b.errs = make([]error, len(b.items))
 	chunked(len(b.items), func(lo, hi int) {
-		batch := lease.NewBatch(r.g.cfg.Client)
-		res := make([]*lease.Result, hi-lo)
+		batch := leasekit.NewBatch(r.g.cfg.Client)
+		res := make([]*leasekit.Result, hi-lo)
 		for i, it := range b.items[lo:hi] {
 			res[i] = batch.Release(it.gl.l, it.term)
 		}
@@ -145,7 +146,7 @@ func (r redisGroup) checkEviction(ctx context.Context) {
 }
 
 // redisGroupSub reads its connection directly (no PubSub.Channel, which reconnects behind
-// its caller's back), like lease.Subscription: it ends when the connection breaks or a ping
+// its caller's back), like leasekit.Subscription: it ends when the connection breaks or a ping
 // sent after timing.HealthInterval of silence stays unanswered as long again.
 type redisGroupSub struct {
 	ps     *redis.PubSub
@@ -153,7 +154,7 @@ type redisGroupSub struct {
 	pinged bool
 }
 
-func (s *redisGroupSub) next(ctx context.Context) (string, lease.Event, error) {
+func (s *redisGroupSub) next(ctx context.Context) (string, leasekit.Event, error) {
 	for {
 		msg, err := s.ps.ReceiveTimeout(ctx, timing.HealthInterval)
 		var netErr net.Error
@@ -169,22 +170,22 @@ func (s *redisGroupSub) next(ctx context.Context) (string, lease.Event, error) {
 			err = s.ps.Ping(pctx)
 			cancel()
 			if err != nil {
-				return "", lease.Event{}, fmt.Errorf("lease events: ping: %w", err)
+				return "", leasekit.Event{}, fmt.Errorf("lease events: ping: %w", err)
 			}
 			s.pinged = true
 			continue
 		default:
-			return "", lease.Event{}, fmt.Errorf("lease events: %w", err)
+			return "", leasekit.Event{}, fmt.Errorf("lease events: %w", err)
 		}
 		m, ok := msg.(*redis.Message)
 		if !ok {
 			continue // a pong or a subscription confirmation
 		}
-		ev, err := lease.ParseEvent(m.Payload)
+		ev, err := leasekit.ParseEvent(m.Payload)
 		if err != nil {
 			continue
 		}
-		if name, ok := lease.LeaseOfChannel(s.prefix, m.Channel); ok {
+		if name, ok := leasewire.LeaseOfChannel(s.prefix, m.Channel); ok {
 			return name, ev, nil
 		}
 	}

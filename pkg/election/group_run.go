@@ -10,9 +10,10 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/redisfail"
 	"github.com/elector/elector/internal/timing"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // Run campaigns until ctx is cancelled. Then it asks every term to stop, keeps renewing
@@ -57,8 +58,8 @@ func (g *Group) Run(ctx context.Context) error {
 		r.rd = g.seam
 	}
 	g.view.reset() // a new Run starts holding nothing
-	r.m = newGroupMachine(&g.cfg, g.clock, r, g.view, logger, g.instance, func(name string) (*lease.Lease, error) {
-		return lease.New(g.cfg.Client, name, lease.Options{Prefix: g.cfg.KeyPrefix, Identity: g.cfg.Identity, Instance: g.instance})
+	r.m = newGroupMachine(&g.cfg, g.clock, r, g.view, logger, g.instance, func(name string) (*leasekit.Lease, error) {
+		return leasekit.NewWith(g.cfg.Client, name, lease.Options{Prefix: g.cfg.KeyPrefix, Identity: g.cfg.Identity}, leasekit.Ext{Instance: g.instance})
 	})
 	r.m.cores = g.cores
 	if g.rand != nil { // the simulator's seeded source (Elector.rand's counterpart)
@@ -101,7 +102,7 @@ type termDone struct {
 
 type groupEvent struct {
 	name string
-	ev   lease.Event
+	ev   leasekit.Event
 }
 
 func (r *groupRun) loop(ctx context.Context) error {

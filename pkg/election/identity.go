@@ -5,7 +5,7 @@ import (
 	"os"
 
 	"github.com/elector/elector/internal/identity"
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasewire"
 )
 
 // resolveIdentity returns id, or when id is empty the default identity a replica gets, as
@@ -18,7 +18,7 @@ func resolveIdentity(id string) (string, error) {
 			return "", fmt.Errorf("Identity is empty and %w: set Identity, for example to the pod name from the downward API", err)
 		}
 	}
-	if err := lease.ValidateIdentity(id); err != nil {
+	if err := leasewire.ValidateIdentity(id); err != nil {
 		return "", fmt.Errorf("Identity %q %w", id, err)
 	}
 	return id, nil

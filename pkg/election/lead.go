@@ -10,7 +10,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/internal/leasewire"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // renewal is the outcome of one renew attempt.
@@ -178,7 +180,7 @@ func (l *leadership) renewed(r renewal) (reason string, over bool) {
 	if l.guard.overdue() {
 		return reasonDeadline, true
 	}
-	asked := r.ok && errors.Is(r.err, lease.ErrResignRequested)
+	asked := r.ok && errors.Is(r.err, leasekit.ErrResignRequested)
 	if asked {
 		r.err = nil // renewed; the request is handled below
 	}
@@ -279,11 +281,11 @@ func (e *Elector) Resign(ctx context.Context) error { return e.ResignTo(ctx, "")
 // must not be this replica's own.
 func (e *Elector) ResignTo(ctx context.Context, identity string) error {
 	if identity != "" {
-		if err := lease.ValidateIdentity(identity); err != nil {
+		if err := leasewire.ValidateIdentity(identity); err != nil {
 			return fmt.Errorf("resign lease %q: target identity %q %w", e.cfg.LeaseName, identity, err)
 		}
 		if identity == e.cfg.Identity {
-			return fmt.Errorf("resign lease %q: %w: %q is this replica", e.cfg.LeaseName, lease.ErrTargetIsHolder, identity)
+			return fmt.Errorf("resign lease %q: %w: %q is this replica", e.cfg.LeaseName, leasekit.ErrTargetIsHolder, identity)
 		}
 	}
 	e.mu.Lock()
@@ -296,7 +298,7 @@ func (e *Elector) ResignTo(ctx context.Context, identity string) error {
 	err := e.store.resign(rctx, term, identity, e.cfg.ResignHoldOff, e.cfg.LeaseDuration)
 	cancel()
 	switch {
-	case errors.Is(err, lease.ErrOtherTerm):
+	case errors.Is(err, leasekit.ErrOtherTerm):
 		return fmt.Errorf("resign lease %q: %w: %w", e.cfg.LeaseName, ErrNotLeader, err)
 	case err != nil:
 		return fmt.Errorf("resign lease %q: %w", e.cfg.LeaseName, err)
@@ -325,7 +327,7 @@ func (l *leadership) resign(why string) {
 }
 
 func (s redisStore) resign(ctx context.Context, term lease.Record, target string, holdOff, timeout time.Duration) error {
-	_, err := s.l.RequestResign(ctx, lease.ResignRequest{Target: target, HoldOff: holdOff, Timeout: timeout, Term: term})
+	_, err := s.l.RequestResign(ctx, leasekit.ResignRequest{Target: target, HoldOff: holdOff, Timeout: timeout, Term: term})
 	return err
 }
 

@@ -9,7 +9,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	ilease "github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/redisfail"
 	"github.com/elector/elector/pkg/lease"
 )
@@ -63,11 +63,11 @@ func (e *Elector) Observe(ctx context.Context) iter.Seq2[Change, error] {
 
 // observeStore is what an observer needs of the lease: reads and its events.
 type observeStore interface {
-	get(ctx context.Context) (ilease.Status, error)
+	get(ctx context.Context) (lease.Status, error)
 	subscribe(ctx context.Context) (subscription, error)
 }
 
-func (s redisStore) get(ctx context.Context) (ilease.Status, error) { return s.l.Get(ctx) }
+func (s redisStore) get(ctx context.Context) (lease.Status, error) { return s.l.Get(ctx) }
 
 // observeRetryMin is the first pause between failed attempts of an observer; it doubles up to
 // RetryPeriod.
@@ -103,7 +103,7 @@ func (o *observer) run(ctx context.Context, yield func(Change, error) bool) {
 	}
 	first := Change{Kind: "free", Cause: "read"}
 	if st.Held {
-		first = Change{Kind: "held", Record: lease.Record(st.Record), TTL: st.TTL, Cause: "read"}
+		first = Change{Kind: "held", Record: st.Record, TTL: st.TTL, Cause: "read"}
 	}
 	o.remember(first)
 	if !yield(first, nil) {
@@ -156,7 +156,7 @@ func (o *observer) next(ctx context.Context) ([]Change, error) {
 		}
 	case <-o.expiry.C():
 	}
-	var st ilease.Status
+	var st lease.Status
 	if err := o.again(ctx, "read", func(ctx context.Context) (err error) {
 		st, err = o.get(ctx)
 		return err
@@ -179,12 +179,12 @@ func (o *observer) subscribe(ctx context.Context) error {
 }
 
 // get reads the lease, within one call's bound.
-func (o *observer) get(ctx context.Context) (ilease.Status, error) {
+func (o *observer) get(ctx context.Context) (lease.Status, error) {
 	cctx, cancel := context.WithTimeout(ctx, o.call)
 	defer cancel()
 	st, err := o.st.get(cctx)
 	if err != nil {
-		return ilease.Status{}, fmt.Errorf("observe lease %q: read: %w", o.name, err)
+		return lease.Status{}, fmt.Errorf("observe lease %q: read: %w", o.name, err)
 	}
 	return st, nil
 }
@@ -216,17 +216,17 @@ func (o *observer) again(ctx context.Context, op string, attempt func(context.Co
 }
 
 // onEvent returns the changes an event tells: a renewal or a request changes no holder.
-func (o *observer) onEvent(ev ilease.Event) []Change {
+func (o *observer) onEvent(ev leasekit.Event) []Change {
 	switch ev.Kind {
-	case ilease.Acquired:
-		return o.found(lease.Record(ev.Record), ev.TTL, "event")
-	case ilease.Renewed:
-		if !o.held || !sameTerm(lease.Record(ev.Record), o.last) {
-			return o.found(lease.Record(ev.Record), ev.TTL, "event") // its acquire was not heard
+	case leasekit.Acquired:
+		return o.found(ev.Record, ev.TTL, "event")
+	case leasekit.Renewed:
+		if !o.held || !sameTerm(ev.Record, o.last) {
+			return o.found(ev.Record, ev.TTL, "event") // its acquire was not heard
 		}
 		o.arm(ev.TTL)
-		return []Change{{Kind: "renewed", Record: lease.Record(ev.Record), TTL: ev.TTL, Cause: "event"}}
-	case ilease.Released:
+		return []Change{{Kind: "renewed", Record: ev.Record, TTL: ev.TTL, Cause: "event"}}
+	case leasekit.Released:
 		if !o.held || ev.Record.Token < o.last.Token {
 			return nil // nothing held, or the release of an older term already accounted for
 		}
@@ -235,17 +235,17 @@ func (o *observer) onEvent(ev ilease.Event) []Change {
 			cause = "resigned"
 		}
 		o.remember(Change{Kind: "free"})
-		return []Change{{Kind: "released", Record: lease.Record(ev.Record), Cause: cause}}
-	case ilease.ResignRequested:
+		return []Change{{Kind: "released", Record: ev.Record, Cause: cause}}
+	case leasekit.ResignRequested:
 		o.resign = ev.Record.Token
 	}
 	return nil
 }
 
 // onRead returns the changes a read tells, against the term last reported.
-func (o *observer) onRead(st ilease.Status) []Change {
+func (o *observer) onRead(st lease.Status) []Change {
 	if st.Held {
-		return o.found(lease.Record(st.Record), st.TTL, "read")
+		return o.found(st.Record, st.TTL, "read")
 	}
 	if !o.held {
 		return nil

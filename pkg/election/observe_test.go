@@ -9,11 +9,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/testing/faultproxy"
 	"github.com/elector/elector/internal/testing/redistest"
 	"github.com/elector/elector/pkg/election"
-	publease "github.com/elector/elector/pkg/lease"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // Observe reports the lease as found, then each change of its holder. Here the observing
@@ -121,7 +122,7 @@ func TestObserveReportsEveryChange(t *testing.T) {
 	const name = "observed"
 	ch := observeChanges(t, observeOnly(t, client, name))
 	wantChange(t, ch, 10*time.Second, "free", "")
-	a, err := lease.New(client, name, lease.Options{Identity: "a", AnnounceRenewals: true, ResignRequests: true})
+	a, err := leasekit.NewWith(client, name, lease.Options{Identity: "a"}, leasekit.Ext{AnnounceRenewals: true, ResignRequests: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,14 +130,14 @@ func TestObserveReportsEveryChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := wantChange(t, ch, 10*time.Second, "acquired", "a"); c.Record != publease.Record(st.Record) || c.Cause != "event" || c.TTL != time.Minute {
+	if c := wantChange(t, ch, 10*time.Second, "acquired", "a"); c.Record != st.Record || c.Cause != "event" || c.TTL != time.Minute {
 		t.Fatalf("acquired %+v, want %+v for 1m from the event", c, st.Record)
 	}
 	if ok, err := a.Renew(ctx, st.Record, time.Minute); err != nil || !ok {
 		t.Fatalf("renew: %v %v", ok, err)
 	}
 	wantChange(t, ch, 10*time.Second, "renewed", "a")
-	if _, err := a.RequestResign(ctx, lease.ResignRequest{HoldOff: time.Millisecond, Timeout: time.Second, Term: st.Record}); err != nil {
+	if _, err := a.RequestResign(ctx, leasekit.ResignRequest{HoldOff: time.Millisecond, Timeout: time.Second, Term: st.Record}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.Release(ctx, st.Record); err != nil {
@@ -146,7 +147,7 @@ func TestObserveReportsEveryChange(t *testing.T) {
 		t.Fatalf("released %+v, want token %d, resigned", c, st.Record.Token)
 	}
 	// Nobody renews b's term: the observer reads the lease at its expiry.
-	b, err := lease.New(client, name, lease.Options{Identity: "b"})
+	b, err := leasekit.New(client, name, lease.Options{Identity: "b"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +168,7 @@ func TestObserveReportsEveryChange(t *testing.T) {
 		won, _, err := b.Acquire(ctx, time.Minute)
 		return err == nil && won
 	})
-	if c := wantChange(t, ch, 10*time.Second, "expired", "a"); c.Record != publease.Record(st.Record) {
+	if c := wantChange(t, ch, 10*time.Second, "expired", "a"); c.Record != st.Record {
 		t.Fatalf("expired %+v, want a's term %+v", c, st.Record)
 	}
 	wantChange(t, ch, 10*time.Second, "acquired", "b")
@@ -184,7 +185,7 @@ func TestObserveRetriesAFailedReadAfterTheSubscriptionBroke(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = client.Close() }) // after the observer ended
 	const name = "observed-failed-read"
-	key := lease.KeysFor("", name).Lease
+	key := leasewire.KeysFor(lease.DefaultPrefix, name).Lease
 	ctx := t.Context()
 	if err := admin.Set(ctx, key, "v1:100:aaaa:old-holder", time.Minute).Err(); err != nil {
 		t.Fatal(err)

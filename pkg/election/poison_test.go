@@ -10,10 +10,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/testing/faultproxy"
 	"github.com/elector/elector/internal/testing/redistest"
 	"github.com/elector/elector/pkg/election"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // term is one term as its work saw it: from OnStartedLeading's start to the cancellation of
@@ -106,7 +107,7 @@ func (ts *terms) String() string {
 func loadReleaseScript(t *testing.T, admin *redis.Client) {
 	t.Helper()
 	ctx := context.Background()
-	l, err := lease.New(admin, "warm-up-release", lease.Options{Identity: "x"})
+	l, err := leasekit.New(admin, "warm-up-release", lease.Options{Identity: "x"})
 	if err != nil {
 		t.Fatal(err)
 	}

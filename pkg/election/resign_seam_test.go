@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/pkg/lease"
 )
 
 func (s *fakeStore) resign(ctx context.Context, term lease.Record, _ string, _, _ time.Duration) error {
@@ -48,7 +49,7 @@ func withSlowWork(w *slowWork, recampaign bool) func(*Config) {
 	}
 }
 
-var resignAsked = fmt.Errorf("renew lease %q: %w", "seam", lease.ErrResignRequested)
+var resignAsked = fmt.Errorf("renew lease %q: %w", "seam", leasekit.ErrResignRequested)
 
 // A renewal that reports a resign request (reply 2) ends the term like a cancel with
 // ReleaseOnCancel: the work's ctx is cancelled at once, the lease is renewed while the work
@@ -97,7 +98,7 @@ func TestSeamResignRequestStepDownOrder(t *testing.T) {
 	rel.answer(reply{ok: true})
 	// Campaigning again, the server refuses it during the hold-off: it sleeps until then.
 	a := h.next("acquire")
-	a.answer(reply{st: lease.Status{Reservation: &lease.Reservation{Resigned: mine(7), TTL: 250 * time.Millisecond}}})
+	a.answer(reply{res: &leasekit.Reservation{Resigned: mine(7), TTL: 250 * time.Millisecond}})
 	for i := 0; ; i++ {
 		d := h.arm().Sub(h.clk.Now())
 		if d >= 250*time.Millisecond && d <= 250*time.Millisecond+maxJitter {
@@ -149,7 +150,7 @@ func TestSeamResignInProcess(t *testing.T) {
 	if err := h.e.Resign(context.Background()); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("Resign on a follower = %v, want ErrNotLeader", err)
 	}
-	if err := h.e.ResignTo(context.Background(), "me"); !errors.Is(err, lease.ErrTargetIsHolder) {
+	if err := h.e.ResignTo(context.Background(), "me"); !errors.Is(err, leasekit.ErrTargetIsHolder) {
 		t.Fatalf("ResignTo itself = %v, want ErrTargetIsHolder", err)
 	}
 	_, s := h.lead(7)
@@ -202,7 +203,7 @@ func TestSeamResignRequestFails(t *testing.T) {
 		t.Fatal("the term ended although the request failed")
 	}
 	go func() { errc <- h.e.Resign(context.Background()) }()
-	h.next("resign").answer(reply{err: fmt.Errorf("x: %w", lease.ErrOtherTerm)})
+	h.next("resign").answer(reply{err: fmt.Errorf("x: %w", leasekit.ErrOtherTerm)})
 	if err := <-errc; !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("Resign when Redis holds another term = %v, want ErrNotLeader", err)
 	}

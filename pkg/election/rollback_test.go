@@ -11,9 +11,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/testing/redistest"
 	"github.com/elector/elector/pkg/election"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // Timing of the rollback tests: the review's. The old record must still be live in the
@@ -153,7 +154,7 @@ func TestGroupRollbackNeverStartsAnOlderToken(t *testing.T) {
 		}
 	}
 	t.Cleanup(stop)
-	key := lease.KeysFor(lease.DefaultPrefix, "x").Lease
+	key := leasewire.KeysFor(lease.DefaultPrefix, "x").Lease
 
 	run()
 	waitUntil(t, 10*time.Second, "the first term", func() bool { return ts.started("pod-a") == 1 })

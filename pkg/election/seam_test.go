@@ -13,9 +13,10 @@ import (
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/redisfail"
 	"github.com/elector/elector/internal/timing"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // Deterministic tests of campaign and lead: the Elector runs against a fake store (the seam
@@ -79,6 +80,7 @@ type call struct {
 type reply struct {
 	ok  bool
 	st  lease.Status
+	res *leasekit.Reservation
 	sub subscription
 	err error
 }
@@ -96,9 +98,9 @@ func (s *fakeStore) do(ctx context.Context, kind string, term lease.Record) repl
 	return <-c.reply
 }
 
-func (s *fakeStore) acquire(ctx context.Context, _ time.Duration) (bool, lease.Status, error) {
+func (s *fakeStore) acquire(ctx context.Context, _ time.Duration) (bool, lease.Status, *leasekit.Reservation, error) {
 	r := s.do(ctx, "acquire", lease.Record{})
-	return r.ok, r.st, r.err
+	return r.ok, r.st, r.res, r.err
 }
 
 func (s *fakeStore) renew(ctx context.Context, term lease.Record, _ time.Duration) (bool, error) {
@@ -122,15 +124,15 @@ func (s *fakeStore) subscribe(ctx context.Context) (subscription, error) {
 // fakeSub is a subscription whose events the test sends; closing events is a broken
 // connection.
 type fakeSub struct {
-	events chan lease.Event
+	events chan leasekit.Event
 	once   sync.Once
 }
 
-func newFakeSub() *fakeSub { return &fakeSub{events: make(chan lease.Event, 16)} }
+func newFakeSub() *fakeSub { return &fakeSub{events: make(chan leasekit.Event, 16)} }
 
-func (s *fakeSub) Events() <-chan lease.Event { return s.events }
-func (s *fakeSub) Close() error               { s.broken(); return nil }
-func (s *fakeSub) broken()                    { s.once.Do(func() { close(s.events) }) }
+func (s *fakeSub) Events() <-chan leasekit.Event { return s.events }
+func (s *fakeSub) Close() error                  { s.broken(); return nil }
+func (s *fakeSub) broken()                       { s.once.Do(func() { close(s.events) }) }
 
 type started struct {
 	token int64
@@ -602,25 +604,25 @@ func TestSeamRenewReplyAfterTheDeadlineTimer(t *testing.T) {
 // neither wake a follower nor move its wake-up; a release of the current term wakes it; a
 // renewal moves the wake-up to its TTL, capped at LeaseDuration.
 func TestSeamOnEvent(t *testing.T) {
-	ev := func(kind lease.EventKind, rec lease.Record, ttl time.Duration) lease.Event {
-		return lease.Event{Kind: kind, Record: rec, TTL: ttl}
+	ev := func(kind leasekit.EventKind, rec lease.Record, ttl time.Duration) leasekit.Event {
+		return leasekit.Event{Kind: kind, Record: rec, TTL: ttl}
 	}
 	for _, tc := range []struct {
 		name     string
 		seen     lease.Record
 		released bool // seen was released
-		ev       lease.Event
+		ev       leasekit.Event
 		wake     bool
 		rearm    time.Duration
 	}{
-		{"release of the current term", theirs(10), false, ev(lease.Released, theirs(10), 0), true, -1},
-		{"release of an older term", theirs(10), false, ev(lease.Released, theirs(9), 0), false, -1},
-		{"release heard twice", theirs(10), true, ev(lease.Released, theirs(10), 0), false, -1},
-		{"renewal of the current term", theirs(10), false, ev(lease.Renewed, theirs(10), 250*time.Millisecond), false, 250 * time.Millisecond},
-		{"renewal of an older term", theirs(10), false, ev(lease.Renewed, theirs(9), time.Millisecond), false, -1},
-		{"renewal of a released term", theirs(10), true, ev(lease.Renewed, theirs(10), time.Millisecond), false, -1},
-		{"newer term acquired", theirs(10), true, ev(lease.Acquired, theirs(11), seamLease), false, seamLease},
-		{"renewal longer than the lease", theirs(10), false, ev(lease.Renewed, theirs(10), time.Hour), false, seamLease},
+		{"release of the current term", theirs(10), false, ev(leasekit.Released, theirs(10), 0), true, -1},
+		{"release of an older term", theirs(10), false, ev(leasekit.Released, theirs(9), 0), false, -1},
+		{"release heard twice", theirs(10), true, ev(leasekit.Released, theirs(10), 0), false, -1},
+		{"renewal of the current term", theirs(10), false, ev(leasekit.Renewed, theirs(10), 250*time.Millisecond), false, 250 * time.Millisecond},
+		{"renewal of an older term", theirs(10), false, ev(leasekit.Renewed, theirs(9), time.Millisecond), false, -1},
+		{"renewal of a released term", theirs(10), true, ev(leasekit.Renewed, theirs(10), time.Millisecond), false, -1},
+		{"newer term acquired", theirs(10), true, ev(leasekit.Acquired, theirs(11), seamLease), false, seamLease},
+		{"renewal longer than the lease", theirs(10), false, ev(leasekit.Renewed, theirs(10), time.Hour), false, seamLease},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := &Elector{cfg: Config{LeaseDuration: seamLease, Identity: "me"}, clock: clocktesting.NewFakeClock(time.Unix(0, 0))}
@@ -640,11 +642,11 @@ func TestSeamFollowerIgnoresStaleEvents(t *testing.T) {
 	c := h.next("acquire")
 	c.answer(reply{st: held(theirs(10), seamLease)})
 	h.armFor(seamLease, true)
-	h.sub.events <- lease.Event{Kind: lease.Released, Record: theirs(9)}
-	h.sub.events <- lease.Event{Kind: lease.Renewed, Record: theirs(9), TTL: time.Millisecond}
-	h.sub.events <- lease.Event{Kind: lease.Renewed, Record: theirs(10), TTL: 250 * time.Millisecond}
+	h.sub.events <- leasekit.Event{Kind: leasekit.Released, Record: theirs(9)}
+	h.sub.events <- leasekit.Event{Kind: leasekit.Renewed, Record: theirs(9), TTL: time.Millisecond}
+	h.sub.events <- leasekit.Event{Kind: leasekit.Renewed, Record: theirs(10), TTL: 250 * time.Millisecond}
 	h.armFor(250*time.Millisecond, true)
-	h.sub.events <- lease.Event{Kind: lease.Released, Record: theirs(10)}
+	h.sub.events <- leasekit.Event{Kind: leasekit.Released, Record: theirs(10)}
 	c = h.next("acquire")
 	if c.now != h.clk.Now() {
 		t.Fatal("clock moved")
@@ -677,7 +679,7 @@ func TestSeamDataLossWakeRules(t *testing.T) {
 			h.sub = newFakeSub()
 			s.answer(reply{sub: h.sub})
 			if hearRelease {
-				h.sub.events <- lease.Event{Kind: lease.Released, Record: theirs(10)}
+				h.sub.events <- leasekit.Event{Kind: leasekit.Released, Record: theirs(10)}
 				c := h.next("acquire")
 				c.answer(reply{st: held(theirs(11), seamLease)})
 				if c.now.After(sent.Add(resubscribeDelay)) {
@@ -939,7 +941,7 @@ func TestSeamErrorKeepsTheKnownExpiry(t *testing.T) {
 			if heardRelease {
 				c.answer(reply{st: held(theirs(10), seamLease)})
 				h.armFor(seamLease, true)
-				h.sub.events <- lease.Event{Kind: lease.Released, Record: theirs(10)}
+				h.sub.events <- leasekit.Event{Kind: leasekit.Released, Record: theirs(10)}
 			} else {
 				h.sub.broken()
 				c.answer(reply{st: held(theirs(10), 120*time.Millisecond)})

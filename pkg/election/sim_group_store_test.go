@@ -8,13 +8,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/testing/sim"
 )
 
 // simGroupRedis is the groupRedis seam of one Group over the simulator's network: the batches
 // run the project's own scripts on the simulated Redis with the keys and arguments that
-// lease.Batch sends for a Group's leases (no resign keys, no renewal announcements), one
+// leasekit.Batch sends for a Group's leases (no resign keys, no renewal announcements), one
 // command after the other on one connection (a pipeline, sent from the batch's send time).
 type simGroupRedis struct {
 	g       *Group
@@ -34,7 +35,7 @@ func (s *simGroupRedis) done(kind string, sent time.Time) {
 
 func (s *simGroupRedis) ttl() string { return millis(s.g.cfg.LeaseDuration) }
 
-func ownerOf(l *lease.Lease) string { return l.Instance() + ":" + l.Identity() }
+func ownerOf(l *leasekit.Lease) string { return l.Instance() + ":" + l.Identity() }
 
 func (s *simGroupRedis) acquire(ctx context.Context, b *acquireBatch) {
 	b.replies = make([]acquireReply, len(b.items))
@@ -64,7 +65,7 @@ func parseGroupAcquire(sent time.Time, v any, err error) acquireReply {
 	if len(reply) != 3 {
 		return acquireReply{sent: sent, err: fmt.Errorf("acquire: unexpected reply %v", v)}
 	}
-	rec, err := lease.ParseRecord(asString(reply[1]))
+	rec, err := leasekit.ParseRecord(asString(reply[1]))
 	if err != nil {
 		return acquireReply{sent: sent, err: fmt.Errorf("acquire: %w", err)}
 	}
@@ -120,7 +121,7 @@ func (s *simGroupRedis) heartbeat(ctx context.Context, mode string) (int, error)
 func (s *simGroupRedis) subscribe(ctx context.Context) (groupSubscription, error) {
 	gs := &simGroupSub{events: make(chan seqEvent, 64), seam: s}
 	for _, name := range s.names {
-		ch := lease.KeysFor(s.g.cfg.KeyPrefix, name).Events
+		ch := leasewire.KeysFor(s.g.cfg.KeyPrefix, name).Events
 		sub, err := s.node.Subscribe(ctx, ch, gs.deliver(name), gs.broken)
 		if err != nil {
 			gs.close()
@@ -151,7 +152,7 @@ type simGroupSub struct {
 
 func (s *simGroupSub) deliver(name string) func(string) {
 	return func(payload string) {
-		ev, err := lease.ParseEvent(payload)
+		ev, err := leasekit.ParseEvent(payload)
 		if err != nil {
 			return
 		}
@@ -177,11 +178,11 @@ func (s *simGroupSub) broken() {
 	}
 }
 
-func (s *simGroupSub) next(ctx context.Context) (string, lease.Event, error) {
+func (s *simGroupSub) next(ctx context.Context) (string, leasekit.Event, error) {
 	select {
 	case e, ok := <-s.events:
 		if !ok {
-			return "", lease.Event{}, fmt.Errorf("lease events: subscription broken")
+			return "", leasekit.Event{}, fmt.Errorf("lease events: subscription broken")
 		}
 		// One event per step: messages that waited in the buffer (while the subscription
 		// was being made, or the node paused) would otherwise reach the loop in a burst,
@@ -189,7 +190,7 @@ func (s *simGroupSub) next(ctx context.Context) (string, lease.Event, error) {
 		s.seam.gate.pass(s.seam.node, fmt.Sprintf("%s event %09d", s.seam.node.Name(), e.seq))
 		return e.name, e.ev, nil
 	case <-ctx.Done():
-		return "", lease.Event{}, ctx.Err()
+		return "", leasekit.Event{}, ctx.Err()
 	}
 }
 

@@ -12,8 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"k8s.io/utils/clock"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/testing/sim"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // What a replica's OnStartedLeading does with its term.
@@ -114,7 +115,7 @@ func (r *simReplica) newElector(client redis.UniversalClient) error {
 	if err != nil {
 		return err
 	}
-	l, err := lease.New(client, simLease, lease.Options{Identity: r.identity, Instance: r.instance, AnnounceRenewals: true, ResignRequests: true})
+	l, err := leasekit.NewWith(client, simLease, lease.Options{Identity: r.identity}, leasekit.Ext{Instance: r.instance, AnnounceRenewals: true, ResignRequests: true})
 	if err != nil {
 		return err
 	}

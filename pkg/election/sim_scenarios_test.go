@@ -12,8 +12,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/testing/sim"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // Directed workloads ("scenarios", as FoundationDB's workloads): per seed, a scripted sequence
@@ -216,18 +217,18 @@ func simStoreOf(s store) *simStore {
 	return s.(*simStore)
 }
 
-func (g *gatedStore) acquire(ctx context.Context, ttl time.Duration) (bool, lease.Status, error) {
+func (g *gatedStore) acquire(ctx context.Context, ttl time.Duration) (bool, lease.Status, *leasekit.Reservation, error) {
 	refused := g.refuse.Load()
 	g.mu.Lock()
 	g.acquires++
 	g.mu.Unlock()
-	won, st, err := g.simStore.acquire(ctx, ttl)
-	if refused && err == nil && !won && st.Reservation == nil {
+	won, st, res, err := g.simStore.acquire(ctx, ttl)
+	if refused && err == nil && !won && res == nil {
 		g.mu.Lock()
 		g.heldAt = time.Now()
 		g.mu.Unlock()
 	}
-	return won, st, err
+	return won, st, res, err
 }
 
 func (g *gatedStore) subscribe(ctx context.Context) (subscription, error) {

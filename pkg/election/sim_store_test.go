@@ -9,17 +9,19 @@ import (
 	"sync"
 	"time"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/testing/sim"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // simStore is the store seam of one Elector over the simulator's network: it runs the
-// project's own scripts (read from internal/lease/scripts) on the simulated Redis with the keys and
-// arguments internal/lease sends, and decodes their replies as internal/lease does.
+// project's own scripts (read from pkg/lease/scripts) on the simulated Redis with the keys and
+// arguments pkg/lease sends, and decodes their replies as pkg/lease does.
 type simStore struct {
 	node    *sim.Node
 	scripts sim.Scripts
-	keys    lease.Keys
+	keys    leasewire.Keys
 	owner   string // "<instance>:<identity>"
 
 	mu       sync.Mutex
@@ -56,33 +58,33 @@ func (s *simStore) leftHeld(started func(lease.Record) bool) []lease.Record {
 
 func millis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 
-func (s *simStore) acquire(ctx context.Context, ttl time.Duration) (bool, lease.Status, error) {
+func (s *simStore) acquire(ctx context.Context, ttl time.Duration) (bool, lease.Status, *leasekit.Reservation, error) {
 	k := s.keys
 	v, err := s.node.Call(ctx, "acquire", s.scripts.Acquire, []string{k.Lease, k.Token, k.Terms, k.Resign}, []string{s.owner, millis(ttl), k.Events})
 	if err != nil {
-		return false, lease.Status{}, fmt.Errorf("acquire: %w", err)
+		return false, lease.Status{}, nil, fmt.Errorf("acquire: %w", err)
 	}
 	reply, _ := v.([]any)
 	if len(reply) == 4 && reply[0] == int64(2) {
-		rec, err := lease.ParseRecord(asString(reply[1]))
+		rec, err := leasekit.ParseRecord(asString(reply[1]))
 		if err != nil {
-			return false, lease.Status{}, fmt.Errorf("acquire: reservation: %w", err)
+			return false, lease.Status{}, nil, fmt.Errorf("acquire: reservation: %w", err)
 		}
 		pttl, _ := reply[2].(int64)
-		return false, lease.Status{Reservation: &lease.Reservation{Resigned: rec, Target: asString(reply[3]), TTL: pttlOf(pttl)}}, nil
+		return false, lease.Status{}, &leasekit.Reservation{Resigned: rec, Target: asString(reply[3]), TTL: pttlOf(pttl)}, nil
 	}
 	if len(reply) != 3 {
-		return false, lease.Status{}, fmt.Errorf("acquire: unexpected reply %v", v)
+		return false, lease.Status{}, nil, fmt.Errorf("acquire: unexpected reply %v", v)
 	}
-	rec, err := lease.ParseRecord(asString(reply[1]))
+	rec, err := leasekit.ParseRecord(asString(reply[1]))
 	if err != nil {
-		return false, lease.Status{}, fmt.Errorf("acquire: %w", err)
+		return false, lease.Status{}, nil, fmt.Errorf("acquire: %w", err)
 	}
 	pttl, _ := reply[2].(int64)
 	if reply[0] == int64(1) {
 		s.note(rec, true)
 	}
-	return reply[0] == int64(1), lease.Status{Held: true, Record: rec, TTL: pttlOf(pttl)}, nil
+	return reply[0] == int64(1), lease.Status{Held: true, Record: rec, TTL: pttlOf(pttl)}, nil, nil
 }
 
 func asString(v any) string { s, _ := v.(string); return s }
@@ -101,7 +103,7 @@ func (s *simStore) renew(ctx context.Context, term lease.Record, ttl time.Durati
 		return false, fmt.Errorf("renew: %w", err)
 	}
 	if v == int64(2) {
-		return true, fmt.Errorf("renew: token %d: %w", term.Token, lease.ErrResignRequested)
+		return true, fmt.Errorf("renew: token %d: %w", term.Token, leasekit.ErrResignRequested)
 	}
 	return v == int64(1), nil
 }
@@ -123,18 +125,18 @@ func (s *simStore) resign(ctx context.Context, term lease.Record, target string,
 	var rerr sim.Error
 	switch {
 	case errors.As(err, &rerr) && strings.HasPrefix(string(rerr), "ERR resign target is the holder"):
-		return fmt.Errorf("resign: %w: %q", lease.ErrTargetIsHolder, target)
+		return fmt.Errorf("resign: %w: %q", leasekit.ErrTargetIsHolder, target)
 	case err != nil:
 		return fmt.Errorf("resign: %w", err)
 	}
 	if reply, _ := v.([]any); len(reply) != 2 || reply[0] != int64(1) {
-		return fmt.Errorf("resign: token %d: %w (%v)", term.Token, lease.ErrOtherTerm, v)
+		return fmt.Errorf("resign: token %d: %w (%v)", term.Token, leasekit.ErrOtherTerm, v)
 	}
 	return nil
 }
 
 func (s *simStore) subscribe(ctx context.Context) (subscription, error) {
-	ss := &simSub{events: make(chan lease.Event, 16)}
+	ss := &simSub{events: make(chan leasekit.Event, 16)}
 	sub, err := s.node.Subscribe(ctx, s.keys.Events, ss.deliver, ss.broken)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe: %w", err)
@@ -143,14 +145,14 @@ func (s *simStore) subscribe(ctx context.Context) (subscription, error) {
 	return ss, nil
 }
 
-// simSub is a subscription of the simulated network, as lease.Subscription delivers it.
+// simSub is a subscription of the simulated network, as leasekit.Subscription delivers it.
 type simSub struct {
-	events chan lease.Event
+	events chan leasekit.Event
 	sub    *sim.Sub
 	once   sync.Once
 }
 
-func (s *simSub) Events() <-chan lease.Event { return s.events }
+func (s *simSub) Events() <-chan leasekit.Event { return s.events }
 
 func (s *simSub) Close() error {
 	if s.sub != nil {
@@ -164,7 +166,7 @@ func (s *simSub) broken() { s.once.Do(func() { close(s.events) }) }
 
 // deliver is called by the driver, never after Close (the world checks under its lock).
 func (s *simSub) deliver(payload string) {
-	ev, err := lease.ParseEvent(payload)
+	ev, err := leasekit.ParseEvent(payload)
 	if err != nil {
 		return
 	}

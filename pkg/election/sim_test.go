@@ -13,8 +13,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/testing/sim"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // The deterministic simulator (issue 24, docs/MODEL.md): N replicas run the production
@@ -82,7 +83,7 @@ type simDriver struct {
 	simBase
 	rec       *recorder
 	scripts   sim.Scripts
-	keys      lease.Keys
+	keys      leasewire.Keys
 	client    redis.UniversalClient
 	holdOff   time.Duration
 	ignoreCtx bool
@@ -264,7 +265,7 @@ func (d *simDriver) done() bool {
 
 // newSimDriver returns the Elector driver of world w.
 func newSimDriver(w *sim.World, scripts sim.Scripts, client redis.UniversalClient) *simDriver {
-	d := &simDriver{simBase: simBase{w: w, rng: w.Rand}, rec: newRecorder(w), scripts: scripts, keys: lease.KeysFor("", simLease), client: client}
+	d := &simDriver{simBase: simBase{w: w, rng: w.Rand}, rec: newRecorder(w), scripts: scripts, keys: leasewire.KeysFor(lease.DefaultPrefix, simLease), client: client}
 	d.dataLost = d.rec.dataLost
 	return d
 }

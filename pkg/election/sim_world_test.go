@@ -12,7 +12,8 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/testing/sim"
 )
 
@@ -274,9 +275,9 @@ func (d *simDriver) resignRequest() {
 		switch {
 		case err == nil:
 			d.counts.add("resign request written")
-		case errors.Is(err, lease.ErrOtherTerm):
+		case errors.Is(err, leasekit.ErrOtherTerm):
 			d.counts.add("resign request for an ended term")
-		case errors.Is(err, lease.ErrTargetIsHolder):
+		case errors.Is(err, leasekit.ErrTargetIsHolder):
 			d.counts.add("resign request to the holder")
 		case errors.Is(err, errNoHolder):
 			d.counts.add("resign request without holder")
@@ -286,7 +287,7 @@ func (d *simDriver) resignRequest() {
 
 // cliResign is what `elector resign` sends: GET the lease (Observe's first read), then, after
 // delay, resign.lua with the record read, decoded as lease.RequestResign decodes it.
-func cliResign(ctx context.Context, node *sim.Node, scripts sim.Scripts, k lease.Keys, target string, holdOff, timeout, delay time.Duration) error {
+func cliResign(ctx context.Context, node *sim.Node, scripts sim.Scripts, k leasewire.Keys, target string, holdOff, timeout, delay time.Duration) error {
 	v, err := node.Call(ctx, "GET", "", nil, []string{"GET", k.Lease})
 	if err != nil {
 		return fmt.Errorf("read the holder: %w", err)
@@ -294,7 +295,7 @@ func cliResign(ctx context.Context, node *sim.Node, scripts sim.Scripts, k lease
 	if v == nil {
 		return errNoHolder
 	}
-	rec, err := lease.ParseRecord(asString(v))
+	rec, err := leasekit.ParseRecord(asString(v))
 	if err != nil {
 		return fmt.Errorf("read the holder: %w", err)
 	}
@@ -306,7 +307,7 @@ func cliResign(ctx context.Context, node *sim.Node, scripts sim.Scripts, k lease
 	var rerr sim.Error
 	switch {
 	case errors.As(err, &rerr) && strings.HasPrefix(string(rerr), "ERR resign target is the holder"):
-		return fmt.Errorf("request resign: %w: %q", lease.ErrTargetIsHolder, target)
+		return fmt.Errorf("request resign: %w: %q", leasekit.ErrTargetIsHolder, target)
 	case err != nil:
 		return fmt.Errorf("request resign: %w", err)
 	}
@@ -315,7 +316,7 @@ func cliResign(ctx context.Context, node *sim.Node, scripts sim.Scripts, k lease
 		return fmt.Errorf("request resign: unexpected reply %v", v)
 	}
 	if n, _ := reply[0].(int64); n != 1 {
-		return fmt.Errorf("request resign: token %d: %w (reply %s)", rec.Token, lease.ErrOtherTerm, sim.FormatReply(v))
+		return fmt.Errorf("request resign: token %d: %w (reply %s)", rec.Token, leasekit.ErrOtherTerm, sim.FormatReply(v))
 	}
 	return nil
 }

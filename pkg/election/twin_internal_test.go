@@ -7,7 +7,7 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // A dead record of this identity, found again just after the expiry first seen (Redis

@@ -1,7 +1,7 @@
 // Package lease is one named Redis lease with fencing tokens: a lock that a holder acquires
 // for a TTL, renews while it works, and releases, in one round trip each (a Lua script run
-// atomically by Redis). It is the primitive that package election builds leader election on,
-// for programs that want the lock without the election.
+// atomically by Redis, EVALSHA and EVAL on NOSCRIPT). It is the primitive that package election
+// builds leader election on, for programs that want the lock without the election.
 //
 // Every acquisition begins a term with a fencing token larger than any token handed out
 // before for the same name, even after Redis lost its data: hand it to the resources the
@@ -10,36 +10,63 @@
 // random instance id), never on another holder's or a later term. Acquisitions and releases
 // are announced on the lease's pub/sub channel, which package election's followers listen to.
 //
-// The keys, the record format and the scripts are specified in docs/PROTOCOL.md; their
-// implementation is in internal/lease, which this package exposes the lock part of.
+// A Lease keeps no state between calls that matters to the protocol and is safe for
+// concurrent use; it decides nothing about when to acquire, renew or give up. The keys, the
+// record format and the scripts (scripts/*.lua) are specified in docs/PROTOCOL.md. What only
+// package election and the elector command use (events, resign requests, batches, done marks,
+// listing) is built on this package in internal/leasekit, through the seam in seam.go.
 package lease
 
 import (
 	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	impl "github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasewire"
+	"github.com/elector/elector/internal/luaerr"
+	"github.com/elector/elector/internal/rediserr"
 )
 
 // DefaultPrefix ("elector") is the key prefix used when Options.Prefix is empty.
-const DefaultPrefix = impl.DefaultPrefix
+const DefaultPrefix = "elector"
+
+// ErrTokenRange is matched (errors.Is) by the error of an acquisition refused because the next
+// fencing token would exceed 2^53-1, the largest integer a Redis script counts exactly: handing
+// out a larger one could repeat a token. Only a token key set by hand gets there before the
+// year 2255.
+var ErrTokenRange = errors.New("fencing token counter beyond 2^53-1")
 
 // NoExpiry (-1ns) is the TTL reported for a lease key that exists without an expiry (set by
 // hand).
-const NoExpiry = impl.NoExpiry
+const NoExpiry = time.Duration(-1)
 
-// ErrNotReplicated is matched (errors.Is) by the error of a write that the master applied but
-// that fewer replicas than Options.ReplicaAck asked for acknowledged within its timeout; the
-// message says how many of how many. The write stands on the master; it may be lost if the
-// master fails now.
-var ErrNotReplicated = impl.ErrNotReplicated
+// The scripts of docs/PROTOCOL.md. Resign and done are run for internal/leasekit (seam.go).
+var (
+	//go:embed scripts/acquire.lua
+	acquireSource string
+	//go:embed scripts/renew.lua
+	renewSource string
+	//go:embed scripts/release.lua
+	releaseSource string
+	//go:embed scripts/resign.lua
+	resignSource string
+	//go:embed scripts/done.lua
+	doneSource string
+)
 
-// ErrTokenRange is matched by the error of an acquisition refused because the next fencing
-// token would exceed 2^53-1, the largest integer a Redis script counts exactly: handing out a
-// larger one could repeat a token. Only a token key set by hand gets there before the year 2255.
-var ErrTokenRange = impl.ErrTokenRange
+// The scripts are immutable values (source and SHA1); sharing them is not shared state.
+var (
+	acquireScript = newScript(acquireSource)
+	renewScript   = newScript(renewSource)
+	releaseScript = newScript(releaseSource)
+	resignScript  = newScript(resignSource)
+	doneScript    = newScript(doneSource)
+)
 
 // Options configure a Lease. The zero value is usable for an observer that never acquires.
 type Options struct {
@@ -52,46 +79,91 @@ type Options struct {
 	ReplicaAck ReplicaAck
 }
 
-// ReplicaAck asks that a write of the lease count only once replicas of the Redis master have
-// acknowledged it, with the WAIT command on the connection that wrote it. Redis replicates
-// asynchronously: a master may confirm an acquisition or a renewal and fail before any replica
-// received it, and the replica that Sentinel or Cluster promotes then knows nothing of the
-// term. With ReplicaAck the holder learns of that before it relies on the write. It needs a
-// *redis.Client (standalone or Sentinel failover) or a *redis.ClusterClient; see
-// docs/RELIABILITY.md for what it changes and costs.
-type ReplicaAck struct {
-	// Replicas is how many replicas must acknowledge the write. 0 asks for none.
-	Replicas int
-	// Timeout bounds how long Redis waits for the acknowledgements: at least 1ms and a whole
-	// number of milliseconds (WAIT with 0 would block forever). Keep it well below the deadline
-	// of the call's context.
-	Timeout time.Duration
+// Lease is one named lease in Redis. Create it with New; it is safe for concurrent use and
+// keeps no state between calls but its configuration.
+type Lease struct {
+	client   redis.UniversalClient
+	name     string
+	identity string
+	instance string
+	owner    string // "<instance>:<identity>": the record after its version and token
+	prefix   string // Options.Prefix, or DefaultPrefix
+	keys     leasewire.Keys
+	aclKeys  string     // the ACL key pattern of the keys under the prefix (leasewire.ACLKeyPattern)
+	announce bool       // every successful Renew publishes a "renewed" event (seam.go)
+	resign   bool       // Acquire, Renew and Release take part in the resign protocol (seam.go)
+	ack      ReplicaAck // Options.ReplicaAck
+
+	// The keys of each script call, boxed (args.go): acquire takes the lease, token and terms
+	// keys, renew and release the lease key; with resign both end with the resign key. Never
+	// changed after New.
+	acquireKeys, termKeys []any
+	boxes                 argBoxes
 }
 
-// Record identifies one term: the fencing token handed out when it began, the random instance
-// id of the process that holds it (generated by New), and that process's identity. Two
-// processes with the same identity have different instance ids, so they never pass each
-// other's owner check. It is stored in Redis as "v1:<token>:<instance>:<identity>".
-type Record struct {
-	// Token is the fencing token of the term: larger than the token of every earlier term.
-	Token int64
-	// Instance is the random id of the holding process.
-	Instance string
-	// Identity is the holder's configured identity.
-	Identity string
+// New returns the lease called name, stored through client: a standalone, Sentinel failover
+// or Cluster client (all keys of one lease share the hash tag {name}). It checks name, the
+// options and the client, and makes a fresh instance id; it does not talk to Redis.
+func New(client redis.UniversalClient, name string, opts Options) (*Lease, error) {
+	return newLease(client, name, opts, "", false, false)
 }
 
-// IsZero reports whether r is the zero Record (no term).
-func (r Record) IsZero() bool { return r == Record{} }
-
-// String returns the encoded record, exactly as it is stored in Redis.
-func (r Record) String() string { return impl.Record(r).String() }
-
-// AcquiredAt returns the time the term began, read from its fencing token (Redis's clock in
-// microseconds when the term began, or the previous term's plus 1µs when that clock was
-// behind: never later than the true time). ok is false for a token that is no time, as in a
-// record set by hand.
-func (r Record) AcquiredAt() (t time.Time, ok bool) { return impl.Record(r).AcquiredAt() }
+// newLease is New with what only internal/leasekit sets (seam.go): instance, when not empty,
+// replaces the fresh instance id (to resume the terms of a process known to be gone, or in
+// tests); announce makes every successful Renew publish a "renewed" event; resign makes
+// Acquire, Renew and Release take part in the resign protocol.
+func newLease(client redis.UniversalClient, name string, opts Options, instance string, announce, resign bool) (*Lease, error) {
+	if client == nil {
+		return nil, errors.New("new lease: redis client is nil")
+	}
+	if err := leasewire.ValidateName(name); err != nil {
+		return nil, fmt.Errorf("new lease: name %q %w", name, err)
+	}
+	prefix := opts.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if err := leasewire.ValidateName(prefix); err != nil {
+		return nil, fmt.Errorf("new lease %q: key prefix %q %w", name, prefix, err)
+	}
+	if opts.Identity != "" {
+		if err := leasewire.ValidateIdentity(opts.Identity); err != nil {
+			return nil, fmt.Errorf("new lease %q: identity %q %w", name, opts.Identity, err)
+		}
+	}
+	if instance == "" {
+		var err error
+		if instance, err = leasewire.NewInstanceID(); err != nil {
+			return nil, fmt.Errorf("new lease %q: %w", name, err)
+		}
+	} else if err := leasewire.ValidateInstance(instance); err != nil {
+		return nil, fmt.Errorf("new lease %q: instance id %q %w", name, instance, err)
+	}
+	if err := opts.ReplicaAck.validate(); err != nil {
+		return nil, fmt.Errorf("new lease %q: %w", name, err)
+	}
+	keys := leasewire.KeysFor(prefix, name)
+	l := &Lease{
+		client:   client,
+		name:     name,
+		identity: opts.Identity,
+		instance: instance,
+		owner:    instance + ":" + opts.Identity,
+		prefix:   prefix,
+		keys:     keys,
+		aclKeys:  leasewire.ACLKeyPattern(prefix),
+		announce: announce,
+		resign:   resign,
+		ack:      opts.ReplicaAck,
+	}
+	l.acquireKeys, l.termKeys = boxKeys(keys.Lease, keys.Token, keys.Terms), boxKeys(keys.Lease)
+	if l.resign {
+		l.acquireKeys = boxKeys(keys.Lease, keys.Token, keys.Terms, keys.Resign)
+		l.termKeys = boxKeys(keys.Lease, keys.Resign)
+	}
+	l.boxes.owner, l.boxes.channel = l.owner, keys.Events
+	return l, nil
+}
 
 // Status is what a read or an acquisition found: who holds the lease and for how long.
 type Status struct {
@@ -103,27 +175,6 @@ type Status struct {
 	TTL time.Duration
 }
 
-// Lease is one named lease in Redis. Create it with New; it is safe for concurrent use and
-// keeps no state between calls but its configuration.
-type Lease struct {
-	l *impl.Lease
-}
-
-// New returns the lease called name, stored through client: a standalone, Sentinel failover
-// or Cluster client (all keys of one lease share the hash tag {name}). It checks name, the
-// options and the client, and makes a fresh instance id; it does not talk to Redis.
-func New(client redis.UniversalClient, name string, opts Options) (*Lease, error) {
-	l, err := impl.New(client, name, impl.Options{
-		Prefix:     opts.Prefix,
-		Identity:   opts.Identity,
-		ReplicaAck: impl.ReplicaAck(opts.ReplicaAck),
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &Lease{l: l}, nil
-}
-
 // Acquire takes the lease for ttl if nobody holds it, beginning a new term with the next
 // fencing token. If this Lease already holds it, the current term is kept and extended to ttl,
 // so a retry after a lost reply is harmless. acquired reports whether the lease is now ours;
@@ -133,35 +184,190 @@ func New(client redis.UniversalClient, name string, opts Options) (*Lease, error
 // With ReplicaAck, an acquisition that the master granted but too few replicas acknowledged
 // returns acquired == true, the new term's Status and an error matching ErrNotReplicated: do
 // not rely on the term yet; Acquire again (it keeps the term and waits again) or Release it.
+// With replicas asked for, the client must be a *redis.Client (standalone or Sentinel failover
+// client) or a *redis.ClusterClient, which is asked for the master of the lease's slot. In
+// Cluster, while that slot is being migrated, the call fails with Redis's MOVED or ASK error
+// and must be retried; the cluster client's slot map is refreshed in the background.
 func (l *Lease) Acquire(ctx context.Context, ttl time.Duration) (acquired bool, st Status, err error) {
-	acquired, s, err := l.l.Acquire(ctx, ttl)
-	return acquired, statusOf(s), err
+	acquired, st, _, err = l.acquire(ctx, ttl)
+	return acquired, st, err
+}
+
+// acquire is Acquire that also returns the acquire script's refusal during a reservation
+// after a resignation, {2, record, pttl, target}, as Redis sent it: only a lease with resign
+// gets one, and internal/leasekit, which owns the resign protocol, decodes it.
+func (l *Lease) acquire(ctx context.Context, ttl time.Duration) (acquired bool, st Status, reserved []any, err error) {
+	if l.identity == "" {
+		return false, Status{}, nil, fmt.Errorf("acquire lease %q: no identity set in lease.Options", l.name)
+	}
+	ms, err := leasewire.TTLMillis(ttl)
+	if err != nil {
+		return false, Status{}, nil, fmt.Errorf("acquire lease %q: %w", l.name, err)
+	}
+	if l.ack.Replicas > 0 {
+		return l.acquireReplicated(ctx, ms, l.ack)
+	}
+	reply, err := acquireScript.run(ctx, l.client, l.acquireKeys, l.acquireArgs(ms)...).Slice()
+	if err != nil {
+		return false, Status{}, nil, acquireError(l.name, err)
+	}
+	return l.parseAcquire(reply)
+}
+
+// acquireError wraps an error of the acquire script with the lease name, and with
+// ErrTokenRange when the script refused a token beyond 2^53-1.
+func acquireError(name string, err error) error {
+	if redis.HasErrorPrefix(err, "fencing token range exhausted") {
+		return fmt.Errorf("acquire lease %q: %w: %w", name, ErrTokenRange, err)
+	}
+	return fmt.Errorf("acquire lease %q: %w", name, luaerr.Explain(acquireSource, err))
+}
+
+// acquireArgs, renewArgs and releaseArgs are the ARGV of the scripts, for one call or a
+// Batch, with l.acquireKeys (acquire) or l.termKeys (renew, release). A Batch renews with the
+// lease key alone, l.termKeys[:1]: its renewals do not look at resign requests.
+func (l *Lease) acquireArgs(ms int64) []any {
+	return []any{l.boxes.owner, l.ttlArg(ms), l.boxes.channel}
+}
+
+func (l *Lease) renewArgs(term Record, ms int64) []any {
+	if l.announce {
+		return []any{l.termArg(term), l.ttlArg(ms), l.boxes.channel}
+	}
+	return []any{l.termArg(term), l.ttlArg(ms)}
+}
+
+func (l *Lease) releaseArgs(term Record) []any { return []any{l.termArg(term), l.boxes.channel} }
+
+// parseAcquire decodes the reply of the acquire script; a refusal during a reservation is
+// returned undecoded (acquire).
+func (l *Lease) parseAcquire(reply []any) (bool, Status, []any, error) {
+	if len(reply) == 4 {
+		if n, _ := reply[0].(int64); n == 2 {
+			return false, Status{}, reply, nil
+		}
+	}
+	if len(reply) != 3 {
+		return false, Status{}, nil, fmt.Errorf("acquire lease %q: unexpected reply %v", l.name, reply)
+	}
+	ok, _ := reply[0].(int64)
+	value, _ := reply[1].(string)
+	pttl, _ := reply[2].(int64)
+	rec, err := parseRecord(value)
+	if err != nil {
+		return false, Status{}, nil, fmt.Errorf("acquire lease %q: value of %s: %w", l.name, l.keys.Lease, err)
+	}
+	if ok == 1 {
+		l.rememberTerm(rec, reply[1])
+	}
+	return ok == 1, Status{Held: true, Record: rec, TTL: pttlDuration(pttl)}, nil, nil
 }
 
 // Renew extends the term to ttl from now if the lease still holds its record. false means the
 // lease expired or another term holds it: stop acting as the holder at once; retrying cannot
-// bring the term back. With ReplicaAck, true and an error matching ErrNotReplicated mean the
-// master renewed the term but too few replicas acknowledged it: count the renewal as failed.
+// bring the term back. With ReplicaAck (and the client requirements of Acquire), true and an
+// error matching ErrNotReplicated mean the master renewed the term but too few replicas
+// acknowledged it: count the renewal as failed (a promoted replica may still hold the previous
+// expiry) and retry it, as package election does with any renew error until its RenewDeadline.
 func (l *Lease) Renew(ctx context.Context, term Record, ttl time.Duration) (bool, error) {
-	return l.l.Renew(ctx, impl.Record(term), ttl)
+	ok, _, err := l.renew(ctx, term, ttl)
+	return ok, err
+}
+
+// renew is Renew that also reports, for a lease with resign, that a resign request asks the
+// renewed term to step down (the renew script's reply 2); the term was renewed all the same.
+// With announce it publishes a Renewed event in the same round trip.
+func (l *Lease) renew(ctx context.Context, term Record, ttl time.Duration) (ok, resign bool, err error) {
+	ms, err := leasewire.TTLMillis(ttl)
+	if err != nil {
+		return false, false, fmt.Errorf("renew lease %q: %w", l.name, err)
+	}
+	if l.ack.Replicas > 0 {
+		return l.renewReplicated(ctx, term, ms, l.ack)
+	}
+	n, err := renewScript.run(ctx, l.client, l.termKeys, l.renewArgs(term, ms)...).Int64()
+	if err != nil {
+		return false, false, fmt.Errorf("renew lease %q: %w", l.name, luaerr.Explain(renewSource, err))
+	}
+	return n == 1 || n == 2, n == 2, nil
 }
 
 // Release deletes the lease if it still holds the term's record and announces the release, so
 // that a waiting process can take over at once. false means the term had already ended;
 // nothing changed.
 func (l *Lease) Release(ctx context.Context, term Record) (bool, error) {
-	return l.l.Release(ctx, impl.Record(term))
+	n, err := releaseScript.run(ctx, l.client, l.termKeys, l.releaseArgs(term)...).Int64()
+	if err != nil {
+		return false, fmt.Errorf("release lease %q: %w", l.name, luaerr.Explain(releaseSource, err))
+	}
+	return n == 1, nil
 }
 
 // Get returns who holds the lease and for how long, read atomically in one round trip (no
 // script: a read-only Redis user can call it).
 func (l *Lease) Get(ctx context.Context) (Status, error) {
-	s, err := l.l.Get(ctx)
-	return statusOf(s), err
+	v, ttl, ok, err := l.getWithTTL(ctx, l.keys.Lease)
+	if err != nil {
+		return Status{}, fmt.Errorf("get lease %q: %w", l.name, err)
+	}
+	if !ok {
+		return Status{}, nil
+	}
+	rec, err := parseRecord(v)
+	if err != nil {
+		return Status{}, fmt.Errorf("get lease %q: value of %s: %w", l.name, l.keys.Lease, err)
+	}
+	return Status{Held: true, Record: rec, TTL: ttl}, nil
 }
 
-// statusOf is the public part of the implementation's Status (its Reservation belongs to the
-// resign protocol, which a Lease of this package does not take part in).
-func statusOf(s impl.Status) Status {
-	return Status{Held: s.Held, Record: Record(s.Record), TTL: s.TTL}
+// getWithTTL reads key and its remaining time atomically in one round trip (MULTI GET PTTL
+// EXEC: no script, so a read-only Redis user may). ok is false when the key does not exist.
+func (l *Lease) getWithTTL(ctx context.Context, key string) (v string, ttl time.Duration, ok bool, err error) {
+	var get *redis.StringCmd
+	var pttl *redis.DurationCmd
+	_, err = l.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		get = p.Get(ctx, key)
+		pttl = p.PTTL(ctx, key)
+		return nil
+	})
+	if rediserr.IsNil(err) {
+		return "", 0, false, nil
+	}
+	if err != nil {
+		return "", 0, false, luaerr.ExplainTx(err, l.aclKeys, get, pttl)
+	}
+	return get.Val(), durationTTL(pttl.Val()), true, nil
+}
+
+// counter reads the integer at key, a counter of the lease (what names it in errors), 0 when
+// the key does not exist.
+func (l *Lease) counter(ctx context.Context, key, what string) (int64, error) {
+	s, err := l.client.Get(ctx, key).Result()
+	if rediserr.IsNil(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the %s of lease %q: %w", what, l.name, err)
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("read the %s of lease %q: %s holds %q, not an integer", what, l.name, key, s)
+	}
+	return n, nil
+}
+
+// pttlDuration converts a PTTL reply in milliseconds.
+func pttlDuration(ms int64) time.Duration {
+	if ms < 0 {
+		return NoExpiry
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// durationTTL converts go-redis's parsed PTTL, which keeps -1 and -2 as raw nanoseconds.
+func durationTTL(d time.Duration) time.Duration {
+	if d < 0 {
+		return NoExpiry
+	}
+	return d
 }

@@ -22,9 +22,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/testing/faultproxy"
 	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // Election timing of the replicas. Every acquire and renew call of the elector is bounded by
@@ -66,8 +67,8 @@ type harness struct {
 	worker   string // binary
 	srv      *redistest.Server
 	proxy    *faultproxy.Proxy
-	direct   *redis.Client // straight to Redis, for the test's own reads
-	lease    *lease.Lease  // the lease, read through direct
+	direct   *redis.Client   // straight to Redis, for the test's own reads
+	lease    *leasekit.Lease // the lease, read through direct
 	replicas []*replica
 	start    time.Time
 
@@ -98,7 +99,7 @@ func newHarness(t *testing.T, seed int64, dir string) *harness {
 	h.srv = redistest.Start(t)
 	h.direct = h.srv.Client(t)
 	var err error
-	if h.lease, err = lease.New(h.direct, leaseName, lease.Options{}); err != nil {
+	if h.lease, err = leasekit.New(h.direct, leaseName, lease.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	h.proxy = faultproxy.Start(t, h.srv.Addr())
@@ -432,7 +433,7 @@ func (h *harness) observe(ctx context.Context, done chan<- struct{}) error {
 }
 
 // record appends the "acquired" announcements of sub until ctx ends or sub does.
-func (h *harness) record(ctx context.Context, sub *lease.Subscription) {
+func (h *harness) record(ctx context.Context, sub *leasekit.Subscription) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -441,7 +442,7 @@ func (h *harness) record(ctx context.Context, sub *lease.Subscription) {
 			if !ok {
 				return
 			}
-			if ev.Kind == lease.Acquired {
+			if ev.Kind == leasekit.Acquired {
 				h.mu.Lock()
 				h.acquired = append(h.acquired, Acquisition{Time: time.Now(), Token: ev.Record.Token, Identity: ev.Record.Identity})
 				h.mu.Unlock()

@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // slowTiming overrides the test timing of leaseArgs (the last value of a flag wins) where a
@@ -95,7 +96,7 @@ func TestUnknownSentinelMaster(t *testing.T) {
 	s := redistest.StartSentinel(t, "mymaster", 0, 1)
 	addrs := strings.Join(s.SentinelAddrs(), ",")
 	ctx := context.Background()
-	l, err := lease.New(s.Client(t), "sx", lease.Options{Identity: "holder"})
+	l, err := leasekit.New(s.Client(t), "sx", lease.Options{Identity: "holder"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +188,7 @@ func TestStatusACLEveryForm(t *testing.T) {
 	ctx := context.Background()
 	createREADMEUsers(t, ctx, srv)
 	client := srv.Client(t)
-	l, err := lease.New(client, "obs", lease.Options{Identity: "holder"})
+	l, err := leasekit.New(client, "obs", lease.Options{Identity: "holder"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/testing/redistest"
 	"github.com/elector/elector/internal/testing/testbin"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // snippetMain is the program around README.md's library snippet: the snippet is main's body,
@@ -97,7 +98,7 @@ func TestREADMELibrarySnippet(t *testing.T) {
 			}
 		}
 	}
-	events := lease.KeysFor(lease.DefaultPrefix, name[1]).Events
+	events := leasewire.KeysFor(lease.DefaultPrefix, name[1]).Events
 	for _, to := range []string{"b", "a"} {
 		waitFor(t, 20*time.Second, "the other copy to follow the lease", func() bool {
 			alive()

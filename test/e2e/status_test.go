@@ -11,10 +11,11 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/testing/faultproxy"
 	"github.com/elector/elector/internal/testing/redistest"
 	"github.com/elector/elector/internal/testing/wakeprobe"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // statusJSON is the output of `elector status -o json`.
@@ -31,7 +32,7 @@ func TestStatus(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	ctx := context.Background()
-	l, err := lease.New(client, "held", lease.Options{Identity: "holder-1"})
+	l, err := leasekit.New(client, "held", lease.Options{Identity: "holder-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +141,7 @@ func TestStatusAll(t *testing.T) {
 	}
 	tokens := map[string]int64{}
 	for i, name := range []string{"tenant-b", "tenant-a", "tenant-c"} {
-		l, err := lease.New(client, name, lease.Options{Identity: "pod-" + strconv.Itoa(i)})
+		l, err := leasekit.New(client, name, lease.Options{Identity: "pod-" + strconv.Itoa(i)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -185,7 +186,7 @@ func TestStatusTermsAndAcquireTime(t *testing.T) {
 	var term lease.Record
 	before := time.Now()
 	for i := 0; i < 3; i++ {
-		l, err := lease.New(client, "counted", lease.Options{Identity: "pod-" + strconv.Itoa(i)})
+		l, err := leasekit.New(client, "counted", lease.Options{Identity: "pod-" + strconv.Itoa(i)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -258,7 +259,7 @@ func TestStatusWatch(t *testing.T) {
 	if got := waitLines(1, "the first line"); got[0].Event != "free" {
 		t.Fatalf("first line %+v, want free", got[0])
 	}
-	a, err := lease.New(client, "watched", lease.Options{Identity: "a", AnnounceRenewals: true})
+	a, err := leasekit.NewWith(client, "watched", lease.Options{Identity: "a"}, leasekit.Ext{AnnounceRenewals: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +306,7 @@ func TestStatusWatch(t *testing.T) {
 		t.Fatalf("line %+v, want released, of a's term", got[2])
 	}
 	// A lease nobody renews expires without an announcement: the watch notices at its expiry.
-	b, err := lease.New(client, "watched", lease.Options{Identity: "b"})
+	b, err := leasekit.New(client, "watched", lease.Options{Identity: "b"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +336,7 @@ func TestStatusWatchCrashReportsExpired(t *testing.T) {
 			srv := redistest.Start(t)
 			client := srv.Client(t)
 			ctx := context.Background()
-			a, err := lease.New(client, "crashed", lease.Options{Identity: "a"})
+			a, err := leasekit.New(client, "crashed", lease.Options{Identity: "a"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -375,7 +376,7 @@ func TestStatusWatchCrashReportsExpired(t *testing.T) {
 			}
 			waitFor(t, 10*time.Second, "the first line", func() bool { return len(lines()) >= 1 })
 			// a "crashes": it never renews. b acquires the moment the key is gone.
-			b, err := lease.New(client, "crashed", lease.Options{Identity: "b"})
+			b, err := leasekit.New(client, "crashed", lease.Options{Identity: "b"})
 			if err != nil {
 				t.Fatal(err)
 			}

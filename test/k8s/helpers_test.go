@@ -21,7 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // helmCmd runs the helm built by hack/k8s-e2e.sh against the cluster.
@@ -144,7 +145,7 @@ func (r *release) appContainer() string {
 
 // holder reads the lease from Redis: the holder's identity and token ("" and 0 if free).
 func (e *env) holder(ctx context.Context, r *release) (string, int64, error) {
-	l, err := lease.New(e.redis, r.leaseName, lease.Options{Prefix: r.keyPrefix})
+	l, err := leasekit.New(e.redis, r.leaseName, lease.Options{Prefix: r.keyPrefix})
 	if err != nil {
 		return "", 0, err
 	}

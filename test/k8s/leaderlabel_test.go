@@ -16,7 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // leaderLabelKey is the chart's default leaderLabel.key.
@@ -298,11 +299,11 @@ func labelHandover(t *testing.T, ctx context.Context, s *labelSampler, r *releas
 	t0 := time.Now()
 	switch how {
 	case "resign":
-		l, err := lease.New(e.redis, r.leaseName, lease.Options{Prefix: r.keyPrefix})
+		l, err := leasekit.New(e.redis, r.leaseName, lease.Options{Prefix: r.keyPrefix})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := l.RequestResign(ctx, lease.ResignRequest{Timeout: 10 * time.Second}); err != nil {
+		if _, err := l.RequestResign(ctx, leasekit.ResignRequest{Timeout: 10 * time.Second}); err != nil {
 			t.Fatalf("resign %d: %v", i, err)
 		}
 	case "delete":
@@ -531,12 +532,12 @@ func checkWithoutRBAC(t *testing.T, ctx context.Context, s *labelSampler, r *rel
 	if err := e.cs.RbacV1().RoleBindings("default").Delete(ctx, r.name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	l, err := lease.New(e.redis, r.leaseName, lease.Options{Prefix: r.keyPrefix})
+	l, err := leasekit.New(e.redis, r.leaseName, lease.Options{Prefix: r.keyPrefix})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
-	if _, err := l.RequestResign(ctx, lease.ResignRequest{Timeout: 10 * time.Second}); err != nil {
+	if _, err := l.RequestResign(ctx, leasekit.ResignRequest{Timeout: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	acq := s.waitFor(t, t0, time.Minute, "a new term without RBAC", func(x labelSample) bool { return x.token > st.token && x.holder != "" })

@@ -13,10 +13,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/testing/redistest"
 	"github.com/elector/elector/pkg/election"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // electorACL is everything an elector (packages lease and election, default key prefix) needs:
@@ -31,7 +32,7 @@ const electorACL = "resetkeys resetchannels ~elector:* &elector:* -@all " +
 // groupACL is what election.Group needs besides electorACL: its membership script (a sorted set
 // under the prefix), one pattern subscription to the events of every lease (Redis matches a
 // PSUBSCRIBE pattern literally against the user's channel patterns, so it is listed as is), and
-// SCRIPT LOAD, with which lease.Batch reloads the scripts after NOSCRIPT.
+// SCRIPT LOAD, with which leasekit.Batch reloads the scripts after NOSCRIPT.
 const groupACL = electorACL + " &elector:{*}:events +psubscribe +zadd +zrem +zremrangebyscore +zcard +script|load"
 
 // clusterACL is electorACL for Redis Cluster: go-redis's cluster client reads the slot map with
@@ -129,7 +130,7 @@ func TestACLMinimalElectorUser(t *testing.T) {
 	tm := timing{lease: 2 * time.Second, renew: 1400 * time.Millisecond, retry: 200 * time.Millisecond}
 
 	// An idle subscription: no events on this lease, so go-redis pings it after 3s.
-	idle, err := lease.New(userClient(t, srv, "elector", tm), "idle", lease.Options{})
+	idle, err := leasekit.New(userClient(t, srv, "elector", tm), "idle", lease.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +163,7 @@ func TestACLMinimalElectorUser(t *testing.T) {
 		t.Errorf("%d terms, want at least 3 (two handovers)", terms)
 	}
 
-	observer, err := lease.New(userClient(t, srv, "observer", tm), "job", lease.Options{Identity: "observer"})
+	observer, err := leasekit.New(userClient(t, srv, "observer", tm), "job", lease.Options{Identity: "observer"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +195,7 @@ func TestACLMinimalElectorUser(t *testing.T) {
 }
 
 // The user of groupACL runs an election.Group: two replicas share six leases (starting after
-// SCRIPT FLUSH, so that lease.Batch reloads the scripts), one stops, the other takes its leases
+// SCRIPT FLUSH, so that leasekit.Batch reloads the scripts), one stops, the other takes its leases
 // over. Redis refuses nothing; without the literal channel pattern PSUBSCRIBE is refused.
 func TestACLGroupUser(t *testing.T) {
 	srv := redistest.Start(t)
@@ -278,12 +279,12 @@ type permissionCase struct {
 	rule   string // the rule removed from electorACL
 	object string // what ACL LOG names
 	lua    bool   // refused inside a script: Redis 7.0 names the script line, not the command
-	call   func(ctx context.Context, l, other *lease.Lease, admin *redis.Client) error
+	call   func(ctx context.Context, l, other *leasekit.Lease, admin *redis.Client) error
 }
 
 var permissionCases = []permissionCase{
 	{"+evalsha", "evalsha", false, acquire},
-	{"+eval", "eval", false, func(ctx context.Context, l, _ *lease.Lease, admin *redis.Client) error {
+	{"+eval", "eval", false, func(ctx context.Context, l, _ *leasekit.Lease, admin *redis.Client) error {
 		if err := admin.ScriptFlush(ctx).Err(); err != nil {
 			return err
 		}
@@ -293,14 +294,14 @@ var permissionCases = []permissionCase{
 	{"+set", "set", true, acquire},
 	{"+time", "time", true, acquire},
 	{"+publish", "publish", true, acquire},
-	{"+pttl", "pttl", true, func(ctx context.Context, l, other *lease.Lease, admin *redis.Client) error {
+	{"+pttl", "pttl", true, func(ctx context.Context, l, other *leasekit.Lease, admin *redis.Client) error {
 		if err := acquire(ctx, other, nil, admin); err != nil {
 			return fmt.Errorf("setup: %w", err)
 		}
 		_, _, err := l.Acquire(ctx, time.Minute) // held: the script reports the holder's PTTL
 		return err
 	}},
-	{"+pexpire", "pexpire", true, func(ctx context.Context, l, other *lease.Lease, admin *redis.Client) error {
+	{"+pexpire", "pexpire", true, func(ctx context.Context, l, other *leasekit.Lease, admin *redis.Client) error {
 		term, err := acquireAsAdmin(ctx, l, admin)
 		if err != nil {
 			return err
@@ -308,7 +309,7 @@ var permissionCases = []permissionCase{
 		_, err = l.Renew(ctx, term, time.Minute)
 		return err
 	}},
-	{"+del", "del", true, func(ctx context.Context, l, other *lease.Lease, admin *redis.Client) error {
+	{"+del", "del", true, func(ctx context.Context, l, other *leasekit.Lease, admin *redis.Client) error {
 		term, err := acquireAsAdmin(ctx, l, admin)
 		if err != nil {
 			return err
@@ -318,7 +319,7 @@ var permissionCases = []permissionCase{
 	}},
 	{"+multi", "multi", false, get},
 	{"+exec", "exec", false, get},
-	{"+subscribe", "subscribe", false, func(ctx context.Context, l, _ *lease.Lease, _ *redis.Client) error {
+	{"+subscribe", "subscribe", false, func(ctx context.Context, l, _ *leasekit.Lease, _ *redis.Client) error {
 		sub, err := l.Subscribe(ctx)
 		if err == nil {
 			sub.Close()
@@ -327,7 +328,7 @@ var permissionCases = []permissionCase{
 	}},
 }
 
-func acquire(ctx context.Context, l, _ *lease.Lease, _ *redis.Client) error {
+func acquire(ctx context.Context, l, _ *leasekit.Lease, _ *redis.Client) error {
 	ok, st, err := l.Acquire(ctx, time.Minute)
 	if err == nil && !ok {
 		return fmt.Errorf("lease held by %v", st.Record)
@@ -335,14 +336,14 @@ func acquire(ctx context.Context, l, _ *lease.Lease, _ *redis.Client) error {
 	return err
 }
 
-func get(ctx context.Context, l, _ *lease.Lease, _ *redis.Client) error {
+func get(ctx context.Context, l, _ *leasekit.Lease, _ *redis.Client) error {
 	_, err := l.Get(ctx)
 	return err
 }
 
 // acquireAsAdmin writes a term of l's instance with the admin client, as if l had acquired it
 // before its permissions shrank, and returns the record.
-func acquireAsAdmin(ctx context.Context, l *lease.Lease, admin *redis.Client) (lease.Record, error) {
+func acquireAsAdmin(ctx context.Context, l *leasekit.Lease, admin *redis.Client) (lease.Record, error) {
 	term := lease.Record{Token: time.Now().UnixMicro(), Instance: l.Instance(), Identity: l.Identity()}
 	return term, admin.Set(ctx, l.Keys().Lease, term.String(), time.Minute).Err()
 }
@@ -361,7 +362,7 @@ func TestACLEachPermissionIsNeeded(t *testing.T) {
 
 	// Without +ping an idle subscription is refused its health check (a denial every 3s).
 	setUser(t, admin, "noping", without(electorACL, "+ping")...)
-	np, err := lease.New(userClient(t, srv, "noping", tm), "idle", lease.Options{})
+	np, err := leasekit.New(userClient(t, srv, "noping", tm), "idle", lease.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,11 +377,11 @@ func TestACLEachPermissionIsNeeded(t *testing.T) {
 		user := fmt.Sprintf("no-%s", strings.TrimPrefix(pc.rule, "+"))
 		setUser(t, admin, user, without(electorACL, pc.rule)...)
 		name := fmt.Sprintf("perm-%d", i)
-		l, err := lease.New(userClient(t, srv, user, tm), name, lease.Options{Identity: "pod-a"})
+		l, err := leasekit.New(userClient(t, srv, user, tm), name, lease.Options{Identity: "pod-a"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		other, err := lease.New(userClient(t, srv, "full", tm), name, lease.Options{Identity: "pod-b"})
+		other, err := leasekit.New(userClient(t, srv, "full", tm), name, lease.Options{Identity: "pod-b"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -411,7 +412,7 @@ func TestACLEachPermissionIsNeeded(t *testing.T) {
 	}
 
 	// Keys and channel outside the patterns: another prefix.
-	l, err := lease.New(userClient(t, srv, "full", tm), "job", lease.Options{Identity: "pod-a", Prefix: "other"})
+	l, err := leasekit.New(userClient(t, srv, "full", tm), "job", lease.Options{Identity: "pod-a", Prefix: "other"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,7 +434,7 @@ func TestACLEachPermissionIsNeeded(t *testing.T) {
 		t.Errorf("without +ping an idle subscription was not refused its PING; ACL LOG: %s", describe(d))
 	}
 	// The refusal is an answer: the connection works, and the subscription goes on.
-	holder, err := lease.New(userClient(t, srv, "full", tm), "idle", lease.Options{Identity: "pod-a"})
+	holder, err := leasekit.New(userClient(t, srv, "full", tm), "idle", lease.Options{Identity: "pod-a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -442,7 +443,7 @@ func TestACLEachPermissionIsNeeded(t *testing.T) {
 	}
 	select {
 	case ev, open := <-sub.Events():
-		if !open || ev.Kind != lease.Acquired {
+		if !open || ev.Kind != leasekit.Acquired {
 			t.Errorf("without +ping, after a refused PING the subscription gave %v (open %v); want the acquired event", ev, open)
 		}
 	case <-time.After(5 * time.Second):
@@ -540,9 +541,9 @@ func TestACLElectorUserOtherModes(t *testing.T) {
 	})
 }
 
-func mustLease(t *testing.T, c redis.UniversalClient, name string) *lease.Lease {
+func mustLease(t *testing.T, c redis.UniversalClient, name string) *leasekit.Lease {
 	t.Helper()
-	l, err := lease.New(c, name, lease.Options{Identity: "pod-a"})
+	l, err := leasekit.New(c, name, lease.Options{Identity: "pod-a"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,16 +10,17 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/testing/redistest"
 	timingrules "github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/election"
 	"github.com/elector/elector/pkg/fence"
+	"github.com/elector/elector/pkg/lease"
 )
 
-// The longest lease name and identity the library accepts, as lease.ValidateName and
-// lease.ValidateIdentity document them.
+// The longest lease name and identity the library accepts, as leasewire.ValidateName and
+// leasewire.ValidateIdentity document them.
 const maxNameLen, maxIdentityLen = 200, 256
 
 // checkErr fails unless err is a one-line error (a value with a newline must not split a log
@@ -63,16 +64,16 @@ func TestBadInput(t *testing.T) {
 		{"\xff", "UTF-8"},
 		{long(maxNameLen + 1), "at most 200"},
 	} {
-		_, err := lease.New(client, tc.name, lease.Options{})
+		_, err := leasekit.New(client, tc.name, lease.Options{})
 		checkErr(t, "lease.New name "+tc.name, err, "name", tc.want)
-		_, err = lease.New(client, "job", lease.Options{Prefix: tc.name})
+		_, err = leasekit.New(client, "job", lease.Options{Prefix: tc.name})
 		if tc.name != "" { // an empty prefix means the default
 			checkErr(t, "lease.New prefix "+tc.name, err, "key prefix", tc.want)
 		}
 		_, err = election.New(electionConfig(client, func(c *election.Config) { c.LeaseName = tc.name }))
 		checkErr(t, "election.New LeaseName "+tc.name, err, "LeaseName", tc.want)
 	}
-	if _, err := lease.New(client, long(maxNameLen), lease.Options{Prefix: long(maxNameLen)}); err != nil {
+	if _, err := leasekit.New(client, long(maxNameLen), lease.Options{Prefix: long(maxNameLen)}); err != nil {
 		t.Errorf("a name and prefix of exactly %d bytes: %v", maxNameLen, err)
 	}
 
@@ -85,7 +86,7 @@ func TestBadInput(t *testing.T) {
 		{"\xffpod", "UTF-8"},
 		{long(maxIdentityLen + 1), "at most 256"},
 	} {
-		_, err := lease.New(client, "job", lease.Options{Identity: tc.identity})
+		_, err := leasekit.New(client, "job", lease.Options{Identity: tc.identity})
 		checkErr(t, "lease.New identity", err, "identity", tc.want)
 		_, err = election.New(electionConfig(client, func(c *election.Config) { c.Identity = tc.identity }))
 		checkErr(t, "election.New Identity", err, "Identity", tc.want)
@@ -103,7 +104,7 @@ func TestBadInput(t *testing.T) {
 	}
 
 	// Nil clients.
-	_, err := lease.New(nil, "job", lease.Options{})
+	_, err := leasekit.New(nil, "job", lease.Options{})
 	checkErr(t, "lease.New nil client", err, "client is nil")
 	_, err = election.New(electionConfig(nil, nil))
 	checkErr(t, "election.New nil Client", err, "Client")
@@ -113,7 +114,7 @@ func TestBadInput(t *testing.T) {
 	checkErr(t, "fence.New empty key", err, "key")
 
 	// Durations: lease calls refuse any ttl that is not a positive whole number of milliseconds.
-	l, err := lease.New(client, "job", lease.Options{Identity: "pod-a"})
+	l, err := leasekit.New(client, "job", lease.Options{Identity: "pod-a"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-// Command luacost measures what each piece of internal/lease/scripts/acquire.lua costs Redis itself
+// Command luacost measures what each piece of pkg/lease/scripts/acquire.lua costs Redis itself
 // (issue 27 item 3): INFO commandstats usec per EVALSHA for the script as it ships, for copies
 // with one piece removed, and for scripts that do one piece alone, interleaved in rounds against
 // one redis-server that it starts, pipelined 100 at a time so that Redis is busy throughout.
@@ -27,7 +27,7 @@ type variant struct {
 }
 
 func main() {
-	script := flag.String("script", "../internal/lease/scripts/acquire.lua", "the acquire script")
+	script := flag.String("script", "../pkg/lease/scripts/acquire.lua", "the acquire script")
 	rounds := flag.Int("rounds", 9, "rounds; each runs every variant once, in a rotated order")
 	per := flag.Int("n", 2000, "calls per variant and round")
 	flag.Parse()

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasewire"
 )
 
 // PubSubFloorKind is the least any election woken by pub/sub can do, in raw go-redis: a
@@ -28,7 +28,7 @@ type floorReplica struct {
 }
 
 func newFloorReplica(cfg ReplicaConfig) (Runner, error) {
-	if err := lease.ValidateName(cfg.Lease); err != nil {
+	if err := leasewire.ValidateName(cfg.Lease); err != nil {
 		return nil, fmt.Errorf("floor replica: lease %q %w", cfg.Lease, err)
 	}
 	return &floorReplica{cfg: cfg, key: "floor:{" + cfg.Lease + "}", channel: "floor:{" + cfg.Lease + "}:events"}, nil

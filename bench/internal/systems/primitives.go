@@ -15,7 +15,8 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // PrimitiveTTL is the lease time used by the primitive benchmarks.
@@ -85,11 +86,11 @@ var Raw = Primitive{
 	},
 }
 
-// Elector is internal/lease, configured as pkg/election uses it (renewals are announced).
+// Elector is internal/leasekit, configured as pkg/election uses it (renewals are announced).
 var Elector = Primitive{
 	Name: "elector",
 	Cycle: func(c redis.UniversalClient, key string) (Op, error) {
-		l, err := lease.New(c, key, lease.Options{Identity: Identity, AnnounceRenewals: true})
+		l, err := leasekit.NewWith(c, key, lease.Options{Identity: Identity}, leasekit.Ext{AnnounceRenewals: true})
 		if err != nil {
 			return nil, err
 		}
@@ -106,7 +107,7 @@ var Elector = Primitive{
 		}, nil
 	},
 	Renew: func(ctx context.Context, c redis.UniversalClient, key string) (Op, error) {
-		l, err := lease.New(c, key, lease.Options{Identity: Identity, AnnounceRenewals: true})
+		l, err := leasekit.NewWith(c, key, lease.Options{Identity: Identity}, leasekit.Ext{AnnounceRenewals: true})
 		if err != nil {
 			return nil, err
 		}
@@ -125,20 +126,20 @@ var Elector = Primitive{
 }
 
 // ElectorBatch runs the acquire+release cycles of many leases in one goroutine through
-// lease.Batch: one pipelined round trip acquires all of them, one releases all. It returns the
+// leasekit.Batch: one pipelined round trip acquires all of them, one releases all. It returns the
 // Op and the number of cycles one call of it does.
 func ElectorBatch(c redis.UniversalClient, keys []string) (Op, int, error) {
-	leases := make([]*lease.Lease, len(keys))
+	leases := make([]*leasekit.Lease, len(keys))
 	for i, k := range keys {
-		l, err := lease.New(c, k, lease.Options{Identity: Identity, AnnounceRenewals: true})
+		l, err := leasekit.NewWith(c, k, lease.Options{Identity: Identity}, leasekit.Ext{AnnounceRenewals: true})
 		if err != nil {
 			return nil, 0, err
 		}
 		leases[i] = l
 	}
-	acquired := make([]*lease.AcquireResult, len(keys))
+	acquired := make([]*leasekit.AcquireResult, len(keys))
 	return func(ctx context.Context) error {
-		b := lease.NewBatch(c)
+		b := leasekit.NewBatch(c)
 		for i, l := range leases {
 			acquired[i] = b.Acquire(l, PrimitiveTTL)
 		}
@@ -229,12 +230,12 @@ func orNotDone(err error) error {
 }
 
 // ElectorBatchRenew acquires keys and returns an Op that renews all of them in one pipelined
-// round trip through lease.Batch, and the number of renewals one call does.
+// round trip through leasekit.Batch, and the number of renewals one call does.
 func ElectorBatchRenew(ctx context.Context, c redis.UniversalClient, keys []string) (Op, int, error) {
-	leases := make([]*lease.Lease, len(keys))
+	leases := make([]*leasekit.Lease, len(keys))
 	terms := make([]lease.Record, len(keys))
 	for i, k := range keys {
-		l, err := lease.New(c, k, lease.Options{Identity: Identity, AnnounceRenewals: true})
+		l, err := leasekit.NewWith(c, k, lease.Options{Identity: Identity}, leasekit.Ext{AnnounceRenewals: true})
 		if err != nil {
 			return nil, 0, err
 		}
@@ -244,9 +245,9 @@ func ElectorBatchRenew(ctx context.Context, c redis.UniversalClient, keys []stri
 		}
 		leases[i], terms[i] = l, st.Record
 	}
-	results := make([]*lease.Result, len(keys))
+	results := make([]*leasekit.Result, len(keys))
 	return func(ctx context.Context) error {
-		b := lease.NewBatch(c)
+		b := leasekit.NewBatch(c)
 		for i, l := range leases {
 			results[i] = b.Renew(l, terms[i], PrimitiveTTL)
 		}

@@ -11,9 +11,11 @@ import (
 	"github.com/bsm/redislock"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/election"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // Timing is client-go's trio of durations.
@@ -103,7 +105,7 @@ func newElectorReplica(cfg ReplicaConfig) (Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.Client.AddHook(scriptSpy{key: lease.KeysFor("", cfg.Lease).Lease, hooks: cfg.Hooks})
+	cfg.Client.AddHook(scriptSpy{key: leasewire.KeysFor(lease.DefaultPrefix, cfg.Lease).Lease, hooks: cfg.Hooks})
 	return electorReplica{e}, nil
 }
 
@@ -154,11 +156,11 @@ var PollingKind = Kind{Name: "client-go-style polling", New: newPollingReplica}
 
 type pollingReplica struct {
 	cfg ReplicaConfig
-	l   *lease.Lease
+	l   *leasekit.Lease
 }
 
 func newPollingReplica(cfg ReplicaConfig) (Runner, error) {
-	l, err := lease.New(cfg.Client, cfg.Lease, lease.Options{Identity: cfg.Identity})
+	l, err := leasekit.New(cfg.Client, cfg.Lease, lease.Options{Identity: cfg.Identity})
 	if err != nil {
 		return nil, err
 	}
@@ -266,7 +268,7 @@ type redislockReplica struct {
 }
 
 func newRedislockReplica(cfg ReplicaConfig) (Runner, error) {
-	if err := lease.ValidateName(cfg.Lease); err != nil {
+	if err := leasewire.ValidateName(cfg.Lease); err != nil {
 		return nil, fmt.Errorf("redislock replica: lease %q %w", cfg.Lease, err)
 	}
 	return &redislockReplica{cfg: cfg, rl: redislock.New(cfg.Client), key: "redislock:{" + cfg.Lease + "}"}, nil

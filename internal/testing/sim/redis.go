@@ -4,7 +4,7 @@
 // and user action is drawn from one seed.
 //
 // Redis here is an in-memory server with Redis's semantics for exactly the commands the
-// scripts of internal/lease and pkg/election call (GET SET DEL PEXPIRE PTTL TIME PUBLISH ZADD
+// scripts of pkg/lease and pkg/election call (GET SET DEL PEXPIRE PTTL TIME PUBLISH ZADD
 // ZCARD ZREM ZREMRANGEBYSCORE), keys that expire on the server's clock, and an embedded Lua
 // 5.1 interpreter (gopher-lua) with a redis.call shim. A differential test (redis_test.go)
 // runs random operation sequences against it and a real redis-server and requires identical

@@ -14,8 +14,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // op is one step of a differential sequence: a script call or a plain command.
@@ -37,7 +38,7 @@ func (o op) String() string {
 type seqGen struct {
 	rng     *rand.Rand
 	s       Scripts
-	k       lease.Keys
+	k       leasewire.Keys
 	records []string // records seen in replies: renewed, released, resigned for
 	tokenN  int
 }
@@ -253,7 +254,7 @@ func diffSequence(ctx context.Context, client *redis.Client, scripts Scripts, se
 	}
 	var at time.Time
 	sim := NewRedis(func() time.Time { return at }, nil)
-	g := &seqGen{rng: rand.New(rand.NewPCG(seed, 24)), s: scripts, k: lease.KeysFor("", fmt.Sprintf("diff%d", seed))}
+	g := &seqGen{rng: rand.New(rand.NewPCG(seed, 24)), s: scripts, k: leasewire.KeysFor(lease.DefaultPrefix, fmt.Sprintf("diff%d", seed))}
 	prologue := op{args: []string{"SET", g.k.Token, strconv.Itoa(baseToken)}}
 	var history []string
 	for step := 0; step < steps; step++ {
@@ -311,7 +312,7 @@ func TestTokenFromServerClock(t *testing.T) {
 	}
 	at := time.Unix(1_700_000_000, 123_456_000)
 	r := NewRedis(func() time.Time { return at }, nil)
-	k := lease.KeysFor("", "clock")
+	k := leasewire.KeysFor(lease.DefaultPrefix, "clock")
 	got := r.Eval(scripts.Acquire, []string{k.Lease, k.Token, k.Terms}, []string{"i:a", "1000", k.Events})
 	want := []any{int64(1), "v1:1700000000123456:i:a", int64(1000)}
 	if !reflect.DeepEqual(got, want) {

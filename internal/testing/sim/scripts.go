@@ -10,7 +10,7 @@ import (
 // Scripts are the sources of the project's Lua scripts, read from the files the production
 // packages embed, so that the simulation runs exactly what ships.
 type Scripts struct {
-	Acquire, Renew, Release, Resign, Done string // internal/lease/scripts
+	Acquire, Renew, Release, Resign, Done string // pkg/lease/scripts
 	Members                               string // pkg/election/scripts
 }
 
@@ -25,11 +25,11 @@ func LoadScripts() (Scripts, error) {
 		dst  *string
 		path string
 	}{
-		{&s.Acquire, "internal/lease/scripts/acquire.lua"},
-		{&s.Renew, "internal/lease/scripts/renew.lua"},
-		{&s.Release, "internal/lease/scripts/release.lua"},
-		{&s.Resign, "internal/lease/scripts/resign.lua"},
-		{&s.Done, "internal/lease/scripts/done.lua"},
+		{&s.Acquire, "pkg/lease/scripts/acquire.lua"},
+		{&s.Renew, "pkg/lease/scripts/renew.lua"},
+		{&s.Release, "pkg/lease/scripts/release.lua"},
+		{&s.Resign, "pkg/lease/scripts/resign.lua"},
+		{&s.Done, "pkg/lease/scripts/done.lua"},
 		{&s.Members, "pkg/election/scripts/members.lua"},
 	} {
 		b, err := os.ReadFile(filepath.Join(root, f.path))

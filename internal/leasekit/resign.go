@@ -1,8 +1,7 @@
-package lease
+package leasekit
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"strconv"
@@ -11,23 +10,19 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/luaerr"
+	"github.com/elector/elector/internal/leasewire"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // The resign protocol (docs/PROTOCOL.md, "Resign"): a request key P:{NAME}:resign asks the
 // current term to step down; the holder's release turns it into a reservation that, for a
 // hold-off, lets only the named target (or anyone but the resigning identity) acquire.
 
-//go:embed scripts/resign.lua
-var resignSource string
-
-var resignScript = newScript(resignSource)
-
 // DefaultResignHoldOff is the hold-off of a resign request that names none.
 const DefaultResignHoldOff = 15 * time.Second
 
 // ErrResignRequested is wrapped by the error of a renewal that succeeded while a resign
-// request asks the renewed term to step down (only for a Lease with Options.ResignRequests).
+// request asks the renewed term to step down (only for a Lease with Ext.ResignRequests).
 // The lease was extended: the holder has its full lease to stop its work, then releases.
 var ErrResignRequested = errors.New("the term is asked to resign")
 
@@ -55,17 +50,17 @@ type ResignRequest struct {
 	// resigns itself, or a caller that read the holder first); otherwise the current holder,
 	// whoever it is, is asked. Give it: a Redis client retries a command whose reply was lost,
 	// and without Term a retry that runs after the holder changed asks the next term too.
-	Term Record
+	Term lease.Record
 }
 
 // Reservation is the hold-off after a resignation, during which a free lease may be acquired
 // only by some replicas.
 type Reservation struct {
 	// Resigned is the record of the term that resigned.
-	Resigned Record
+	Resigned lease.Record
 	// Target is the only identity that may acquire, "" for anyone but Resigned.Identity.
 	Target string
-	// TTL is the remaining hold-off (NoExpiry if the key has no expiry).
+	// TTL is the remaining hold-off (lease.NoExpiry if the key has no expiry).
 	TTL time.Duration
 }
 
@@ -78,52 +73,52 @@ type Reservation struct {
 // It returns the Status of the lease as found: Held false when nobody holds it (nothing is
 // written). The request is refused (ErrTargetIsHolder) when req.Target holds the lease, and,
 // with req.Term, when another term or none holds it (ErrOtherTerm).
-func (l *Lease) RequestResign(ctx context.Context, req ResignRequest) (Status, error) {
+func (l *Lease) RequestResign(ctx context.Context, req ResignRequest) (lease.Status, error) {
 	if req.HoldOff == 0 {
 		req.HoldOff = DefaultResignHoldOff
 	}
-	hold, err := ttlMillis(req.HoldOff)
+	hold, err := leasewire.TTLMillis(req.HoldOff)
 	if err != nil {
-		return Status{}, fmt.Errorf("request resign of lease %q: hold-off: %w", l.name, err)
+		return lease.Status{}, fmt.Errorf("request resign of lease %q: hold-off: %w", l.Name(), err)
 	}
-	ttl, err := ttlMillis(req.Timeout)
+	ttl, err := leasewire.TTLMillis(req.Timeout)
 	if err != nil {
-		return Status{}, fmt.Errorf("request resign of lease %q: timeout: %w", l.name, err)
+		return lease.Status{}, fmt.Errorf("request resign of lease %q: timeout: %w", l.Name(), err)
 	}
 	if req.Target != "" {
-		if err := ValidateIdentity(req.Target); err != nil {
-			return Status{}, fmt.Errorf("request resign of lease %q: target %q %w", l.name, req.Target, err)
+		if err := leasewire.ValidateIdentity(req.Target); err != nil {
+			return lease.Status{}, fmt.Errorf("request resign of lease %q: target %q %w", l.Name(), req.Target, err)
 		}
 	}
-	args := []any{hold, req.Target, ttl, l.keys.Events}
-	if req.Term != (Record{}) {
+	args := []any{hold, req.Target, ttl, l.Keys().Events}
+	if req.Term != (lease.Record{}) {
 		args = append(args, req.Term.String())
 	}
-	reply, err := resignScript.run(ctx, l.client, boxKeys(l.keys.Lease, l.keys.Resign), args...).Slice()
+	reply, err := seam.Resign(ctx, l.Lease, args...)
 	if err != nil {
 		if redis.HasErrorPrefix(err, "resign target is the holder") {
-			return Status{}, fmt.Errorf("request resign of lease %q: %w: %q", l.name, ErrTargetIsHolder, req.Target)
+			return lease.Status{}, fmt.Errorf("request resign of lease %q: %w: %q", l.Name(), ErrTargetIsHolder, req.Target)
 		}
-		return Status{}, fmt.Errorf("request resign of lease %q: %w", l.name, luaerr.Explain(resignSource, err))
+		return lease.Status{}, fmt.Errorf("request resign of lease %q: %w", l.Name(), err)
 	}
 	if len(reply) != 2 {
-		return Status{}, fmt.Errorf("request resign of lease %q: unexpected reply %v", l.name, reply)
+		return lease.Status{}, fmt.Errorf("request resign of lease %q: unexpected reply %v", l.Name(), reply)
 	}
 	n, _ := reply[0].(int64)
 	value, _ := reply[1].(string)
 	if n == 0 {
-		if req.Term != (Record{}) {
-			return Status{}, fmt.Errorf("request resign of lease %q: token %d: %w (nobody holds it)", l.name, req.Term.Token, ErrOtherTerm)
+		if req.Term != (lease.Record{}) {
+			return lease.Status{}, fmt.Errorf("request resign of lease %q: token %d: %w (nobody holds it)", l.Name(), req.Term.Token, ErrOtherTerm)
 		}
-		return Status{}, nil
+		return lease.Status{}, nil
 	}
-	rec, err := ParseRecord(value)
+	rec, err := seam.ParseRecord(value)
 	if err != nil {
-		return Status{}, fmt.Errorf("request resign of lease %q: value of %s: %w", l.name, l.keys.Lease, err)
+		return lease.Status{}, fmt.Errorf("request resign of lease %q: value of %s: %w", l.Name(), l.Keys().Lease, err)
 	}
-	st := Status{Held: true, Record: rec}
+	st := lease.Status{Held: true, Record: rec}
 	if n < 0 {
-		return st, fmt.Errorf("request resign of lease %q: token %d: %w (token %d holds it)", l.name, req.Term.Token, ErrOtherTerm, rec.Token)
+		return st, fmt.Errorf("request resign of lease %q: token %d: %w (token %d holds it)", l.Name(), req.Term.Token, ErrOtherTerm, rec.Token)
 	}
 	return st, nil
 }
@@ -131,16 +126,16 @@ func (l *Lease) RequestResign(ctx context.Context, req ResignRequest) (Status, e
 // GetReservation returns the reservation of the lease, nil when there is none (also while a
 // request still waits for its holder), in one round trip (MULTI GET PTTL EXEC, no script).
 func (l *Lease) GetReservation(ctx context.Context) (*Reservation, error) {
-	v, ttl, ok, err := l.getWithTTL(ctx, l.keys.Resign)
+	v, ttl, ok, err := seam.ReadWithTTL(ctx, l.Lease, l.Keys().Resign)
 	if err != nil {
-		return nil, fmt.Errorf("get reservation of lease %q: %w", l.name, err)
+		return nil, fmt.Errorf("get reservation of lease %q: %w", l.Name(), err)
 	}
 	if !ok {
 		return nil, nil
 	}
 	phase, rec, target, err := parseResignValue(v)
 	if err != nil {
-		return nil, fmt.Errorf("get reservation of lease %q: value of %s: %w", l.name, l.keys.Resign, err)
+		return nil, fmt.Errorf("get reservation of lease %q: value of %s: %w", l.Name(), l.Keys().Resign, err)
 	}
 	if phase != "reserved" {
 		return nil, nil
@@ -149,43 +144,29 @@ func (l *Lease) GetReservation(ctx context.Context) (*Reservation, error) {
 }
 
 // parseResignValue decodes "v1\n<phase>\n<hold_ms>\n<record>\n<target>".
-func parseResignValue(v string) (phase string, rec Record, target string, err error) {
+func parseResignValue(v string) (phase string, rec lease.Record, target string, err error) {
 	f := strings.SplitN(v, "\n", 5)
-	if len(f) != 5 || f[0] != recordVersion {
-		return "", Record{}, "", fmt.Errorf("%q is not a resign request of this protocol", v)
+	if len(f) != 5 || f[0] != leasewire.Version {
+		return "", lease.Record{}, "", fmt.Errorf("%q is not a resign request of this protocol", v)
 	}
 	if _, err := strconv.ParseUint(f[2], 10, 63); err != nil {
-		return "", Record{}, "", fmt.Errorf("%q: hold-off %q is not a number of milliseconds", v, f[2])
+		return "", lease.Record{}, "", fmt.Errorf("%q: hold-off %q is not a number of milliseconds", v, f[2])
 	}
-	if rec, err = ParseRecord(f[3]); err != nil {
-		return "", Record{}, "", err
+	if rec, err = seam.ParseRecord(f[3]); err != nil {
+		return "", lease.Record{}, "", err
 	}
 	return f[1], rec, f[4], nil
 }
 
 // parseReserved decodes the acquire script's refusal during a reservation,
-// {2, record, pttl, target}; ok is false for any other reply.
-func (l *Lease) parseReserved(reply []any) (st Status, ok bool, err error) {
-	if len(reply) != 4 {
-		return Status{}, false, nil
-	}
-	if n, _ := reply[0].(int64); n != 2 {
-		return Status{}, false, nil
-	}
+// {2, record, pttl, target} (AcquireOrReservation).
+func (l *Lease) parseReserved(reply []any) (*Reservation, error) {
 	value, _ := reply[1].(string)
 	pttl, _ := reply[2].(int64)
 	target, _ := reply[3].(string)
-	rec, err := ParseRecord(value)
+	rec, err := seam.ParseRecord(value)
 	if err != nil {
-		return Status{}, true, fmt.Errorf("acquire lease %q: reservation in %s: %w", l.name, l.keys.Resign, err)
+		return nil, fmt.Errorf("acquire lease %q: reservation in %s: %w", l.Name(), l.Keys().Resign, err)
 	}
-	return Status{Reservation: &Reservation{Resigned: rec, Target: target, TTL: pttlDuration(pttl)}}, true, nil
-}
-
-// renewOutcome decodes the renew script's reply: 2 is a renewal with a resign request.
-func (l *Lease) renewOutcome(n int64, term Record) (bool, error) {
-	if n == 2 {
-		return true, fmt.Errorf("renew lease %q: token %d: %w", l.name, term.Token, ErrResignRequested)
-	}
-	return n == 1, nil
+	return &Reservation{Resigned: rec, Target: target, TTL: seam.PTTL(pttl)}, nil
 }

@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/pkg/lease"
 )
 
 func BenchmarkAcquireRelease(b *testing.B) {
@@ -60,7 +60,7 @@ func BenchmarkGet(b *testing.B) {
 // commandstats adds up for the command, per call, as redis-µs/op. It shows where the time of
 // an acquire+release goes on the server, against the floor's SET NX PX and compare-and-DEL:
 //
-//	go test -run '^$' -bench ServerTime -count 5 ./internal/lease
+//	go test -run '^$' -bench ServerTime -count 5 ./pkg/lease
 func BenchmarkServerTime(b *testing.B) {
 	ctx := context.Background()
 	c := redistest.Start(b).Client(b)

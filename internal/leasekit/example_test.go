@@ -1,4 +1,4 @@
-package lease_test
+package leasekit_test
 
 import (
 	"context"
@@ -9,8 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // redisAddr is the address of the redis-server that TestMain starts for the examples.
@@ -28,7 +29,7 @@ func ExampleLease_Subscribe() {
 	client := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer client.Close()
 
-	observer, err := lease.New(client, "example-watched", lease.Options{}) // no identity: it never acquires
+	observer, err := leasekit.New(client, "example-watched", lease.Options{}) // no identity: it never acquires
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -40,7 +41,7 @@ func ExampleLease_Subscribe() {
 	}
 	defer sub.Close()
 
-	holder, err := lease.New(client, "example-watched", lease.Options{Identity: "pod-a"})
+	holder, err := leasekit.New(client, "example-watched", lease.Options{Identity: "pod-a"})
 	if err != nil {
 		fmt.Println(err)
 		return

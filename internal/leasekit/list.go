@@ -1,4 +1,4 @@
-package lease
+package leasekit
 
 import (
 	"context"
@@ -8,7 +8,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/rediserr"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // Listed is a lease found by List.
@@ -16,7 +18,7 @@ type Listed struct {
 	// Name is the lease name.
 	Name string
 	// Status is its holder and remaining time, as Get reports it.
-	Status Status
+	Status lease.Status
 }
 
 // List returns every lease held under prefix (DefaultPrefix when empty), sorted by name. It
@@ -25,12 +27,12 @@ type Listed struct {
 // records of this protocol are skipped.
 func List(ctx context.Context, client redis.UniversalClient, prefix string) ([]Listed, error) {
 	if prefix == "" {
-		prefix = DefaultPrefix
+		prefix = lease.DefaultPrefix
 	}
-	if err := ValidateName(prefix); err != nil {
+	if err := leasewire.ValidateName(prefix); err != nil {
 		return nil, fmt.Errorf("list leases: key prefix %q %w", prefix, err)
 	}
-	pattern := leaseKeyPattern(prefix)
+	pattern := leasewire.LeaseKeyPattern(prefix)
 	var mu sync.Mutex
 	var keys []string
 	scan := func(ctx context.Context, c *redis.Client) error {
@@ -66,11 +68,11 @@ func List(ctx context.Context, client redis.UniversalClient, prefix string) ([]L
 	}
 	out := make([]Listed, 0, len(keys))
 	for i, k := range keys {
-		rec, err := ParseRecord(gets[i].Val())
+		rec, err := seam.ParseRecord(gets[i].Val())
 		if gets[i].Err() != nil || err != nil {
 			continue // expired since the scan, or not ours
 		}
-		out = append(out, Listed{Name: nameOfLeaseKey(prefix, k), Status: Status{Held: true, Record: rec, TTL: durationTTL(pttls[i].Val())}})
+		out = append(out, Listed{Name: leasewire.NameOfLeaseKey(prefix, k), Status: lease.Status{Held: true, Record: rec, TTL: seam.DurationTTL(pttls[i].Val())}})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil

@@ -1,4 +1,4 @@
-package lease
+package leasekit
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/luaerr"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // Batch queues acquire, renew and release operations on many leases and runs them in one
@@ -21,9 +21,10 @@ type Batch struct {
 
 // AcquireResult is the outcome of an Acquire queued in a Batch, filled in by Exec.
 type AcquireResult struct {
-	// Acquired, Status: as returned by Lease.Acquire.
-	Acquired bool
-	Status   Status
+	// Acquired, Status, Reservation: as returned by Lease.AcquireOrReservation.
+	Acquired    bool
+	Status      lease.Status
+	Reservation *Reservation
 	// Err is the error of this operation, if any.
 	Err error
 }
@@ -36,22 +37,12 @@ type Result struct {
 	Err error
 }
 
-type opKind int
-
-const (
-	opAcquire opKind = iota
-	opRenew
-	opRelease
-)
-
+// batchOp is one queued operation: its command (EVALSHA) and the decoder of its reply into
+// the caller's result, both from package lease.
 type batchOp struct {
-	kind    opKind
 	lease   *Lease
-	script  script
-	keys    []any
-	args    []any
-	acquire *AcquireResult
-	result  *Result
+	command func(context.Context) *redis.Cmd
+	finish  func(*redis.Cmd) error
 	cmd     *redis.Cmd
 }
 
@@ -64,35 +55,44 @@ func (b *Batch) Len() int { return len(b.ops) }
 // Acquire queues l.Acquire(ttl).
 func (b *Batch) Acquire(l *Lease, ttl time.Duration) *AcquireResult {
 	r := &AcquireResult{}
-	ms, err := ttlMillis(ttl)
-	switch {
-	case err != nil:
-		r.Err = fmt.Errorf("acquire lease %q: %w", l.name, err)
-	case l.identity == "":
-		r.Err = fmt.Errorf("acquire lease %q: no identity set in lease.Options", l.name)
-	default:
-		b.ops = append(b.ops, &batchOp{kind: opAcquire, lease: l, script: acquireScript, keys: l.acquireKeys, args: l.acquireArgs(ms), acquire: r})
+	command, result, err := seam.BatchAcquire(l.Lease, ttl)
+	if err != nil {
+		r.Err = err
+		return r
 	}
+	b.ops = append(b.ops, &batchOp{lease: l, command: command, finish: func(cmd *redis.Cmd) error {
+		r.Acquired, r.Status, r.Reservation, r.Err = l.reservation(result(cmd))
+		return r.Err
+	}})
 	return r
 }
 
 // Renew queues l.Renew(term, ttl).
-func (b *Batch) Renew(l *Lease, term Record, ttl time.Duration) *Result {
+func (b *Batch) Renew(l *Lease, term lease.Record, ttl time.Duration) *Result {
 	r := &Result{}
-	ms, err := ttlMillis(ttl)
+	command, result, err := seam.BatchRenew(l.Lease, term, ttl)
 	if err != nil {
-		r.Err = fmt.Errorf("renew lease %q: %w", l.name, err)
+		r.Err = err
 		return r
 	}
-	b.ops = append(b.ops, &batchOp{kind: opRenew, lease: l, script: renewScript, keys: l.termKeys[:1], args: l.renewArgs(term, ms), result: r})
+	b.ops = append(b.ops, &batchOp{lease: l, command: command, finish: r.finish(result)})
 	return r
 }
 
 // Release queues l.Release(term).
-func (b *Batch) Release(l *Lease, term Record) *Result {
+func (b *Batch) Release(l *Lease, term lease.Record) *Result {
 	r := &Result{}
-	b.ops = append(b.ops, &batchOp{kind: opRelease, lease: l, script: releaseScript, keys: l.termKeys, args: l.releaseArgs(term), result: r})
+	command, result := seam.BatchRelease(l.Lease, term)
+	b.ops = append(b.ops, &batchOp{lease: l, command: command, finish: r.finish(result)})
 	return r
+}
+
+// finish returns the decoder that fills r in from the reply.
+func (r *Result) finish(result func(*redis.Cmd) (bool, error)) func(*redis.Cmd) error {
+	return func(cmd *redis.Cmd) error {
+		r.OK, r.Err = result(cmd)
+		return r.Err
+	}
 }
 
 // Exec runs the queued operations, fills in their results and empties the Batch. Scripts
@@ -102,8 +102,8 @@ func (b *Batch) Exec(ctx context.Context) error {
 	ops := b.ops
 	b.ops = nil
 	for _, op := range ops {
-		if op.lease.client != b.client {
-			return fmt.Errorf("lease batch: lease %q uses another client than the batch", op.lease.name)
+		if seam.Client(op.lease.Lease) != b.client {
+			return fmt.Errorf("lease batch: lease %q uses another client than the batch", op.lease.Name())
 		}
 	}
 	b.run(ctx, ops)
@@ -114,21 +114,18 @@ func (b *Batch) Exec(ctx context.Context) error {
 		}
 	}
 	if len(retry) > 0 {
-		for _, s := range []script{acquireScript, renewScript, releaseScript} {
-			if err := s.Load(ctx, b.client).Err(); err != nil {
-				err = fmt.Errorf("lease batch: load scripts: %w", err)
-				for _, op := range retry {
-					op.cmd.SetErr(err)
-				}
-				retry = nil
-				break
+		if err := seam.LoadBatchScripts(ctx, b.client); err != nil {
+			err = fmt.Errorf("lease batch: load scripts: %w", err)
+			for _, op := range retry {
+				op.cmd.SetErr(err)
 			}
+			retry = nil
 		}
 		b.run(ctx, retry)
 	}
 	var first error
 	for _, op := range ops {
-		if err := op.finish(); err != nil && first == nil {
+		if err := op.finish(op.cmd); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -140,32 +137,8 @@ func (b *Batch) Exec(ctx context.Context) error {
 func (b *Batch) run(ctx context.Context, ops []*batchOp) {
 	pipe := b.client.Pipeline()
 	for _, op := range ops {
-		op.cmd = op.script.command(ctx, false, op.keys, op.args...)
+		op.cmd = op.command(ctx)
 		_ = pipe.Process(ctx, op.cmd)
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
-}
-
-// finish decodes op.cmd into the caller's result and returns its error.
-func (op *batchOp) finish() error {
-	name := op.lease.name
-	if op.kind == opAcquire {
-		reply, err := op.cmd.Slice()
-		if err != nil {
-			op.acquire.Err = acquireError(name, err)
-		} else {
-			op.acquire.Acquired, op.acquire.Status, op.acquire.Err = op.lease.parseAcquire(reply)
-		}
-		return op.acquire.Err
-	}
-	n, err := op.cmd.Int64()
-	if err != nil {
-		verb, src := "renew", renewSource
-		if op.kind == opRelease {
-			verb, src = "release", releaseSource
-		}
-		op.result.Err = fmt.Errorf("%s lease %q: %w", verb, name, luaerr.Explain(src, err))
-	}
-	op.result.OK = n == 1
-	return op.result.Err
 }

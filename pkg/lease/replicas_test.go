@@ -10,9 +10,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/testing/redistest"
 	"github.com/elector/elector/internal/testing/wakeprobe"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // startReplicated starts a master and one replica of it and waits until the replica is in sync.
@@ -187,7 +188,7 @@ func TestReplicaAckValidation(t *testing.T) {
 		{lease.ReplicaAck{Replicas: 1, Timeout: -time.Second}, "below the minimum of 1ms"},
 		{lease.ReplicaAck{Replicas: 1, Timeout: 1500 * time.Microsecond}, "whole number of milliseconds"},
 	} {
-		_, err := lease.New(c, "job", lease.Options{Identity: "pod-a", ReplicaAck: tc.ack})
+		_, err := leasekit.New(c, "job", lease.Options{Identity: "pod-a", ReplicaAck: tc.ack})
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), `"job"`) {
 			t.Errorf("New with %+v: err = %v, want it to name the lease and mention %q", tc.ack, err, tc.want)
 		}
@@ -225,9 +226,9 @@ func TestReplicaAckValidation(t *testing.T) {
 
 // ackLease returns the lease name for identity, with ack; instance, when set, makes it another
 // handle on the terms of a Lease with that instance id.
-func ackLease(t testing.TB, c redis.UniversalClient, name, identity, instance string, ack lease.ReplicaAck) *lease.Lease {
+func ackLease(t testing.TB, c redis.UniversalClient, name, identity, instance string, ack lease.ReplicaAck) *leasekit.Lease {
 	t.Helper()
-	l, err := lease.New(c, name, lease.Options{Identity: identity, Instance: instance, ReplicaAck: ack})
+	l, err := leasekit.NewWith(c, name, lease.Options{Identity: identity, ReplicaAck: ack}, leasekit.Ext{Instance: instance})
 	if err != nil {
 		t.Fatalf("lease.New: %v", err)
 	}

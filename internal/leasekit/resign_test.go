@@ -1,4 +1,4 @@
-package lease_test
+package leasekit_test
 
 import (
 	"context"
@@ -9,13 +9,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/pkg/lease"
 )
 
-func newResignLease(t testing.TB, c redis.UniversalClient, identity string) *lease.Lease {
+func newResignLease(t testing.TB, c redis.UniversalClient, identity string) *leasekit.Lease {
 	t.Helper()
-	l, err := lease.New(c, "job", lease.Options{Identity: identity, ResignRequests: true})
+	l, err := leasekit.NewWith(c, "job", lease.Options{Identity: identity}, leasekit.Ext{ResignRequests: true})
 	if err != nil {
 		t.Fatalf("lease.New: %v", err)
 	}
@@ -26,8 +27,8 @@ func newResignLease(t testing.TB, c redis.UniversalClient, identity string) *lea
 // part in the resign protocol, and an observer that writes requests.
 type resignFixture struct {
 	c       *redis.Client
-	a, b, x *lease.Lease
-	obs     *lease.Lease
+	a, b, x *leasekit.Lease
+	obs     *leasekit.Lease
 	term    lease.Record
 }
 
@@ -35,7 +36,7 @@ func newResignFixture(t *testing.T) *resignFixture {
 	t.Helper()
 	c := redistest.Start(t).Client(t)
 	f := &resignFixture{c: c, a: newResignLease(t, c, "pod-a"), b: newResignLease(t, c, "pod-b"), x: newResignLease(t, c, "pod c")}
-	obs, err := lease.New(c, "job", lease.Options{})
+	obs, err := leasekit.New(c, "job", lease.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func newResignFixture(t *testing.T) *resignFixture {
 
 func (f *resignFixture) request(t *testing.T, target string, hold time.Duration) {
 	t.Helper()
-	st, err := f.obs.RequestResign(context.Background(), lease.ResignRequest{Target: target, HoldOff: hold, Timeout: 5 * time.Second})
+	st, err := f.obs.RequestResign(context.Background(), leasekit.ResignRequest{Target: target, HoldOff: hold, Timeout: 5 * time.Second})
 	if err != nil || !st.Held || st.Record != f.term {
 		t.Fatalf("RequestResign = %+v, %v; want the request written for %v", st, err, f.term)
 	}
@@ -69,7 +70,7 @@ func TestResignRequestAndRenew(t *testing.T) {
 	f.request(t, "", 3*time.Second)
 	select {
 	case ev := <-sub.Events():
-		if ev.Kind != lease.ResignRequested || ev.Record != f.term || ev.TTL != 3*time.Second {
+		if ev.Kind != leasekit.ResignRequested || ev.Record != f.term || ev.TTL != 3*time.Second {
 			t.Fatalf("event %+v, want resign of %v with hold-off 3s", ev, f.term)
 		}
 	case <-time.After(5 * time.Second):
@@ -83,7 +84,7 @@ func TestResignRequestAndRenew(t *testing.T) {
 		t.Fatalf("request PTTL %v, want the timeout 5s", pttl)
 	}
 	ok, err := f.a.Renew(ctx, f.term, 20*time.Second)
-	if !ok || !errors.Is(err, lease.ErrResignRequested) {
+	if !ok || !errors.Is(err, leasekit.ErrResignRequested) {
 		t.Fatalf("Renew with a request = %v, %v; want true, ErrResignRequested", ok, err)
 	}
 	if pttl := f.c.PTTL(ctx, f.a.Keys().Lease).Val(); pttl <= 19*time.Second {
@@ -94,14 +95,14 @@ func TestResignRequestAndRenew(t *testing.T) {
 	}
 	// The same renewal through a lease without the option, like a Group member's Batch: it
 	// does not see the request.
-	old, err := lease.New(f.c, "job", lease.Options{Identity: "pod-a", Instance: f.a.Instance()})
+	old, err := leasekit.NewWith(f.c, "job", lease.Options{Identity: "pod-a"}, leasekit.Ext{Instance: f.a.Instance()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := old.Renew(ctx, f.term, 20*time.Second); !ok || err != nil {
 		t.Fatalf("Renew of a lease without ResignRequests = %v, %v; want true, nil (it ignores requests)", ok, err)
 	}
-	b := lease.NewBatch(f.c)
+	b := leasekit.NewBatch(f.c)
 	r := b.Renew(f.a, f.term, 20*time.Second)
 	if err := b.Exec(ctx); err != nil || !r.OK {
 		t.Fatalf("Batch renew with a request = %+v, %v; want OK (a Batch ignores requests)", r, err)
@@ -113,16 +114,16 @@ func TestResignRequestAndRenew(t *testing.T) {
 func TestResignRequestRefusals(t *testing.T) {
 	ctx := context.Background()
 	f := newResignFixture(t)
-	_, err := f.obs.RequestResign(ctx, lease.ResignRequest{Target: "pod-a", Timeout: time.Second})
-	if !errors.Is(err, lease.ErrTargetIsHolder) {
+	_, err := f.obs.RequestResign(ctx, leasekit.ResignRequest{Target: "pod-a", Timeout: time.Second})
+	if !errors.Is(err, leasekit.ErrTargetIsHolder) {
 		t.Fatalf("request to the holder itself: %v, want ErrTargetIsHolder", err)
 	}
 	if n := f.c.Exists(ctx, f.a.Keys().Resign).Val(); n != 0 {
 		t.Fatal("a refused request was written")
 	}
 	other := lease.Record{Token: f.term.Token - 1, Instance: "0123", Identity: "pod-a"}
-	st, err := f.obs.RequestResign(ctx, lease.ResignRequest{Timeout: time.Second, Term: other})
-	if !errors.Is(err, lease.ErrOtherTerm) || st.Record != f.term {
+	st, err := f.obs.RequestResign(ctx, leasekit.ResignRequest{Timeout: time.Second, Term: other})
+	if !errors.Is(err, leasekit.ErrOtherTerm) || st.Record != f.term {
 		t.Fatalf("request bound to another term: %+v, %v; want ErrOtherTerm naming %v", st, err, f.term)
 	}
 	// A request naming an older record (left by a term that expired) does not concern this term.
@@ -141,14 +142,14 @@ func TestResignRequestRefusals(t *testing.T) {
 		t.Fatalf("Acquire with a stale request = %v, %+v, %v; want acquired", ok, st, err)
 	}
 	f.c.Del(ctx, f.a.Keys().Lease)
-	st, err = f.obs.RequestResign(ctx, lease.ResignRequest{Timeout: time.Second})
+	st, err = f.obs.RequestResign(ctx, leasekit.ResignRequest{Timeout: time.Second})
 	if err != nil || st.Held {
 		t.Fatalf("request with no holder = %+v, %v; want not held, nil", st, err)
 	}
-	if _, err := f.obs.RequestResign(ctx, lease.ResignRequest{Timeout: time.Second, Term: f.term}); !errors.Is(err, lease.ErrOtherTerm) {
+	if _, err := f.obs.RequestResign(ctx, leasekit.ResignRequest{Timeout: time.Second, Term: f.term}); !errors.Is(err, leasekit.ErrOtherTerm) {
 		t.Fatalf("request bound to a term, with no holder: %v, want ErrOtherTerm", err)
 	}
-	for _, req := range []lease.ResignRequest{
+	for _, req := range []leasekit.ResignRequest{
 		{Timeout: 0}, {Timeout: time.Second, HoldOff: -time.Second}, {Timeout: time.Second, HoldOff: 1500 * time.Microsecond},
 		{Timeout: time.Second, Target: "bad\nname"},
 	} {
@@ -175,12 +176,12 @@ func TestResignReservationAnyone(t *testing.T) {
 		t.Fatalf("GetReservation = %+v, %v", r, err)
 	}
 	restarted := newResignLease(t, f.c, "pod-a") // a new instance of the resigning identity
-	for _, l := range []*lease.Lease{f.a, restarted} {
-		ok, st, err := l.Acquire(ctx, 10*time.Second)
-		if ok || err != nil || st.Held || st.Reservation == nil {
+	for _, l := range []*leasekit.Lease{f.a, restarted} {
+		ok, st, res, err := l.AcquireOrReservation(ctx, 10*time.Second)
+		if ok || err != nil || st.Held || res == nil {
 			t.Fatalf("Acquire by the resigning identity = %v, %+v, %v; want refused with a reservation", ok, st, err)
 		}
-		if rv := st.Reservation; rv.Resigned != f.term || rv.Target != "" || rv.TTL > 4*time.Second || rv.TTL < 3*time.Second {
+		if rv := res; rv.Resigned != f.term || rv.Target != "" || rv.TTL > 4*time.Second || rv.TTL < 3*time.Second {
 			t.Fatalf("reservation %+v, want %v for anyone with the hold-off's PTTL", rv, f.term)
 		}
 	}
@@ -201,17 +202,17 @@ func TestResignReservationTarget(t *testing.T) {
 	if ok, err := f.a.Release(ctx, f.term); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	for _, l := range []*lease.Lease{f.a, f.b} {
-		ok, st, err := l.Acquire(ctx, 10*time.Second)
-		if ok || err != nil || st.Reservation == nil || st.Reservation.Target != "pod c" || st.Reservation.TTL < 3*time.Second {
+	for _, l := range []*leasekit.Lease{f.a, f.b} {
+		ok, st, res, err := l.AcquireOrReservation(ctx, 10*time.Second)
+		if ok || err != nil || res == nil || res.Target != "pod c" || res.TTL < 3*time.Second {
 			t.Fatalf("Acquire by %s = %v, %+v, %v; want refused, reserved for pod c", l.Identity(), ok, st, err)
 		}
 	}
 	// A lease without the option (an older elector, a Group member) does not see it.
 	old := newLease(t, f.c, "job", "pod-b")
-	b := lease.NewBatch(f.c)
+	b := leasekit.NewBatch(f.c)
 	r := b.Acquire(f.b, 10*time.Second)
-	if err := b.Exec(ctx); err != nil || r.Acquired || r.Status.Reservation == nil {
+	if err := b.Exec(ctx); err != nil || r.Acquired || r.Reservation == nil {
 		t.Fatalf("Batch acquire by pod-b = %+v, %v; want refused with the reservation", r, err)
 	}
 	term := mustAcquire(t, f.x, 10*time.Second)
@@ -232,7 +233,7 @@ func TestResignReservationLapses(t *testing.T) {
 	if ok, err := f.a.Release(ctx, f.term); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	if ok, st, _ := f.a.Acquire(ctx, time.Second); ok || st.Reservation == nil {
+	if ok, st, res, _ := f.a.AcquireOrReservation(ctx, time.Second); ok || res == nil {
 		t.Fatalf("acquired during the hold-off: %+v", st)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -248,9 +249,9 @@ func TestResignReservationLapses(t *testing.T) {
 // The resign event parses, and its word is "resign" (a parser that does not know it drops
 // the message: see Subscription).
 func TestParseResignEvent(t *testing.T) {
-	ev, err := lease.ParseEvent("resign 15000 v1:17:abc:pod a")
+	ev, err := leasekit.ParseEvent("resign 15000 v1:17:abc:pod a")
 	want := lease.Record{Token: 17, Instance: "abc", Identity: "pod a"}
-	if err != nil || ev.Kind != lease.ResignRequested || ev.TTL != 15*time.Second || ev.Record != want {
+	if err != nil || ev.Kind != leasekit.ResignRequested || ev.TTL != 15*time.Second || ev.Record != want {
 		t.Fatalf("ParseEvent = %+v, %v", ev, err)
 	}
 	if ev.Kind.String() != "resign" {

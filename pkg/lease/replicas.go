@@ -2,12 +2,12 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/leaseerr"
 	"github.com/elector/elector/internal/luaerr"
 )
 
@@ -54,7 +54,7 @@ func (a ReplicaAck) validate() error {
 // that fewer replicas than asked acknowledged within the timeout; its message says how many of
 // how many, within what time. The write stands on the master; it may be lost if the master
 // fails now.
-var ErrNotReplicated = leaseerr.NotReplicated
+var ErrNotReplicated = errors.New("write not acknowledged by enough replicas")
 
 // notReplicatedError is the error of a write fewer replicas acknowledged than asked
 // (ErrNotReplicated).
@@ -77,47 +77,47 @@ func (e *notReplicatedError) Is(target error) bool { return target == ErrNotRepl
 
 // acquireReplicated is Acquire with ack.Replicas > 0: the script, then WAIT on the same
 // connection when the script wrote.
-func (l *Lease) acquireReplicated(ctx context.Context, ms int64, ack ReplicaAck) (acquired bool, st Status, err error) {
+func (l *Lease) acquireReplicated(ctx context.Context, ms int64, ack ReplicaAck) (acquired bool, st Status, reserved []any, err error) {
 	conn, err := l.masterConn(ctx)
 	if err != nil {
-		return false, Status{}, fmt.Errorf("acquire lease %q: %w", l.name, err)
+		return false, Status{}, nil, fmt.Errorf("acquire lease %q: %w", l.name, err)
 	}
 	defer conn.Close()
 	reply, err := acquireScript.run(ctx, conn, l.acquireKeys, l.acquireArgs(ms)...).Slice()
 	if err != nil {
 		l.noteRedirect(ctx, err)
-		return false, Status{}, acquireError(l.name, err)
+		return false, Status{}, nil, acquireError(l.name, err)
 	}
-	acquired, st, err = l.parseAcquire(reply)
+	acquired, st, reserved, err = l.parseAcquire(reply)
 	if err != nil || !acquired {
-		return acquired, st, err
+		return acquired, st, reserved, err
 	}
 	if err := waitReplicas(ctx, conn, ack); err != nil {
-		return true, st, fmt.Errorf("acquire lease %q: token %d: %w", l.name, st.Record.Token, err)
+		return true, st, nil, fmt.Errorf("acquire lease %q: token %d: %w", l.name, st.Record.Token, err)
 	}
-	return true, st, nil
+	return true, st, nil, nil
 }
 
 // renewReplicated is Renew with ack.Replicas > 0: the script, then WAIT on the same
 // connection when the term was renewed.
-func (l *Lease) renewReplicated(ctx context.Context, term Record, ms int64, ack ReplicaAck) (bool, error) {
+func (l *Lease) renewReplicated(ctx context.Context, term Record, ms int64, ack ReplicaAck) (ok, resign bool, err error) {
 	conn, err := l.masterConn(ctx)
 	if err != nil {
-		return false, fmt.Errorf("renew lease %q: %w", l.name, err)
+		return false, false, fmt.Errorf("renew lease %q: %w", l.name, err)
 	}
 	defer conn.Close()
 	n, err := renewScript.run(ctx, conn, l.termKeys, l.renewArgs(term, ms)...).Int64()
 	if err != nil {
 		l.noteRedirect(ctx, err)
-		return false, fmt.Errorf("renew lease %q: %w", l.name, luaerr.Explain(renewSource, err))
+		return false, false, fmt.Errorf("renew lease %q: %w", l.name, luaerr.Explain(renewSource, err))
 	}
 	if n != 1 && n != 2 {
-		return false, nil
+		return false, false, nil
 	}
 	if err := waitReplicas(ctx, conn, ack); err != nil {
-		return true, fmt.Errorf("renew lease %q: token %d: %w", l.name, term.Token, err)
+		return true, false, fmt.Errorf("renew lease %q: token %d: %w", l.name, term.Token, err)
 	}
-	return l.renewOutcome(n, term)
+	return true, n == 2, nil
 }
 
 // masterConn returns one dedicated connection to the master that serves the lease's keys. The

@@ -1,4 +1,4 @@
-package lease
+package leasekit
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/timing"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // EventKind tells what happened to a lease.
@@ -22,7 +23,7 @@ const (
 	// Acquired: a new term began; Event.Record is its record, Event.TTL its lease time.
 	Acquired EventKind = iota + 1
 	// Renewed: the holder renewed its term for Event.TTL from now (only with
-	// Options.AnnounceRenewals).
+	// Ext.AnnounceRenewals).
 	Renewed
 	// Released: the holder released its term; Event.Record is the ended term's record.
 	Released
@@ -51,7 +52,7 @@ type Event struct {
 	// unless renewed or released. 0 for Released; the hold-off for ResignRequested.
 	TTL time.Duration
 	// Record is the term the event is about.
-	Record Record
+	Record lease.Record
 }
 
 // maxTTLMillis is the largest lease time, in milliseconds, that a time.Duration holds.
@@ -78,7 +79,7 @@ func ParseEvent(payload string) (Event, error) {
 	if err != nil || ms < 0 || ms > maxTTLMillis {
 		return Event{}, fmt.Errorf("parse event %q: ttl %q is not an integer from 0 to %d", payload, ttl, maxTTLMillis)
 	}
-	rec, err := ParseRecord(value)
+	rec, err := seam.ParseRecord(value)
 	if err != nil {
 		return Event{}, fmt.Errorf("parse event: %w", err)
 	}
@@ -101,10 +102,10 @@ type Subscription struct {
 // Subscribe subscribes to the lease's channel and returns once Redis confirmed the
 // subscription, so that no event published after Subscribe returns is missed.
 func (l *Lease) Subscribe(ctx context.Context) (*Subscription, error) {
-	ps := l.client.Subscribe(ctx, l.keys.Events)
+	ps := seam.Client(l.Lease).Subscribe(ctx, l.Keys().Events)
 	if _, err := ps.Receive(ctx); err != nil {
 		_ = ps.Close()
-		return nil, fmt.Errorf("subscribe to events of lease %q: %w", l.name, err)
+		return nil, fmt.Errorf("subscribe to events of lease %q: %w", l.Name(), err)
 	}
 	s := &Subscription{ps: ps, events: make(chan Event, 16), done: make(chan struct{})}
 	s.wg.Add(1)

@@ -1,4 +1,4 @@
-package lease_test
+package leasewire_test
 
 import (
 	"io/fs"
@@ -9,7 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasewire"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // TestKeysMatchProtocol checks KeysFor against the key table of docs/PROTOCOL.md: every
@@ -23,31 +24,31 @@ func TestKeysMatchProtocol(t *testing.T) {
 	for _, m := range regexp.MustCompile("(?m)^\\| `(PREFIX:\\{NAME\\}:[a-z-]+)` \\|").FindAllSubmatch(doc, -1) {
 		rows = append(rows, string(m[1]))
 	}
-	k := lease.KeysFor("PREFIX", "NAME")
+	k := leasewire.KeysFor("PREFIX", "NAME")
 	fields := []string{k.Lease, k.Token, k.Terms, k.Resign, k.Events, k.Members, k.Done}
 	sort.Strings(rows)
 	sort.Strings(fields)
 	if strings.Join(rows, " ") != strings.Join(fields, " ") {
 		t.Errorf("docs/PROTOCOL.md names the keys\n  %q\nKeysFor(\"PREFIX\", \"NAME\") gives\n  %q", rows, fields)
 	}
-	if got, want := lease.EventsPattern("PREFIX"), "PREFIX:{*}:events"; got != want {
+	if got, want := leasewire.EventsPattern("PREFIX"), "PREFIX:{*}:events"; got != want {
 		t.Errorf("EventsPattern = %q, want %q", got, want)
 	}
 	if got, want := k.Other("fence"), "PREFIX:{NAME}:fence"; got != want {
 		t.Errorf("Other(fence) = %q, want %q", got, want)
 	}
-	if got, want := lease.KeysFor("", "job").Lease, "elector:{job}:lease"; got != want {
+	if got, want := leasewire.KeysFor(lease.DefaultPrefix, "job").Lease, "elector:{job}:lease"; got != want {
 		t.Errorf("KeysFor with the default prefix: Lease = %q, want %q", got, want)
 	}
 }
 
-// TestKeysHaveOneOwner fails when Go code of the repository outside internal/lease/keys.go builds a
+// TestKeysHaveOneOwner fails when Go code of the repository outside internal/leasewire/keys.go builds a
 // PREFIX:{NAME}:… name by hand, instead of asking KeysFor (tests excepted: they spell out the
 // names they expect).
 func TestKeysHaveOneOwner(t *testing.T) {
 	handmade := regexp.MustCompile(`":\{"|"\}:"|"\{\*\}:|":(lease|token|terms|events|members)"`)
 	allowed := map[string]string{
-		"internal/lease/keys.go": "the owner",
+		"internal/leasewire/keys.go": "the owner",
 	}
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -73,12 +74,25 @@ func TestKeysHaveOneOwner(t *testing.T) {
 		}
 		for i, line := range strings.Split(string(src), "\n") {
 			if handmade.MatchString(line) {
-				t.Errorf("%s:%d builds a lease key by hand, use lease.KeysFor: %s", rel, i+1, strings.TrimSpace(line))
+				t.Errorf("%s:%d builds a lease key by hand, use leasewire.KeysFor: %s", rel, i+1, strings.TrimSpace(line))
 			}
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestValidateName(t *testing.T) {
+	for _, ok := range []string{"job", "my-controller.kube-system", "tenant/42", "ünïcode"} {
+		if err := leasewire.ValidateName(ok); err != nil {
+			t.Errorf("ValidateName(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "a{", "}", "a b", "a\tb", "a\x00", "\xff"} {
+		if err := leasewire.ValidateName(bad); err == nil {
+			t.Errorf("ValidateName(%q) succeeded", bad)
+		}
 	}
 }

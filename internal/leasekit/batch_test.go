@@ -1,4 +1,4 @@
-package lease_test
+package leasekit_test
 
 import (
 	"context"
@@ -9,15 +9,16 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/pkg/lease"
 )
 
 func testBatch(t *testing.T, c redis.UniversalClient) {
 	ctx := context.Background()
 	const n = 200
-	mine := make([]*lease.Lease, n)
-	theirs := make([]*lease.Lease, n)
+	mine := make([]*leasekit.Lease, n)
+	theirs := make([]*leasekit.Lease, n)
 	for i := range mine {
 		mine[i] = newLease(t, c, fmt.Sprintf("shard-%d", i), "pod-a")
 		theirs[i] = newLease(t, c, fmt.Sprintf("shard-%d", i), "pod-b")
@@ -26,8 +27,8 @@ func testBatch(t *testing.T, c redis.UniversalClient) {
 	for i := 0; i < n; i += 2 {
 		mustAcquire(t, theirs[i], 10*time.Second)
 	}
-	b := lease.NewBatch(c)
-	acq := make([]*lease.AcquireResult, n)
+	b := leasekit.NewBatch(c)
+	acq := make([]*leasekit.AcquireResult, n)
 	for i, l := range mine {
 		acq[i] = b.Acquire(l, 10*time.Second)
 	}
@@ -46,7 +47,7 @@ func testBatch(t *testing.T, c redis.UniversalClient) {
 		}
 	}
 	// Renew everything we hold, and (falsely) one we do not.
-	renew := map[int]*lease.Result{}
+	renew := map[int]*leasekit.Result{}
 	for i := 1; i < n; i += 2 {
 		renew[i] = b.Renew(mine[i], acq[i].Status.Record, 20*time.Second)
 	}
@@ -69,7 +70,7 @@ func testBatch(t *testing.T, c redis.UniversalClient) {
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	rel := map[int]*lease.Result{}
+	rel := map[int]*leasekit.Result{}
 	for i := 1; i < n; i += 2 {
 		rel[i] = b.Release(mine[i], acq[i].Status.Record)
 	}
@@ -99,7 +100,7 @@ func TestBatchRejectsForeignClient(t *testing.T) {
 	srv := redistest.Start(t)
 	a, b := srv.Client(t), srv.Client(t)
 	l := newLease(t, a, "x", "pod-a")
-	batch := lease.NewBatch(b)
+	batch := leasekit.NewBatch(b)
 	batch.Acquire(l, time.Second)
 	if err := batch.Exec(context.Background()); err == nil {
 		t.Fatal("a batch ran a lease of another client")
@@ -109,13 +110,13 @@ func TestBatchRejectsForeignClient(t *testing.T) {
 func BenchmarkBatchRenew1000(b *testing.B) {
 	ctx := context.Background()
 	c := redistest.Start(b).Client(b)
-	leases := make([]*lease.Lease, 1000)
+	leases := make([]*leasekit.Lease, 1000)
 	terms := make([]lease.Record, len(leases))
 	for i := range leases {
 		leases[i] = newLease(b, c, fmt.Sprintf("shard-%d", i), "pod-a")
 		terms[i] = mustAcquire(b, leases[i], time.Minute)
 	}
-	batch := lease.NewBatch(c)
+	batch := leasekit.NewBatch(c)
 	b.ReportAllocs()
 	for b.Loop() {
 		for i, l := range leases {

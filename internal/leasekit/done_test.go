@@ -1,4 +1,4 @@
-package lease_test
+package leasekit_test
 
 import (
 	"context"
@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // TestDoneMarkFenced writes done marks against a real Redis: the holder's term writes one
@@ -22,7 +23,7 @@ func TestDoneMarkFenced(t *testing.T) {
 	}
 	old := mustAcquire(t, a, 10*time.Second)
 	finished := time.UnixMilli(time.Now().UnixMilli()).UTC()
-	ok, err := a.MarkDone(ctx, lease.Done{Term: old, ExitCode: 0, Finished: finished, TTL: time.Hour})
+	ok, err := a.MarkDone(ctx, leasekit.Done{Term: old, ExitCode: 0, Finished: finished, TTL: time.Hour})
 	if err != nil || !ok {
 		t.Fatalf("MarkDone by the holder = %v, %v; want true", ok, err)
 	}
@@ -43,11 +44,11 @@ func TestDoneMarkFenced(t *testing.T) {
 		t.Fatalf("Release = %v, %v", released, err)
 	}
 	cur := mustAcquire(t, b, 10*time.Second)
-	if ok, err := b.MarkDone(ctx, lease.Done{Term: cur, ExitCode: 0, Finished: finished, TTL: time.Minute}); err != nil || !ok {
+	if ok, err := b.MarkDone(ctx, leasekit.Done{Term: cur, ExitCode: 0, Finished: finished, TTL: time.Minute}); err != nil || !ok {
 		t.Fatalf("MarkDone by the new holder = %v, %v", ok, err)
 	}
 	// The stale holder (after a pause) tries to write its mark: refused by the fence.
-	ok, err = a.MarkDone(ctx, lease.Done{Term: old, ExitCode: 0, Finished: time.Now(), TTL: time.Hour})
+	ok, err = a.MarkDone(ctx, leasekit.Done{Term: old, ExitCode: 0, Finished: time.Now(), TTL: time.Hour})
 	if err != nil || ok {
 		t.Fatalf("MarkDone by a term that ended = %v, %v; want false, nil (fenced)", ok, err)
 	}
@@ -58,7 +59,7 @@ func TestDoneMarkFenced(t *testing.T) {
 	if _, err := b.Release(ctx, cur); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := b.MarkDone(ctx, lease.Done{Term: cur, Finished: time.Now(), TTL: time.Hour}); err != nil || ok {
+	if ok, err := b.MarkDone(ctx, leasekit.Done{Term: cur, Finished: time.Now(), TTL: time.Hour}); err != nil || ok {
 		t.Errorf("MarkDone with the lease free = %v, %v; want false, nil", ok, err)
 	}
 }
@@ -70,7 +71,7 @@ func TestDoneMarkRefusals(t *testing.T) {
 	a := newResignLease(t, c, "pod-a")
 	term := mustAcquire(t, a, 10*time.Second)
 	for _, ttl := range []time.Duration{0, time.Microsecond, 1500 * time.Microsecond} {
-		if _, err := a.MarkDone(ctx, lease.Done{Term: term, TTL: ttl}); err == nil {
+		if _, err := a.MarkDone(ctx, leasekit.Done{Term: term, TTL: ttl}); err == nil {
 			t.Errorf("MarkDone with TTL %v: no error", ttl)
 		}
 	}

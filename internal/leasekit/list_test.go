@@ -1,4 +1,4 @@
-package lease_test
+package leasekit_test
 
 import (
 	"context"
@@ -8,8 +8,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/pkg/lease"
 )
 
 func testList(t *testing.T, c redis.UniversalClient) {
@@ -20,13 +21,13 @@ func testList(t *testing.T, c redis.UniversalClient) {
 		want[name] = mustAcquire(t, newLease(t, c, name, fmt.Sprintf("pod-%d", i%3)), time.Minute)
 	}
 	// Other prefixes, foreign values and a name with glob characters are not confused.
-	other, _ := lease.New(c, "job-00", lease.Options{Prefix: "other", Identity: "x"})
+	other, _ := leasekit.New(c, "job-00", lease.Options{Prefix: "other", Identity: "x"})
 	mustAcquire(t, other, time.Minute)
 	c.Set(ctx, "elector:{junk}:lease", "not a record", 0)
-	star, _ := lease.New(c, "a*b", lease.Options{Prefix: "p[1]", Identity: "y"})
+	star, _ := leasekit.New(c, "a*b", lease.Options{Prefix: "p[1]", Identity: "y"})
 	starTerm := mustAcquire(t, star, time.Minute)
 
-	got, err := lease.List(ctx, c, "")
+	got, err := leasekit.List(ctx, c, "")
 	if err != nil {
 		t.Fatalf("List: %v", err)
 	}
@@ -41,11 +42,11 @@ func testList(t *testing.T, c redis.UniversalClient) {
 			t.Fatalf("lease %s: %+v, want %+v with ~1m left", l.Name, l.Status, w)
 		}
 	}
-	got, err = lease.List(ctx, c, "p[1]")
+	got, err = leasekit.List(ctx, c, "p[1]")
 	if err != nil || len(got) != 1 || got[0].Name != "a*b" || got[0].Status.Record != starTerm {
 		t.Fatalf("List of prefix p[1] = %+v, %v", got, err)
 	}
-	if _, err := lease.List(ctx, c, "bad prefix"); err == nil {
+	if _, err := leasekit.List(ctx, c, "bad prefix"); err == nil {
 		t.Fatal("List accepted a prefix with a space")
 	}
 }

@@ -1,11 +1,11 @@
-package lease
+package leasewire
 
 import "strings"
 
 // Keys names the Redis keys and the pub/sub channel of one lease, as docs/PROTOCOL.md lays
 // them out: PREFIX:{NAME}:lease and so on. All of them carry the hash tag {NAME}, so they
 // live in one Redis Cluster slot. KeysFor is the only place that builds these names: every
-// other package (the election, the CLI, the adapters) asks it.
+// other package (the lease, the election, the CLI, the adapters) asks it.
 type Keys struct {
 	// Lease holds the holder's record, with a PX expiry.
 	Lease string
@@ -27,10 +27,11 @@ type Keys struct {
 	base string // PREFIX:{NAME}:
 }
 
-// KeysFor returns the keys of the lease called name under prefix (DefaultPrefix when empty).
-// It does not validate them: New does, with ValidateName.
+// KeysFor returns the keys of the lease called name under prefix, which the caller has
+// already defaulted (lease.DefaultPrefix for an empty option). It does not validate them:
+// lease.New does, with ValidateName.
 func KeysFor(prefix, name string) Keys {
-	base := keyBase(prefix) + ":{" + name + "}:"
+	base := prefix + ":{" + name + "}:"
 	return Keys{
 		Lease:   base + "lease",
 		Token:   base + "token",
@@ -48,20 +49,19 @@ func KeysFor(prefix, name string) Keys {
 func (k Keys) Other(suffix string) string { return k.base + suffix }
 
 // EventsPattern returns the PSUBSCRIBE pattern that matches the events channel of every lease
-// under prefix (DefaultPrefix when empty), and only those: PREFIX:{*}:events, with the glob
-// characters of the prefix (* ? [ ] \) escaped by a backslash, as leaseKeyPattern does for
-// SCAN. Unescaped, the prefix "jobs?" would also match the channels of the prefix "jobs1", and
-// a Group would take another prefix's events for its own leases' (issue 23). Redis compares a
-// PSUBSCRIBE pattern with an ACL channel rule literally, so the rule to grant is
-// &EventsPattern(prefix) exactly as returned; for a prefix without glob characters it is
-// &PREFIX:{*}:events.
-func EventsPattern(prefix string) string { return globEscape(keyBase(prefix)) + ":{*}:events" }
+// under prefix, and only those: PREFIX:{*}:events, with the glob characters of the prefix
+// (* ? [ ] \) escaped by a backslash, as LeaseKeyPattern does for SCAN. Unescaped, the prefix
+// "jobs?" would also match the channels of the prefix "jobs1", and a Group would take another
+// prefix's events for its own leases' (issue 23). Redis compares a PSUBSCRIBE pattern with an
+// ACL channel rule literally, so the rule to grant is &EventsPattern(prefix) exactly as
+// returned; for a prefix without glob characters it is &PREFIX:{*}:events.
+func EventsPattern(prefix string) string { return globEscape(prefix) + ":{*}:events" }
 
 // LeaseOfChannel returns NAME when channel is PREFIX:{NAME}:events, the events channel of a
-// lease under prefix (DefaultPrefix when empty), and false for any other channel: the reader
-// of an EventsPattern subscription drops what is not its own prefix's.
+// lease under prefix, and false for any other channel: the reader of an EventsPattern
+// subscription drops what is not its own prefix's.
 func LeaseOfChannel(prefix, channel string) (string, bool) {
-	name, ok := strings.CutPrefix(channel, keyBase(prefix)+":{")
+	name, ok := strings.CutPrefix(channel, prefix+":{")
 	if !ok {
 		return "", false
 	}
@@ -72,27 +72,20 @@ func LeaseOfChannel(prefix, channel string) (string, bool) {
 	return name, true
 }
 
-// leaseKeyPattern returns the SCAN MATCH pattern of the lease keys under prefix, with the
+// LeaseKeyPattern returns the SCAN MATCH pattern of the lease keys under prefix, with the
 // prefix's glob characters escaped.
-func leaseKeyPattern(prefix string) string { return globEscape(keyBase(prefix)) + ":{*}:lease" }
+func LeaseKeyPattern(prefix string) string { return globEscape(prefix) + ":{*}:lease" }
 
-// nameOfLeaseKey returns the lease name of a key that leaseKeyPattern(prefix) matched.
-func nameOfLeaseKey(prefix, key string) string {
-	return strings.TrimSuffix(strings.TrimPrefix(key, keyBase(prefix)+":{"), "}:lease")
+// NameOfLeaseKey returns the lease name of a key that LeaseKeyPattern(prefix) matched.
+func NameOfLeaseKey(prefix, key string) string {
+	return strings.TrimSuffix(strings.TrimPrefix(key, prefix+":{"), "}:lease")
 }
 
-// aclKeyPattern returns the ACL key pattern that covers every key of every lease under prefix:
+// ACLKeyPattern returns the ACL key pattern that covers every key of every lease under prefix:
 // ~PREFIX:*, with the prefix's glob characters escaped (Redis matches ACL key patterns as SCAN
 // matches, so "~jobs?:*" would also allow the keys of the prefix "jobs1"). The errors of a
 // refused key advise it (luaerr.ExplainTx).
-func aclKeyPattern(prefix string) string { return "~" + globEscape(keyBase(prefix)) + ":*" }
-
-func keyBase(prefix string) string {
-	if prefix == "" {
-		return DefaultPrefix
-	}
-	return prefix
-}
+func ACLKeyPattern(prefix string) string { return "~" + globEscape(prefix) + ":*" }
 
 // globEscape quotes the characters SCAN's MATCH treats specially.
 func globEscape(s string) string {

@@ -8,9 +8,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/redisfail"
 	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // TestLeaseOfChannel: the parser of events channels accepts only its own prefix's channels.
@@ -20,7 +21,7 @@ func TestLeaseOfChannel(t *testing.T) {
 		ok                    bool
 	}{
 		{"elector", "elector:{job}:events", "job", true},
-		{"", "elector:{job}:events", "job", true},
+		{"", "elector:{job}:events", "", false}, // the caller defaults the prefix (leasewire.KeysFor)
 		{"t?", "t?:{job}:events", "job", true},
 		{"t?", "tx:{job}:events", "", false},
 		{"t*", "t:{a}:b:{job}:events", "", false},
@@ -28,12 +29,12 @@ func TestLeaseOfChannel(t *testing.T) {
 		{"elector", "elector:{}:events", "", false},
 		{"elector", "other:{job}:events", "", false},
 	} {
-		name, ok := lease.LeaseOfChannel(c.prefix, c.channel)
+		name, ok := leasewire.LeaseOfChannel(c.prefix, c.channel)
 		if name != c.name || ok != c.ok {
 			t.Errorf("LeaseOfChannel(%q, %q) = %q, %v; want %q, %v", c.prefix, c.channel, name, ok, c.name, c.ok)
 		}
 	}
-	if got, want := lease.EventsPattern(`a*b?[c]\`), `a\*b\?\[c\]\\:{*}:events`; got != want {
+	if got, want := leasewire.EventsPattern(`a*b?[c]\`), `a\*b\?\[c\]\\:{*}:events`; got != want {
 		t.Errorf("EventsPattern = %q, want %q", got, want)
 	}
 }
@@ -47,7 +48,7 @@ func TestEventsPatternMatchesOnlyItsPrefix(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	const prefix = "jobs*"
-	pattern := lease.EventsPattern(prefix)
+	pattern := leasewire.EventsPattern(prefix)
 	if err := admin.Do(ctx, "ACL", "SETUSER", "sub", "on", ">pw", "resetchannels", "&"+pattern, "-@all", "+psubscribe", "+subscribe", "+ping").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -61,13 +62,13 @@ func TestEventsPatternMatchesOnlyItsPrefix(t *testing.T) {
 	if _, err := ps.Receive(ctx); err != nil {
 		t.Fatalf("PSUBSCRIBE %s as a user granted &%s: %v", pattern, pattern, err)
 	}
-	other := user.Subscribe(ctx, lease.KeysFor("jobs-b", "x").Events)
+	other := user.Subscribe(ctx, leasewire.KeysFor("jobs-b", "x").Events)
 	defer other.Close()
 	if got, err := other.Receive(ctx); err == nil {
 		t.Errorf("the ACL rule &%s grants the channel of prefix jobs-b: %#v", pattern, got)
 	}
 
-	foreign, own := lease.KeysFor("jobs-b", "x").Events, lease.KeysFor(prefix, "x").Events
+	foreign, own := leasewire.KeysFor("jobs-b", "x").Events, leasewire.KeysFor(prefix, "x").Events
 	for _, ch := range []string{foreign, own} {
 		if err := admin.Publish(ctx, ch, ch).Err(); err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package lease
+package leasekit
 
 import (
 	"strconv"
@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/elector/elector/internal/leasewire"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // FuzzParseEvent checks the decoder of the events channel, which reads what anybody who may
@@ -69,10 +72,10 @@ func FuzzEventRoundTrip(f *testing.F) {
 	f.Fuzz(func(t *testing.T, kind uint8, ms, token int64, instance, identity string) {
 		k := EventKind(kind%3 + 1)
 		if ms < 0 || ms > int64(time.Duration(1<<63-1)/time.Millisecond) || token <= 0 ||
-			validateInstance(instance) != nil || ValidateIdentity(identity) != nil {
+			leasewire.ValidateInstance(instance) != nil || leasewire.ValidateIdentity(identity) != nil {
 			return
 		}
-		ev := Event{Kind: k, TTL: time.Duration(ms) * time.Millisecond, Record: Record{Token: token, Instance: instance, Identity: identity}}
+		ev := Event{Kind: k, TTL: time.Duration(ms) * time.Millisecond, Record: lease.Record{Token: token, Instance: instance, Identity: identity}}
 		got, err := ParseEvent(encodeEvent(ev))
 		if err != nil || got != ev {
 			t.Fatalf("ParseEvent(%q) = %+v, %v; want %+v", encodeEvent(ev), got, err, ev)
@@ -98,7 +101,7 @@ func FuzzNewLease(f *testing.F) {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}) // never dialled
 	f.Cleanup(func() { _ = client.Close() })
 	f.Fuzz(func(t *testing.T, name, prefix, identity string) {
-		l, err := New(client, name, Options{Prefix: prefix, Identity: identity})
+		l, err := New(client, name, lease.Options{Prefix: prefix, Identity: identity})
 		if err != nil {
 			if !strings.Contains(err.Error(), "new lease") {
 				t.Fatalf("New(%q, %q, %q) error %q does not say what failed", name, prefix, identity, err)
@@ -113,7 +116,7 @@ func FuzzNewLease(f *testing.F) {
 		if identity == "" {
 			return
 		}
-		rec := Record{Token: 1, Instance: l.Instance(), Identity: identity}
+		rec := lease.Record{Token: 1, Instance: l.Instance(), Identity: identity}
 		got, err := ParseRecord(rec.String())
 		if err != nil || got != rec {
 			t.Fatalf("identity %q accepted by New does not survive the record: %+v, %v", identity, got, err)
@@ -136,4 +139,23 @@ func hashTag(key string) string {
 		return key
 	}
 	return key[open+1 : open+1+end]
+}
+
+func TestParseEvent(t *testing.T) {
+	ev, err := ParseEvent("released 0 v1:5:abc:pod a")
+	if err != nil || ev.Kind != Released || ev.TTL != 0 || ev.Record != (lease.Record{Token: 5, Instance: "abc", Identity: "pod a"}) {
+		t.Fatalf("ParseEvent = %+v, %v", ev, err)
+	}
+	ev, err = ParseEvent("renewed 15000 v1:6:abc:pod")
+	if err != nil || ev.Kind != Renewed || ev.TTL != 15*time.Second || ev.Record != (lease.Record{Token: 6, Instance: "abc", Identity: "pod"}) {
+		t.Fatalf("ParseEvent = %+v, %v", ev, err)
+	}
+	if Renewed.String() != "renewed" || EventKind(9).String() != "EventKind(9)" {
+		t.Fatalf("EventKind.String: %q %q", Renewed, EventKind(9))
+	}
+	for _, bad := range []string{"", "released", "released 0", "expired 0 v1:5:a:b", "acquired 10 junk", "acquired -1 v1:5:a:b", "acquired x v1:5:a:b"} {
+		if _, err := ParseEvent(bad); err == nil {
+			t.Errorf("ParseEvent(%q) succeeded", bad)
+		}
+	}
 }

@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // TestOneLeaseFromManyGoroutines uses one Lease from several goroutines at once, as
@@ -20,13 +21,13 @@ import (
 func TestOneLeaseFromManyGoroutines(t *testing.T) {
 	ctx := context.Background()
 	c := redistest.Start(t).Client(t)
-	opts := lease.Options{Identity: "pod-a", AnnounceRenewals: true, ResignRequests: true}
-	l, err := lease.New(c, "shared", opts)
+	opts, ext := lease.Options{Identity: "pod-a"}, leasekit.Ext{AnnounceRenewals: true, ResignRequests: true}
+	l, err := leasekit.NewWith(c, "shared", opts, ext)
 	if err != nil {
 		t.Fatal(err)
 	}
 	opts.Identity = "pod-b"
-	other, err := lease.New(c, "shared", opts)
+	other, err := leasekit.NewWith(c, "shared", opts, ext)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func TestOneLeaseFromManyGoroutines(t *testing.T) {
 }
 
 // cycle acquires, renews and releases, checking each reply against what was sent.
-func cycle(ctx context.Context, l, other *lease.Lease, g, rounds int) error {
+func cycle(ctx context.Context, l, other *leasekit.Lease, g, rounds int) error {
 	for i := range rounds {
 		ttl := time.Duration(1000+100*((g+i)%7)) * time.Millisecond
 		who := l

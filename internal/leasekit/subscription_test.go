@@ -1,4 +1,4 @@
-package lease_test
+package leasekit_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/testing/faultproxy"
 	"github.com/elector/elector/internal/testing/redistest"
 	"github.com/elector/elector/internal/timing"
@@ -15,7 +15,7 @@ import (
 
 // expectClosed waits up to within for the Events channel of sub to be closed, skipping
 // events.
-func expectClosed(t *testing.T, sub *lease.Subscription, within time.Duration) time.Duration {
+func expectClosed(t *testing.T, sub *leasekit.Subscription, within time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
 	timeout := time.After(within)
@@ -79,7 +79,7 @@ func TestSubscriptionPingsWhenIdleAndEndsWhenUnanswered(t *testing.T) {
 	case <-time.After(2*timing.HealthInterval + timing.HealthInterval/2):
 	}
 	term := mustAcquire(t, holder, time.Minute)
-	expectEvent(t, sub, lease.Acquired, term)
+	expectEvent(t, sub, leasekit.Acquired, term)
 
 	proxy.Blackhole(true)
 	took := expectClosed(t, sub, 4*timing.HealthInterval)

@@ -1,0 +1,152 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/elector/elector/internal/leasewire"
+	"github.com/elector/elector/internal/luaerr"
+)
+
+// The seam: what internal/leasekit, which builds the election's and the CLI's extras on this
+// package (events, resign requests, batches, done marks, listing), needs beyond the API. Its
+// methods are exported so that leasekit's interface can name them, on an unexported type that
+// only leasewire.Lease hands out; no program outside this module can reach them.
+func init() { leasewire.Lease = internals{} }
+
+type internals struct{}
+
+// New is New with an instance id to resume (if not empty), renewals announced, and the resign
+// protocol taken part in.
+func (internals) New(client redis.UniversalClient, name string, opts Options, instance string, announce, resign bool) (*Lease, error) {
+	return newLease(client, name, opts, instance, announce, resign)
+}
+
+// ParseRecord decodes a lease value; its errors wrap leasewire.ErrBadRecord.
+func (internals) ParseRecord(s string) (Record, error) { return parseRecord(s) }
+
+// Client returns the client l was created with.
+func (internals) Client(l *Lease) redis.UniversalClient { return l.client }
+
+// Name returns the lease name.
+func (internals) Name(l *Lease) string { return l.name }
+
+// Identity returns the identity l acquires with.
+func (internals) Identity(l *Lease) string { return l.identity }
+
+// Instance returns the instance id l acquires with.
+func (internals) Instance(l *Lease) string { return l.instance }
+
+// Prefix returns the key prefix of l, DefaultPrefix for an empty Options.Prefix.
+func (internals) Prefix(l *Lease) string { return l.prefix }
+
+// Keys returns the names of l's Redis keys and pub/sub channel.
+func (internals) Keys(l *Lease) leasewire.Keys { return l.keys }
+
+// Acquire is Lease.Acquire that also returns the acquire script's refusal during a
+// reservation, {2, record, pttl, target}, undecoded.
+func (internals) Acquire(ctx context.Context, l *Lease, ttl time.Duration) (bool, Status, []any, error) {
+	return l.acquire(ctx, ttl)
+}
+
+// Renew is Lease.Renew that also reports a resign request for the renewed term.
+func (internals) Renew(ctx context.Context, l *Lease, term Record, ttl time.Duration) (ok, resign bool, err error) {
+	return l.renew(ctx, term, ttl)
+}
+
+// ReadWithTTL reads key and its remaining time atomically in one round trip (no script); ok
+// is false when the key does not exist.
+func (internals) ReadWithTTL(ctx context.Context, l *Lease, key string) (v string, ttl time.Duration, ok bool, err error) {
+	return l.getWithTTL(ctx, key)
+}
+
+// Counter reads the integer at key, a counter of l named what in errors, 0 when absent.
+func (internals) Counter(ctx context.Context, l *Lease, key, what string) (int64, error) {
+	return l.counter(ctx, key, what)
+}
+
+// Resign runs scripts/resign.lua on l's lease and resign keys with args; its error is
+// explained (luaerr.Explain).
+func (internals) Resign(ctx context.Context, l *Lease, args ...any) ([]any, error) {
+	reply, err := resignScript.run(ctx, l.client, boxKeys(l.keys.Lease, l.keys.Resign), args...).Slice()
+	return reply, luaerr.Explain(resignSource, err)
+}
+
+// Done runs scripts/done.lua on l's lease and done keys with args; its error is explained.
+func (internals) Done(ctx context.Context, l *Lease, args ...any) (int64, error) {
+	n, err := doneScript.run(ctx, l.client, boxKeys(l.keys.Lease, l.keys.Done), args...).Int64()
+	return n, luaerr.Explain(doneSource, err)
+}
+
+// PTTL converts a PTTL reply in milliseconds (NoExpiry when negative).
+func (internals) PTTL(ms int64) time.Duration { return pttlDuration(ms) }
+
+// DurationTTL converts go-redis's parsed PTTL, which keeps -1 and -2 as raw nanoseconds.
+func (internals) DurationTTL(d time.Duration) time.Duration { return durationTTL(d) }
+
+// BatchAcquire returns the command of l.Acquire(ttl) for a pipeline (EVALSHA only) and the
+// decoder of its reply, which returns a refusal during a reservation undecoded as Acquire
+// does; err is what Acquire would refuse before sending.
+func (internals) BatchAcquire(l *Lease, ttl time.Duration) (command func(context.Context) *redis.Cmd, result func(*redis.Cmd) (bool, Status, []any, error), err error) {
+	ms, err := leasewire.TTLMillis(ttl)
+	switch {
+	case err != nil:
+		return nil, nil, fmt.Errorf("acquire lease %q: %w", l.name, err)
+	case l.identity == "":
+		return nil, nil, fmt.Errorf("acquire lease %q: no identity set in lease.Options", l.name)
+	}
+	args := l.acquireArgs(ms)
+	command = func(ctx context.Context) *redis.Cmd { return acquireScript.command(ctx, false, l.acquireKeys, args...) }
+	result = func(cmd *redis.Cmd) (bool, Status, []any, error) {
+		reply, err := cmd.Slice()
+		if err != nil {
+			return false, Status{}, nil, acquireError(l.name, err)
+		}
+		return l.parseAcquire(reply)
+	}
+	return command, result, nil
+}
+
+// BatchRenew is BatchAcquire for l.Renew(term, ttl), with the lease key alone: a batch's
+// renewals do not look at resign requests.
+func (internals) BatchRenew(l *Lease, term Record, ttl time.Duration) (command func(context.Context) *redis.Cmd, result func(*redis.Cmd) (bool, error), err error) {
+	ms, err := leasewire.TTLMillis(ttl)
+	if err != nil {
+		return nil, nil, fmt.Errorf("renew lease %q: %w", l.name, err)
+	}
+	args := l.renewArgs(term, ms)
+	command = func(ctx context.Context) *redis.Cmd { return renewScript.command(ctx, false, l.termKeys[:1], args...) }
+	return command, termResult(l, "renew", renewSource), nil
+}
+
+// BatchRelease is BatchAcquire for l.Release(term).
+func (internals) BatchRelease(l *Lease, term Record) (command func(context.Context) *redis.Cmd, result func(*redis.Cmd) (bool, error)) {
+	args := l.releaseArgs(term)
+	command = func(ctx context.Context) *redis.Cmd { return releaseScript.command(ctx, false, l.termKeys, args...) }
+	return command, termResult(l, "release", releaseSource)
+}
+
+// termResult decodes the reply of a renewal or release sent in a batch.
+func termResult(l *Lease, verb, src string) func(*redis.Cmd) (bool, error) {
+	return func(cmd *redis.Cmd) (bool, error) {
+		n, err := cmd.Int64()
+		if err != nil {
+			return n == 1, fmt.Errorf("%s lease %q: %w", verb, l.name, luaerr.Explain(src, err))
+		}
+		return n == 1, nil
+	}
+}
+
+// LoadBatchScripts loads the acquire, renew and release scripts into Redis through client,
+// so that a batch's EVALSHA finds them.
+func (internals) LoadBatchScripts(ctx context.Context, client redis.UniversalClient) error {
+	for _, s := range []script{acquireScript, renewScript, releaseScript} {
+		if err := s.Load(ctx, client).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
