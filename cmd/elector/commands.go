@@ -14,7 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/elector/elector/cmd/elector/internal/envflag"
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/redisclient"
 )
 
@@ -223,7 +223,7 @@ func errUnknownCommand(root *cobra.Command, name string) error {
 // status nightly` is most likely `elector status --lease-name=nightly`.
 func errOnlyFlags(cmd *cobra.Command, args []string) error {
 	err := fmt.Errorf("unexpected argument %q: elector %s takes only flags", args[0], cmd.Name())
-	if cmd.Flags().Lookup(flagLeaseName) != nil && lease.ValidateName(args[0]) == nil {
+	if cmd.Flags().Lookup(flagLeaseName) != nil && leasewire.ValidateName(args[0]) == nil {
 		return fmt.Errorf("%w; did you mean --%s=%s?", err, flagLeaseName, args[0])
 	}
 	return err

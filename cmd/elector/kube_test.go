@@ -18,10 +18,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/cmd/elector/internal/kube"
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/testing/redistest"
 	"github.com/elector/elector/pkg/election"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // labelPatch is one label patch the fake API server received: the label's value (nil: a
@@ -101,7 +102,7 @@ func TestLabelRemovedBeforeRelease(t *testing.T) {
 	rc := srv.Client(t)
 	lo := leaseOptions{name: "lbl", prefix: lease.DefaultPrefix, identity: "a",
 		leaseDuration: 4 * time.Second, renewDeadline: 3 * time.Second, retryPeriod: time.Second}
-	l, err := lease.New(rc, lo.name, lease.Options{Prefix: lo.prefix})
+	l, err := leasekit.New(rc, lo.name, lease.Options{Prefix: lo.prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +214,7 @@ func TestKubeFailureIsHarmless(t *testing.T) {
 	srv := redistest.Start(t)
 	lo := leaseOptions{name: "harmless", prefix: lease.DefaultPrefix, identity: "a",
 		leaseDuration: 2 * time.Second, renewDeadline: 1500 * time.Millisecond, retryPeriod: 200 * time.Millisecond}
-	l, err := lease.New(srv.Client(t), lo.name, lease.Options{Prefix: lo.prefix})
+	l, err := leasekit.New(srv.Client(t), lo.name, lease.Options{Prefix: lo.prefix})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"k8s.io/klog/v2"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // Flag names of elector run --once-per (docs/DESIGN.md, "Once per period").
@@ -37,7 +38,7 @@ func (o *runOptions) validateOnce() error {
 // oncePeriod is --once-per: the done mark that a successful run writes and that every term
 // reads before it runs the command.
 type oncePeriod struct {
-	l          *lease.Lease
+	l          *leasekit.Lease
 	period     time.Duration // --once-per
 	exitIfDone bool          // --exit-if-done
 	recheck    time.Duration // how often a leader that waits for a mark re-reads it: --lease-duration
@@ -56,7 +57,7 @@ func newOncePeriod(rc *runConfig, client redis.UniversalClient) (*oncePeriod, er
 		return nil, nil
 	}
 	lo := &rc.common.lease
-	l, err := lease.New(client, lo.name, lease.Options{Prefix: lo.prefix})
+	l, err := leasekit.New(client, lo.name, lease.Options{Prefix: lo.prefix})
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +139,7 @@ func (o *oncePeriod) due(ctx context.Context) (time.Duration, bool) {
 
 // judge returns how long the mark d holds (0 when there is none or --force ignores it), and
 // logs a mark the first time it is seen.
-func (o *oncePeriod) judge(d *lease.Done) time.Duration {
+func (o *oncePeriod) judge(d *leasekit.Done) time.Duration {
 	if d == nil {
 		return 0
 	}
@@ -176,7 +177,7 @@ func (o *oncePeriod) markDone(term lease.Record, started time.Time) {
 			return
 		}
 		cctx, cancel := context.WithTimeout(context.Background(), o.call)
-		ok, err := o.l.MarkDone(cctx, lease.Done{Term: term, Finished: time.Now(), TTL: ttl})
+		ok, err := o.l.MarkDone(cctx, leasekit.Done{Term: term, Finished: time.Now(), TTL: ttl})
 		cancel()
 		switch {
 		case err == nil && ok:
@@ -206,7 +207,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// doneStatus is the done mark of elector run --once-per (lease.Done).
+// doneStatus is the done mark of elector run --once-per (leasekit.Done).
 type doneStatus struct {
 	// Holder is the identity whose command succeeded.
 	Holder string `json:"holder"`
@@ -221,7 +222,7 @@ type doneStatus struct {
 }
 
 // readDone reads the done mark of elector run --once-per, nil when none holds.
-func readDone(ctx context.Context, l *lease.Lease) (*doneStatus, error) {
+func readDone(ctx context.Context, l *leasekit.Lease) (*doneStatus, error) {
 	d, err := l.GetDone(ctx)
 	if d == nil || err != nil {
 		return nil, err

@@ -12,9 +12,10 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/elector/elector/internal/identity"
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/timing"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // Flag names shared by run, sidecar and status.
@@ -74,16 +75,16 @@ func (o *leaseOptions) validate() error {
 	if o.name == "" && !o.nameOptional {
 		return fmt.Errorf("--%s is required: the name of the lease the replicas compete for", flagLeaseName)
 	}
-	if err := lease.ValidateName(o.name); err != nil && o.name != "" {
+	if err := leasewire.ValidateName(o.name); err != nil && o.name != "" {
 		return fmt.Errorf("--%s: %q %v", flagLeaseName, o.name, err)
 	}
-	if err := lease.ValidateName(o.prefix); err != nil {
+	if err := leasewire.ValidateName(o.prefix); err != nil {
 		return fmt.Errorf("--%s: %q %v", flagKeyPrefix, o.prefix, err)
 	}
 	if o.observer {
 		return nil
 	}
-	if err := lease.ValidateIdentity(o.identity); err != nil {
+	if err := leasewire.ValidateIdentity(o.identity); err != nil {
 		return fmt.Errorf("%s: %q %v", o.identitySource, o.identity, err)
 	}
 	return validateTiming(o.leaseDuration, o.renewDeadline, o.retryPeriod)

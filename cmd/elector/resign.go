@@ -12,8 +12,10 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/pkg/election"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // Flag names of elector resign, and of the /resign endpoint of run and sidecar.
@@ -25,7 +27,7 @@ const (
 
 // Defaults of elector resign.
 const (
-	defaultHoldOff       = lease.DefaultResignHoldOff
+	defaultHoldOff       = leasekit.DefaultResignHoldOff
 	defaultResignTimeout = 30 * time.Second
 )
 
@@ -47,7 +49,7 @@ func (o *resignOptions) addFlags(fs *pflag.FlagSet) {
 // validate checks the flags; every error names the flag.
 func (o *resignOptions) validate() error {
 	if o.to != "" {
-		if err := lease.ValidateIdentity(o.to); err != nil {
+		if err := leasewire.ValidateIdentity(o.to); err != nil {
 			return fmt.Errorf("--%s: identity %q %v", flagTo, o.to, err)
 		}
 	}
@@ -94,7 +96,7 @@ func (c *cli) resign(ctx context.Context, cmd *cobra.Command, args []string, ro 
 		return c.runtimeError(who, err)
 	}
 	defer func() { _ = client.Close() }()
-	l, err := lease.New(client, co.lease.name, lease.Options{Prefix: co.lease.prefix})
+	l, err := leasekit.New(client, co.lease.name, lease.Options{Prefix: co.lease.prefix})
 	if err != nil {
 		return c.usageError(who, err)
 	}
@@ -131,7 +133,7 @@ func (c *cli) checkResign(cmd *cobra.Command, args []string, ro *resignOptions, 
 type resigner struct {
 	co        *commonOptions
 	ro        *resignOptions
-	l         *lease.Lease
+	l         *leasekit.Lease
 	followers followerCount
 	warn      io.Writer // where what will happen is said before it is done
 
@@ -180,11 +182,11 @@ func (r *resigner) request(ctx context.Context, first election.Change) (int, err
 	if code, err := r.checkSuccessor(ctx); err != nil {
 		return code, err
 	}
-	_, err := r.l.RequestResign(ctx, lease.ResignRequest{Target: r.ro.to, HoldOff: r.ro.holdOff, Timeout: r.ro.timeout, Term: r.old})
+	_, err := r.l.RequestResign(ctx, leasekit.ResignRequest{Target: r.ro.to, HoldOff: r.ro.holdOff, Timeout: r.ro.timeout, Term: r.old})
 	switch {
-	case errors.Is(err, lease.ErrTargetIsHolder):
+	case errors.Is(err, leasekit.ErrTargetIsHolder):
 		return exitError, fmt.Errorf("--%s %q holds lease %q already: nothing to hand over", flagTo, r.ro.to, name)
-	case errors.Is(err, lease.ErrOtherTerm):
+	case errors.Is(err, leasekit.ErrOtherTerm):
 		// The term ended meanwhile (or a retry of a request already written found its
 		// successor): wait for, or report, the next term as for a request that worked; its
 		// acquire is announced after the subscription, so Observe reports it.

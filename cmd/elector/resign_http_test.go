@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/testing/redistest"
 	"github.com/elector/elector/pkg/election"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // testReplica is one replica of a test, as run and sidecar start it (startReplica), running

@@ -15,8 +15,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/elector/elector/cmd/elector/internal/child"
-	"github.com/elector/elector/internal/lease"
 	"github.com/elector/elector/pkg/election"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // supervisor runs the command of elector run during each term: it feeds the events of the

@@ -28,7 +28,8 @@ import (
 
 	"github.com/elector/elector/cmd/elector/internal/kube"
 	"github.com/elector/elector/cmd/elector/internal/version"
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/readonly"
 	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/election"
@@ -499,7 +500,7 @@ func startReplica(co *commonOptions, so *serveOptions, cb election.Callbacks, ex
 	}
 	if so.httpAddr != "" {
 		if l.http, err = listenHTTP(so.httpAddr, l.elector, reg, healthzTolerance(co.lease), resignPolicy{endpoint: so.resignEndpoint, token: so.resignToken},
-			countFollowers(client, lease.KeysFor(co.lease.prefix, co.lease.name).Events), kh.failure); err != nil {
+			countFollowers(client, leasewire.KeysFor(co.lease.prefix, co.lease.name).Events), kh.failure); err != nil {
 			l.close()
 			return nil, err
 		}
@@ -692,7 +693,7 @@ func resignHandler(e *election.Elector, policy resignPolicy, followers followerC
 		case errors.Is(err, election.ErrNotLeader):
 			http.Error(w, "not the leader: "+err.Error(), http.StatusConflict)
 			return
-		case errors.Is(err, lease.ErrTargetIsHolder), to != "" && lease.ValidateIdentity(to) != nil:
+		case errors.Is(err, leasekit.ErrTargetIsHolder), to != "" && leasewire.ValidateIdentity(to) != nil:
 			http.Error(w, "bad ?to: "+err.Error(), http.StatusBadRequest)
 			return
 		case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
@@ -721,7 +722,7 @@ func resignHandler(e *election.Elector, policy resignPolicy, followers followerC
 // ?to and a failed count are left to ResignTo.
 func checkTarget(ctx context.Context, e *election.Elector, to string, followers followerCount) (warning string, refuse bool) {
 	st := e.Status()
-	if followers == nil || !st.IsLeader || to == st.Identity || (to != "" && lease.ValidateIdentity(to) != nil) {
+	if followers == nil || !st.IsLeader || to == st.Identity || (to != "" && leasewire.ValidateIdentity(to) != nil) {
 		return "", false
 	}
 	n, err := followers(ctx)

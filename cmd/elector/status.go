@@ -16,8 +16,10 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/redisfail"
+	"github.com/elector/elector/pkg/lease"
 )
 
 const (
@@ -125,7 +127,7 @@ func (c *cli) status(ctx context.Context, cmd *cobra.Command, args []string, sf 
 	if all {
 		return c.statusAll(ctx, who, co, client, output)
 	}
-	l, err := lease.New(client, co.lease.name, lease.Options{Prefix: co.lease.prefix})
+	l, err := leasekit.New(client, co.lease.name, lease.Options{Prefix: co.lease.prefix})
 	if err != nil {
 		return c.usageError(who, err)
 	}
@@ -162,7 +164,7 @@ func statusFlagsError(cmd *cobra.Command, args []string, output string, all, wat
 }
 
 // readStatus reads the lease, its count of terms, reservation and done mark.
-func readStatus(ctx context.Context, co *commonOptions, l *lease.Lease) (leaseStatus, error) {
+func readStatus(ctx context.Context, co *commonOptions, l *leasekit.Lease) (leaseStatus, error) {
 	ctx, cancel := context.WithTimeout(ctx, co.lease.callTimeout())
 	defer cancel()
 	st, err := l.Get(ctx)
@@ -181,7 +183,7 @@ func readStatus(ctx context.Context, co *commonOptions, l *lease.Lease) (leaseSt
 
 // addTermsAndReservation adds to s what a single-lease status shows besides the holder: the
 // count of terms and, when nobody holds the lease, its reservation after a resignation.
-func addTermsAndReservation(ctx context.Context, co *commonOptions, l *lease.Lease, s *leaseStatus) error {
+func addTermsAndReservation(ctx context.Context, co *commonOptions, l *leasekit.Lease, s *leaseStatus) error {
 	terms, err := l.Terms(ctx)
 	if err != nil {
 		return readError(fmt.Sprintf("cannot read lease %q", co.lease.name), co, err)
@@ -213,7 +215,7 @@ func readError(what string, co *commonOptions, err error) error {
 	return err
 }
 
-// newLeaseStatus converts what lease.Get or lease.List found.
+// newLeaseStatus converts what lease.Get or leasekit.List found.
 func newLeaseStatus(name, key string, st lease.Status) leaseStatus {
 	out := leaseStatus{Lease: name, Key: key}
 	if st.Held {
@@ -264,13 +266,13 @@ func encode(w io.Writer, format string, v any) error {
 func (c *cli) statusAll(ctx context.Context, who string, co *commonOptions, client redis.UniversalClient, output string) int {
 	ctx, cancel := context.WithTimeout(ctx, 10*co.lease.callTimeout())
 	defer cancel()
-	found, err := lease.List(ctx, client, co.lease.prefix)
+	found, err := leasekit.List(ctx, client, co.lease.prefix)
 	if err != nil {
 		return c.runtimeError(who, readError(fmt.Sprintf("cannot list the leases under %q", co.lease.prefix), co, err))
 	}
 	list := make([]leaseStatus, 0, len(found))
 	for _, f := range found {
-		list = append(list, newLeaseStatus(f.Name, lease.KeysFor(co.lease.prefix, f.Name).Lease, f.Status))
+		list = append(list, newLeaseStatus(f.Name, leasewire.KeysFor(co.lease.prefix, f.Name).Lease, f.Status))
 	}
 	if output != "text" {
 		err = encode(c.stdout, output, list)
@@ -349,7 +351,7 @@ func printStatus(w io.Writer, s leaseStatus) error {
 // statusWatch is `elector status --watch`: the state, then a line per change, as the
 // library's Elector.Observe reports them (renewals print nothing). SIGINT or SIGTERM ends it
 // with 0.
-func (c *cli) statusWatch(ctx context.Context, who string, co *commonOptions, client redis.UniversalClient, l *lease.Lease, output string) int {
+func (c *cli) statusWatch(ctx context.Context, who string, co *commonOptions, client redis.UniversalClient, l *leasekit.Lease, output string) int {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	w := &statusWatcher{c: c, output: output}

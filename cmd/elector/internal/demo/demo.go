@@ -22,7 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"k8s.io/klog/v2"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/election"
@@ -134,7 +134,7 @@ type crashInfo struct {
 
 // runDemo runs the demo on the Redis of cfg and prints its timeline and summary to out.
 func runDemo(ctx context.Context, out io.Writer, cfg Config) (result, error) {
-	suffix, err := lease.NewInstanceID()
+	suffix, err := leasewire.NewInstanceID()
 	if err != nil {
 		return result{}, err
 	}
@@ -145,7 +145,7 @@ func runDemo(ctx context.Context, out io.Writer, cfg Config) (result, error) {
 		running:   map[string]int64{},
 		res:       result{tokensIncreasing: true},
 	}
-	keys := lease.KeysFor(keyPrefix, d.leaseName)
+	keys := leasewire.KeysFor(keyPrefix, d.leaseName)
 	d.fenceKey, d.workKey = keys.Other("fence"), keys.Other("work")
 
 	admin, err := redisclient.New(cfg.Redis)
@@ -512,13 +512,13 @@ func (d *demo) stopAll(reps []*replica) {
 }
 
 // leaseKey is the Redis key of the demo's lease.
-func (d *demo) leaseKey() string { return lease.KeysFor(keyPrefix, d.leaseName).Lease }
+func (d *demo) leaseKey() string { return leasewire.KeysFor(keyPrefix, d.leaseName).Lease }
 
 // cleanup removes the demo's keys; the lease itself was released.
 func (d *demo) cleanup(admin redis.UniversalClient) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	keys := lease.KeysFor(keyPrefix, d.leaseName)
+	keys := leasewire.KeysFor(keyPrefix, d.leaseName)
 	_ = admin.Del(ctx, keys.Lease, keys.Token, keys.Terms, d.fenceKey, d.workKey).Err()
 }
 

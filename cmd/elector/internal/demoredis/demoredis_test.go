@@ -13,9 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/elector/elector/internal/lease"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/pkg/lease"
 )
 
 func TestMain(m *testing.M) {
@@ -312,11 +313,11 @@ func TestPublishFromScriptReachesSubscriber(t *testing.T) {
 func TestLeaseOnDemo(t *testing.T) {
 	_, client := start(t)
 	ctx := testCtx(t)
-	a, err := lease.New(client, "demo", lease.Options{Identity: "pod-a"})
+	a, err := leasekit.New(client, "demo", lease.Options{Identity: "pod-a"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := lease.New(client, "demo", lease.Options{Identity: "pod-b"})
+	b, err := leasekit.New(client, "demo", lease.Options{Identity: "pod-b"})
 	if err != nil {
 		t.Fatal(err)
 	}
