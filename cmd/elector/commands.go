@@ -182,13 +182,25 @@ func notASetting(name, value string) bool {
 func flagError(cmd *cobra.Command, err error) error {
 	const prefix = "unknown flag: --"
 	msg := err.Error()
+	if arg, ok := strings.CutPrefix(msg, "unknown shorthand flag: "); ok {
+		// "-redis-password=s3cr3t" (one dash) parses as shorthands, and pflag's message quotes
+		// the whole argument: never echo a value, and explain the password.
+		_, arg, _ = strings.Cut(arg, " in ")
+		name, _, hasValue := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+		if name == "redis-password" || name == "sentinel-password" {
+			return errPasswordFlag(name)
+		}
+		if hasValue {
+			arg = "-" + name + "=…"
+		}
+		return fmt.Errorf("unknown shorthand flag in %s: a long flag takes two dashes (--%s)", arg, name)
+	}
 	if !strings.HasPrefix(msg, prefix) {
 		return err
 	}
 	name, _, _ := strings.Cut(strings.TrimPrefix(msg, prefix), "=")
-	if name == "redis-password" {
-		return fmt.Errorf("--redis-password is not a flag, because a password on the command line shows in ps: set the %s environment variable or --%s",
-			redisclient.PasswordEnv, redisclient.FlagPasswordFile)
+	if name == "redis-password" || name == "sentinel-password" {
+		return errPasswordFlag(name)
 	}
 	var names []string
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
@@ -200,6 +212,16 @@ func flagError(cmd *cobra.Command, err error) error {
 		return fmt.Errorf("%w; did you mean --%s?", err, s)
 	}
 	return err
+}
+
+// errPasswordFlag explains why a password is not a flag, without its value.
+func errPasswordFlag(name string) error {
+	env, file := redisclient.PasswordEnv, redisclient.FlagPasswordFile
+	if name == "sentinel-password" {
+		env, file = redisclient.SentinelPasswordEnv, redisclient.FlagSentinelPasswordFile
+	}
+	return fmt.Errorf("--%s is not a flag, because a password on the command line shows in ps: set the %s environment variable or --%s",
+		name, env, file)
 }
 
 // errUnknownCommand returns the error for an unknown command name, with the closest command.

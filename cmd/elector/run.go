@@ -25,6 +25,8 @@ const (
 	flagOnSuccess  = "on-success"
 	flagTimeout    = "timeout"
 	flagTryOnce    = "try-once"
+
+	flagKeepRedisCredentials = "keep-redis-credentials"
 )
 
 // Values of --on-success.
@@ -60,6 +62,8 @@ type runOptions struct {
 	oncePer    time.Duration // --once-per: once.go
 	exitIfDone bool
 	force      bool
+	// keepCredentials passes the Redis passwords on to CMD (--keep-redis-credentials).
+	keepCredentials bool
 
 	signal syscall.Signal // stopSignal parsed by validate
 }
@@ -75,6 +79,7 @@ func (o *runOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.oncePer, flagOncePer, 0, "run CMD at most once per `period` across replicas and restarts: a success writes a done mark PREFIX:{NAME}:done expiring one period after CMD started; a leader that finds it keeps the lease without running CMD until it expires; 0: off")
 	fs.BoolVar(&o.exitIfDone, flagExitIfDone, false, "with --once-per: exit 0 instead of waiting when the done mark holds, and after CMD succeeded (for a CronJob)")
 	fs.BoolVar(&o.force, flagForce, false, "with --once-per: run CMD even though the done mark holds (until CMD succeeded once here)")
+	fs.BoolVar(&o.keepCredentials, flagKeepRedisCredentials, false, "pass REDIS_PASSWORD and REDIS_SENTINEL_PASSWORD on to CMD; by default CMD's environment has neither")
 }
 
 // validate parses --stop-signal and checks --kill-grace.

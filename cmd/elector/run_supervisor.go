@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/elector/elector/cmd/elector/internal/child"
+	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/pkg/election"
 	"github.com/elector/elector/pkg/lease"
 )
@@ -49,7 +51,7 @@ func (c *cli) newSupervisor(rc *runConfig) *supervisor {
 			KillGrace:  rc.run.killGrace,
 			Shim:       true,
 		},
-		baseEnv:   c.environ(),
+		baseEnv:   commandEnv(c.environ(), rc.run.keepCredentials),
 		identity:  rc.common.lease.identity,
 		leaseName: rc.common.lease.name,
 		ends:      make(chan ending, 4),
@@ -57,6 +59,19 @@ func (c *cli) newSupervisor(rc *runConfig) *supervisor {
 			once: rc.run.oncePer > 0, exitIfDone: rc.run.exitIfDone},
 	}
 	return s
+}
+
+// commandEnv returns the environment the shim and the command start from: the elector's,
+// without the Redis passwords (REDIS_PASSWORD, REDIS_SENTINEL_PASSWORD) unless
+// keepCredentials: the command does its work with its own credentials, not the elector's.
+func commandEnv(environ []string, keepCredentials bool) []string {
+	if keepCredentials {
+		return environ
+	}
+	return slices.DeleteFunc(slices.Clone(environ), func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return name == redisclient.PasswordEnv || name == redisclient.SentinelPasswordEnv
+	})
 }
 
 // childEnv returns base with the elector's variables for one term set (replacing any that
