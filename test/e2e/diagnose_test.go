@@ -59,33 +59,36 @@ func (s *sidecar) metric(prefix string) []string {
 
 // createREADMEUsers creates the Redis ACL users of README.md's "Redis requirements" lines
 // (user elector with password pw-elector, elector-observer with pw-viewer), exactly as
-// written there.
-func createREADMEUsers(t *testing.T, ctx context.Context, srv *redistest.Server) {
+// written there, for the lease name (README's NAME).
+func createREADMEUsers(t *testing.T, ctx context.Context, srv *redistest.Server, name string) {
 	t.Helper()
 	client := srv.Client(t)
-	readme, err := os.ReadFile("../../README.md") // go test runs in the package directory
-	if err != nil {
-		t.Fatal(err)
-	}
 	for user, password := range map[string]string{"elector": "pw-elector", "elector-observer": "pw-viewer"} {
-		prefix := "ACL SETUSER " + user + " on >PASSWORD "
-		var line string
-		for _, l := range strings.Split(string(readme), "\n") {
-			if strings.HasPrefix(l, prefix) {
-				line = l
-			}
-		}
-		if line == "" {
-			t.Fatalf("README.md has no line %q", prefix+"...")
-		}
 		args := []any{"ACL", "SETUSER", user, "on", ">" + password}
-		for _, rule := range strings.Fields(strings.TrimPrefix(line, prefix)) {
+		for _, rule := range readmeACL(t, user, name) {
 			args = append(args, rule)
 		}
 		if err := client.Do(ctx, args...).Err(); err != nil {
 			t.Fatalf("%v: %v", args, err)
 		}
 	}
+}
+
+// readmeACL returns the rules of README.md's ACL line for user, with NAME replaced by name.
+func readmeACL(t *testing.T, user, name string) []string {
+	t.Helper()
+	readme, err := os.ReadFile("../../README.md") // go test runs in the package directory
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := "ACL SETUSER " + user + " on >PASSWORD "
+	for _, l := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(l, prefix) {
+			return strings.Fields(strings.ReplaceAll(strings.TrimPrefix(l, prefix), "{NAME}", "{"+name+"}"))
+		}
+	}
+	t.Fatalf("README.md has no line %q", prefix+"...")
+	return nil
 }
 
 // TestUnknownSentinelMaster: with a lease held, status through a master name no Sentinel
@@ -182,11 +185,12 @@ func TestMisconfigurationIsLoud(t *testing.T) {
 
 // TestStatusACLEveryForm runs every form of status as README.md's observer user: one lease,
 // a key prefix outside its ACL (the error must name the refused command and key, not only
-// EXECABORT), --all (needs +scan) and --watch.
+// EXECABORT), --watch, and --all, which its user may not (SCAN lists every key name of the
+// database) until an administrator grants +scan.
 func TestStatusACLEveryForm(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	createREADMEUsers(t, ctx, srv)
+	createREADMEUsers(t, ctx, srv, "obs")
 	client := srv.Client(t)
 	l, err := leasekit.New(client, "obs", lease.Options{Identity: "holder"})
 	if err != nil {
@@ -197,6 +201,16 @@ func TestStatusACLEveryForm(t *testing.T) {
 	}
 	env := []string{"REDIS_PASSWORD=pw-viewer"}
 	as := []string{"--redis-addr", srv.Addr(), "--redis-username", "elector-observer"}
+	code, out, stderr := runElector(t, 10*time.Second, env, append(append([]string{"status"}, as...), "--all")...)
+	if code == 0 || !strings.Contains(strings.ToLower(stderr), "scan") {
+		t.Errorf("status --all as elector-observer without +scan: exit %d, stdout %q, stderr %s; want a refusal naming SCAN", code, out, stderr)
+	}
+	if err := client.Do(ctx, "ACL", "LOG", "RESET").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Do(ctx, "ACL", "SETUSER", "elector-observer", "+scan").Err(); err != nil {
+		t.Fatal(err)
+	}
 	for _, args := range [][]string{{"--lease-name", "obs"}, {"--all"}, {"--lease-name", "obs", "-o", "yaml"}} {
 		code, out, stderr := runElector(t, 10*time.Second, env, append(append([]string{"status"}, as...), args...)...)
 		if code != 0 || !strings.Contains(out, "holder") {
@@ -213,7 +227,7 @@ func TestStatusACLEveryForm(t *testing.T) {
 		t.Errorf("Redis refused commands of the observer user: %v %v", entries, err)
 	}
 
-	code, _, stderr := runElector(t, 10*time.Second, env, append(append([]string{"status"}, as...), "--lease-name", "obs", "--key-prefix", "other")...)
+	code, _, stderr = runElector(t, 10*time.Second, env, append(append([]string{"status"}, as...), "--lease-name", "obs", "--key-prefix", "other")...)
 	line := oneLine(t, stderr)
 	if code != 1 || !strings.Contains(line, "GET other:{obs}:lease") || !strings.Contains(line, "~other:*") {
 		t.Errorf("status outside the ACL's keys: exit %d (want 1), stderr %q: want the refused command, key and pattern", code, line)

@@ -327,9 +327,9 @@ func figures(ds []time.Duration) string {
 func TestResignACL(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
-	createREADMEUsers(t, ctx, srv)
-	dir := t.TempDir()
 	const name = "acl-resign"
+	createREADMEUsers(t, ctx, srv, name)
+	dir := t.TempDir()
 	writer := []string{"REDIS_PASSWORD=pw-elector"}
 	var cars []*sidecar
 	for _, id := range []string{"a0", "a1"} {

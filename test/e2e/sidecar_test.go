@@ -338,9 +338,9 @@ func TestMinimalACL(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	ctx := context.Background()
-	createREADMEUsers(t, ctx, srv)
-	dir := t.TempDir()
 	const name = "acl"
+	createREADMEUsers(t, ctx, srv, name)
+	dir := t.TempDir()
 	env := []string{"REDIS_PASSWORD=pw-elector"}
 	a := startSidecar(t, srv.Addr(), name, "a", dir, env, "--redis-username", "elector")
 	waitFor(t, 10*time.Second, "a to lead", a.ready)
