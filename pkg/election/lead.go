@@ -80,7 +80,6 @@ func (e *Elector) startTerm(ctx context.Context, term lease.Record, sent time.Ti
 		base:       context.WithoutCancel(ctx),
 		workDone:   make(chan struct{}),
 		lastOK:     sent,
-		tick:       e.clock.NewTimer(sent.Add(e.cfg.RetryPeriod).Sub(e.clock.Now())),
 		results:    make(chan renewal, 1),
 		cancelCall: func() {},
 		retry:      backoff{min: 50 * time.Millisecond, max: e.cfg.RetryPeriod},
@@ -93,6 +92,7 @@ func (e *Elector) startTerm(ctx context.Context, term lease.Record, sent time.Ti
 		cancel(fmt.Errorf("%w: %s", ErrLeadershipLost, reasonDeadline))
 		e.setFollowing()
 	})
+	l.tick = e.clock.NewTimer(sent.Add(e.cfg.RetryPeriod).Sub(e.clock.Now()))
 	go func() {
 		defer close(l.workDone)
 		e.cfg.Callbacks.OnStartedLeading(workCtx)
@@ -342,6 +342,7 @@ type trustGuard struct {
 	clock  clock.Clock
 	timing leaseTiming
 	expire func() // must not block: a context cancel, a flag under a mutex held for nothing else
+	timer  clock.Timer
 
 	mu     sync.Mutex
 	lastOK time.Time // send time of the last successful acquire or renew
@@ -358,25 +359,25 @@ func startTrustGuard(c clock.Clock, t leaseTiming, sent time.Time, expire func()
 		clock: c, timing: t, expire: expire, lastOK: sent,
 		expired: make(chan struct{}), quit: make(chan struct{}), done: make(chan struct{}),
 	}
-	timer := c.NewTimer(sent.Add(t.renewDeadline).Sub(c.Now()))
-	go g.run(timer)
+	g.timer = c.NewTimer(sent.Add(t.renewDeadline).Sub(c.Now()))
+	go g.run()
 	return g
 }
 
-func (g *trustGuard) run(timer clock.Timer) {
+func (g *trustGuard) run() {
 	defer close(g.done)
-	defer timer.Stop()
+	defer g.timer.Stop()
 	for {
 		select {
 		case <-g.quit:
 			return
-		case <-timer.C():
+		case <-g.timer.C():
 		}
 		g.mu.Lock()
 		now := g.clock.Now()
 		if !g.ended && !g.timing.overdue(g.lastOK, now) {
-			// Extended since the timer was set: wait for the new deadline.
-			timer.Reset(g.lastOK.Add(g.timing.renewDeadline).Sub(now))
+			// Extended as the timer fired: wait for the new deadline.
+			g.timer.Reset(g.lastOK.Add(g.timing.renewDeadline).Sub(now))
 			g.mu.Unlock()
 			continue
 		}
@@ -388,8 +389,8 @@ func (g *trustGuard) run(timer clock.Timer) {
 	}
 }
 
-// extend moves the deadline to count from sent, the send time of a successful renew, and
-// reports whether the term goes on: false once the current deadline has passed, even if the
+// extend moves the deadline, and the guard's timer, to count from sent, the send time of a
+// successful renew, and reports whether the term goes on: false once the current deadline has passed, even if the
 // guard's goroutine has not run yet.
 func (g *trustGuard) extend(sent time.Time) bool {
 	g.mu.Lock()
@@ -399,6 +400,7 @@ func (g *trustGuard) extend(sent time.Time) bool {
 		return false
 	}
 	g.lastOK = sent
+	g.timer.Reset(sent.Add(g.timing.renewDeadline).Sub(g.clock.Now()))
 	return true
 }
 
