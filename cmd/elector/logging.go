@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 )
@@ -111,6 +112,18 @@ func (l *stderrLog) Write(p []byte) (int, error) {
 
 // Dropped returns the number of lines dropped since the start.
 func (l *stderrLog) Dropped() int64 { return l.total.Load() }
+
+// collectors returns the metric of the lines l dropped, elector_stderr_lines_dropped_total;
+// none for a nil l (tests of single commands, whose logs go where klog's defaults send them).
+func (l *stderrLog) collectors() []prometheus.Collector {
+	if l == nil {
+		return nil
+	}
+	return []prometheus.Collector{prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "elector_stderr_lines_dropped_total",
+		Help: "Log lines the elector dropped because stderr did not take them in time (whoever reads it stopped).",
+	}, func() float64 { return float64(l.Dropped()) })}
+}
 
 func (l *stderrLog) loop() {
 	for range l.wake {

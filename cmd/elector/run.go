@@ -260,6 +260,7 @@ func (c *cli) supervise(ctx context.Context, rc *runConfig) int {
 	defer kh.close()
 	sup.prepare() // the first term's shim starts while the replica campaigns
 	defer sup.standby.close()
+	rc.serve.collectors = c.logs.collectors()
 	l, err := startReplica(&rc.common, &rc.serve, kh.wrap(sup.callbacks(rc.run.tryOnce)), rc.run.exitOnLost, kh)
 	if err != nil {
 		return c.runtimeError(who, err)

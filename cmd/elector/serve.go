@@ -63,6 +63,9 @@ type serveOptions struct {
 	resignEndpoint  string // who may POST /resign: loopback, any, off
 	resignTokenFile string
 	resignToken     []byte // read from resignTokenFile by validate; nil: no token asked
+	// collectors are the process's own metrics (the stderr log's drops), served beside the
+	// elector's on /metrics.
+	collectors []prometheus.Collector
 }
 
 // addFlags registers --http-addr (with its default) and --status-file on fs.
@@ -451,7 +454,7 @@ func startReplica(co *commonOptions, so *serveOptions, cb election.Callbacks, ex
 		return nil, err
 	}
 	l := &replica{client: client}
-	reg, metrics, err := newRegistry(kh.collectors()...)
+	reg, metrics, err := newRegistry(append(kh.collectors(), so.collectors...)...)
 	if err != nil {
 		l.close()
 		return nil, err

@@ -48,6 +48,7 @@ func (c *cli) sidecar(ctx context.Context, cmd *cobra.Command, args []string, so
 		return c.runtimeError(who, err)
 	}
 	defer kh.close()
+	so.collectors = c.logs.collectors()
 	l, err := startReplica(co, so, kh.wrap(election.Callbacks{
 		OnStartedLeading: func(ctx context.Context) { <-ctx.Done() },
 		OnStoppedLeading: func() {},
