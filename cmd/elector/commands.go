@@ -164,12 +164,17 @@ func knownEnv(root *cobra.Command) []string {
 // ELECTOR_SERVICE_HOST, ELECTOR_PORT=tcp://…, ELECTOR_PORT_8080_TCP_ADDR and the like.
 var serviceLink = regexp.MustCompile(`_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT_[0-9]+_(TCP|UDP|SCTP)(_PROTO|_PORT|_ADDR)?)$`)
 
+// envRequireRedis is the project's test switch (internal/testing/redistest): set, tests fail
+// instead of skipping without redis-server. CI sets it in its whole environment, which the
+// elector processes its tests start inherit.
+const envRequireRedis = "ELECTOR_REQUIRE_REDIS"
+
 // notASetting accepts the ELECTOR_* variables that are no flag's but are not typos either:
-// those elector run gives its command (which may run elector in turn) and Kubernetes' service
-// links.
+// those elector run gives its command (which may run elector in turn), the tests' switch and
+// Kubernetes' service links.
 func notASetting(name, value string) bool {
 	switch {
-	case name == envFencingToken || name == envIdentity || name == envLeaseName:
+	case name == envFencingToken || name == envIdentity || name == envLeaseName || name == envRequireRedis:
 		return true
 	case strings.HasSuffix(name, "_PORT"):
 		return strings.HasPrefix(value, "tcp://") || strings.HasPrefix(value, "udp://") || strings.HasPrefix(value, "sctp://")

@@ -272,8 +272,9 @@ func TestWatchRowsAligned(t *testing.T) {
 }
 
 // An ELECTOR_* variable that no flag reads is a usage error naming it and the closest known
-// one (issue 43: ELECTOR_LEASE_NAMEE=x was ignored in silence); the variables run gives its
-// command and Kubernetes' service links are not settings and pass.
+// one (ELECTOR_LEASE_NAMEE=x was once ignored in silence); the variables run gives its
+// command, the tests' ELECTOR_REQUIRE_REDIS and Kubernetes' service links are not settings
+// and pass.
 func TestUnknownEnvironment(t *testing.T) {
 	for _, tt := range []struct {
 		env  map[string]string
@@ -284,6 +285,7 @@ func TestUnknownEnvironment(t *testing.T) {
 		{map[string]string{"ELECTOR_NOTHING_LIKE_IT": "1"}, "unknown environment variable ELECTOR_NOTHING_LIKE_IT: no flag reads it (see"},
 		{map[string]string{"ELECTOR_HTTP_PORT": "8080"}, "unknown environment variable ELECTOR_HTTP_PORT"},
 		{map[string]string{"ELECTOR_FENCING_TOKEN": "7", "ELECTOR_IDENTITY": "a"}, ""},
+		{map[string]string{"ELECTOR_REQUIRE_REDIS": "1"}, ""}, // CI's test switch, in every test's environment
 		{map[string]string{"ELECTOR_STOP_SIGNAL": "TERM", "ELECTOR_HTTP_ADDR": ":1", "ELECTOR_LOGTOSTDERR": "true"}, ""},
 		{map[string]string{"ELECTOR_SERVICE_HOST": "10.0.0.1", "ELECTOR_SERVICE_PORT_HTTP": "8080", "ELECTOR_PORT": "tcp://10.0.0.1:8080",
 			"ELECTOR_PORT_8080_TCP": "tcp://10.0.0.1:8080", "ELECTOR_PORT_8080_TCP_ADDR": "10.0.0.1", "ELECTOR_REDIS_PORT_6379_TCP_PROTO": "tcp"}, ""},

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -61,7 +62,10 @@ func startElectorProcess(t *testing.T, name string, nobody bool, args ...string)
 	}
 	p := &electorProc{name: name, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, "-test.run=^TestElectorProcess$", "-test.count=1")
-	p.cmd.Env = append(os.Environ(), electorArgsEnv+"="+strings.Join(args, "\n"), "GORACE=exitcode=66 atexit_sleep_ms=0")
+	// Without the test run's ELECTOR_* variables (the harness's, such as ELECTOR_REDIS_SERVER
+	// under make compat): the elector refuses a variable no flag reads.
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "ELECTOR_") })
+	p.cmd.Env = append(env, electorArgsEnv+"="+strings.Join(args, "\n"), "GORACE=exitcode=66 atexit_sleep_ms=0")
 	p.cmd.Stdout, p.cmd.Stderr = io.Discard, &p.stderr
 	p.cmd.SysProcAttr = attr
 	if err := p.cmd.Start(); err != nil {
