@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -231,13 +232,17 @@ func newRunPair(t *testing.T, name, bin, worker, addr string, rdb *redis.Client,
 	return p
 }
 
-// start starts replica i. The short timing keeps a takeover after a crash within a second;
-// the long --kill-grace lets a worker on a loaded machine write its end (only a warning).
+// start starts replica i. A takeover after a crash is measured from the lease's expiry, so
+// the lease may be long: 5s/3s leaves room for a --kill-grace of 1.5s (the bound is 1.948s;
+// elector run refuses more), which lets a worker on a loaded machine write its end.
 func (p *runPair) start(i int) error {
 	cmd := exec.Command(p.bin, "run", "--lease-name", p.lease, "--identity", fmt.Sprintf("replica-%d", i),
-		"--redis-addr", p.redis, "--lease-duration", "1s", "--renew-deadline", "600ms", "--retry-period", "150ms",
-		"--kill-grace", "3s", "--", p.worker)
-	cmd.Env = append(os.Environ(), "BENCHCHILD_LOG="+p.log)
+		"--redis-addr", p.redis, "--lease-duration", "5s", "--renew-deadline", "3s", "--retry-period", "150ms",
+		"--kill-grace", "1500ms", "--", p.worker)
+	// Without the benchmark's own ELECTOR_* variables (ELECTOR_RUN_BEFORE…): the elector
+	// refuses a variable that no flag reads.
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "ELECTOR_") })
+	cmd.Env = append(env, "BENCHCHILD_LOG="+p.log)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := os.OpenFile(p.log+".elector", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

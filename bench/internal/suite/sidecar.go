@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -149,7 +150,9 @@ type proc struct {
 
 func startProc(ctx context.Context, bin string, args []string, env []string, port int) (*proc, error) {
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
+	// Without the benchmark's own ELECTOR_* variables: the elector refuses one no flag reads.
+	base := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "ELECTOR_") })
+	cmd.Env = append(base, env...)
 	logf, err := os.CreateTemp("", "elector-proc-*.log")
 	if err != nil {
 		return nil, err
