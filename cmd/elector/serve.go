@@ -33,7 +33,6 @@ import (
 	"github.com/elector/elector/internal/readonly"
 	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/election"
-	publease "github.com/elector/elector/pkg/lease"
 )
 
 // Flag names of the endpoints of run and sidecar.
@@ -481,7 +480,7 @@ func startReplica(co *commonOptions, so *serveOptions, cb election.Callbacks, ex
 		ReleaseOnCancel: true,
 		Recampaign:      !exitOnLost,
 		Metrics:         metrics,
-		ReplicaAck:      publease.ReplicaAck(co.ack),
+		ReplicaAck:      co.ack,
 	})
 	if err != nil {
 		l.close()
