@@ -35,6 +35,7 @@ type object struct {
 var typedKinds = map[string]func() any{
 	"apps/v1/Deployment":                       func() any { return &appsv1.Deployment{} },
 	"v1/Service":                               func() any { return &corev1.Service{} },
+	"v1/Pod":                                   func() any { return &corev1.Pod{} },
 	"v1/ServiceAccount":                        func() any { return &corev1.ServiceAccount{} },
 	"policy/v1/PodDisruptionBudget":            func() any { return &policyv1.PodDisruptionBudget{} },
 	"v1/ConfigMap":                             func() any { return &corev1.ConfigMap{} },

@@ -51,6 +51,9 @@ type rendered struct {
 	manifest string
 	// notes is the rendered NOTES.txt.
 	notes string
+	// hooks is the manifests of the chart's hooks (`helm test`'s pod), which
+	// `helm template` prints after the manifest.
+	hooks string
 }
 
 // renderChart renders the chart client-side as `helm template` does: schema
@@ -113,7 +116,11 @@ func renderChart(opts renderOptions) (*rendered, error) {
 	// `helm template` prints the manifest trimmed, then a newline: Helm 4 ends
 	// every document of the release's manifest with a blank line, the last
 	// one too.
-	return &rendered{manifest: strings.TrimSpace(rel.Manifest) + "\n", notes: rel.Info.Notes}, nil
+	var hooks strings.Builder
+	for _, h := range rel.Hooks {
+		fmt.Fprintf(&hooks, "---\n# Source: %s\n%s\n", h.Path, strings.TrimSpace(h.Manifest))
+	}
+	return &rendered{manifest: strings.TrimSpace(rel.Manifest) + "\n", notes: rel.Info.Notes, hooks: hooks.String()}, nil
 }
 
 // quietConfig is the configuration of an action that talks to no cluster, with

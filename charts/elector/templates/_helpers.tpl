@@ -168,6 +168,75 @@ Whether the pod mounts the Redis credentials volume (passwords and/or TLS files)
 {{- end }}
 
 {{/*
+The Redis credentials: the mount and the volume, for every pod that talks to
+Redis (the Deployment's and `helm test`'s), each a list item or nothing.
+*/}}
+{{- define "elector.redisVolumeMounts" -}}
+{{- if include "elector.hasRedisCredentials" . }}
+- name: redis-credentials
+  mountPath: {{ include "elector.redisDir" . }}
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/*
+The volumes of `helm test`'s pod: the Redis credentials and the user's extra
+volumes, never the elector's API token or resign token, which it does not use.
+*/}}
+{{- define "elector.testVolumeMounts" -}}
+{{- include "elector.redisVolumeMounts" . }}
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "elector.testVolumes" -}}
+{{- include "elector.redisVolumes" . }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "elector.redisVolumes" -}}
+{{- if include "elector.hasRedisCredentials" . }}
+- name: redis-credentials
+  projected:
+    defaultMode: 0440
+    sources:
+      {{- with .Values.redis.existingSecret }}
+      - secret:
+          name: {{ . }}
+          items:
+            - key: {{ $.Values.redis.existingSecretPasswordKey }}
+              path: password
+      {{- end }}
+      {{- if and (eq .Values.redis.mode "sentinel") .Values.redis.sentinelExistingSecret }}
+      - secret:
+          name: {{ .Values.redis.sentinelExistingSecret }}
+          items:
+            - key: {{ .Values.redis.sentinelExistingSecretPasswordKey }}
+              path: sentinel-password
+      {{- end }}
+      {{- with .Values.redis.tls.caSecret }}
+      - secret:
+          name: {{ . }}
+          items:
+            - key: {{ $.Values.redis.tls.caSecretKey }}
+              path: ca.crt
+      {{- end }}
+      {{- with .Values.redis.tls.clientCertSecret }}
+      - secret:
+          name: {{ . }}
+          items:
+            - key: tls.crt
+              path: tls.crt
+            - key: tls.key
+              path: tls.key
+      {{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
 The duration (a Go duration string such as "1m30s") in whole nanoseconds, an
 int64, so that the chart's arithmetic is the elector's (time.Duration).
 */}}
@@ -343,11 +412,7 @@ Volume mounts of the container that runs the elector.
   mountPath: {{ include "elector.kubeAPIDir" . }}
   readOnly: true
 {{- end }}
-{{- if include "elector.hasRedisCredentials" . }}
-- name: redis-credentials
-  mountPath: {{ include "elector.redisDir" . }}
-  readOnly: true
-{{- end }}
+{{- include "elector.redisVolumeMounts" . }}
 {{- if .Values.resign.tokenSecret }}
 - name: resign-token
   mountPath: {{ include "elector.resignDir" . }}
