@@ -231,9 +231,30 @@ func (k *kubeHooks) started(ctx context.Context) {
 	if k.mirror != nil {
 		k.mirror.Set(true)
 	}
+	// The term's context ends at the trust deadline even when the elector's loop that runs
+	// OnStoppedLeading is held up (a blocked log write): the label and the mirror follow
+	// the context, so that they never outlive the term; stopped() still waits for the
+	// removal before the release.
+	context.AfterFunc(ctx, func() { k.ended(ctx) })
 	if k.recorder != nil {
 		k.recorder.Eventf(kube.TypeNormal, "BecameLeader", "%s became leader of lease %q with fencing token %d",
 			k.identity, k.leaseName, election.TokenFrom(ctx))
+	}
+}
+
+// ended removes the label and the mirror's holder once the term's context is done, unless
+// another term started since.
+func (k *kubeHooks) ended(term context.Context) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.term != term {
+		return
+	}
+	if k.labeler != nil {
+		k.labeler.Set(false)
+	}
+	if k.mirror != nil {
+		k.mirror.Set(false)
 	}
 }
 

@@ -157,6 +157,44 @@ func TestLabelRemovedBeforeRelease(t *testing.T) {
 	}
 }
 
+// TestLabelFollowsTheTermContext: the label is removed as soon as the term's context ends,
+// before OnStoppedLeading runs (the elector's loop may be held up, as by a blocked log
+// write, while the trust deadline has ended the term), and OnStoppedLeading's removal is
+// then not sent a second time.
+func TestLabelFollowsTheTermContext(t *testing.T) {
+	a := &labelAPI{held: func() bool { return false }}
+	ko := kubeOptions{leaderLabel: "elector.io/leader", namespace: "ns", pod: "a", cluster: startLabelAPI(t, a)}
+	lo := leaseOptions{name: "lbl", leaseDuration: 4 * time.Second, renewDeadline: 3 * time.Second, retryPeriod: time.Second}
+	kh, err := startKube(&ko, &lo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kh.close()
+	cb := kh.wrap(election.Callbacks{OnStartedLeading: func(ctx context.Context) { <-ctx.Done() }, OnStoppedLeading: func() {}})
+	term, end := context.WithCancel(context.Background())
+	go cb.OnStartedLeading(term)
+	waitUntil(t, "the label added", func() bool {
+		ps := a.list()
+		return len(ps) > 0 && ps[len(ps)-1].value == "true"
+	})
+	end() // the term is over; OnStoppedLeading has not run
+	waitUntil(t, "the label removed without OnStoppedLeading", func() bool {
+		ps := a.list()
+		return ps[len(ps)-1].value == nil
+	})
+	cb.OnStoppedLeading() // returns at once: the removal was applied
+	ps := a.list()
+	var after int
+	for i, p := range ps {
+		if p.value == "true" {
+			after = len(ps) - i - 1
+		}
+	}
+	if after != 1 {
+		t.Errorf("patches %+v: want exactly one removal after the addition", ps)
+	}
+}
+
 // waitUntil polls cond every 10 ms for at most a minute.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()

@@ -58,6 +58,9 @@ func (l *Labeler) ReportTo(f *Failures) { l.fails = f }
 func (l *Labeler) Set(leader bool) uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if leader == l.want {
+		return l.wantGen // already wanted: applied, or on its way
+	}
 	l.want = leader
 	l.wantGen++
 	select {
