@@ -46,12 +46,15 @@ bench-quick:
 ## (a package's directory is then not part of its build cache key, so check-adapters reuses
 ## these compiled client-go packages instead of compiling them again, about 200 s), and as
 ## helm-test and hack/k8s-e2e.sh build theirs: one compile of client-go serves them all.
+## examples/controller-runtime (own module, the adapter's client-go and controller-runtime
+## versions) with the same flags: it reuses the adapter's compiled controller-runtime.
 adapters-test: test-deps
 	cd adapters/clientgo && CGO_ENABLED=0 $(GO) vet -trimpath ./... && CGO_ENABLED=0 $(GO) test -trimpath -count=1 -timeout 15m ./...
+	cd examples/controller-runtime && CGO_ENABLED=0 $(GO) vet -trimpath ./... && CGO_ENABLED=0 $(GO) test -trimpath -count=1 ./...
 	cd adapters/gocron && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 
 ## check-adapters: build each adapter with GOWORK=off against the core from a file:// proxy
-## of the tree, as a user's `go get` does.
+## of the tree, as a user's `go get` does, and examples/controller-runtime against them.
 check-adapters:
 	hack/check-adapters.sh
 

@@ -62,4 +62,12 @@ for a in "${adapters[@]}"; do
 		go get "$core/adapters/$a@v0.0.0-check" &&
 		go build "$core/adapters/$a/...")
 done
-echo "check-adapters: ok (${adapters[*]})"
+# examples/controller-runtime as a user who copies it builds it: its replace directives
+# (the tree's core and adapter) dropped, the adapter and the core from the proxy.
+echo "check-adapters: examples/controller-runtime with GOWORK=off against adapters/clientgo from the proxy"
+cp -r "$work/tree/examples/controller-runtime" "$work/example"
+(cd "$work/example" &&
+	go mod edit -dropreplace "$core" -dropreplace "$core/adapters/clientgo" &&
+	go get "$core/adapters/clientgo@v0.0.0-check" &&
+	go build ./... && go vet ./...)
+echo "check-adapters: ok (${adapters[*]}, examples/controller-runtime)"
