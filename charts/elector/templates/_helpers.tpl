@@ -64,21 +64,55 @@ elector's version (the demo, or an app pinned by digest only).
 {{- end }}
 
 {{/*
+The registry that overrides an image's own, bitnami-style: global.imageRegistry
+when set, else the image's registry (dict "global" .Values.global "image" IMAGE).
+*/}}
+{{- define "elector.imageRegistry" -}}
+{{- (.global | default dict).imageRegistry | default .image.registry | default "" | trimSuffix "/" }}
+{{- end }}
+
+{{/*
+An image's repository under a registry (dict "registry" R "repository" REPO):
+without a registry, the repository as is; with one, the repository as Docker
+resolves it (a first component with a "." or ":", or "localhost", is its
+registry; a one-word name is library/NAME on Docker Hub) with its registry
+replaced by R: ghcr.io/elector/elector under mirror.example.com is
+mirror.example.com/elector/elector, busybox is mirror.example.com/library/busybox.
+*/}}
+{{- define "elector.registryRepository" -}}
+{{- $repository := .repository }}
+{{- if .registry }}
+{{- $parts := splitList "/" $repository }}
+{{- $first := first $parts }}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) }}
+{{- $repository = join "/" (rest $parts) }}
+{{- else if eq (len $parts) 1 }}
+{{- $repository = printf "library/%s" $repository }}
+{{- end }}
+{{- $repository = printf "%s/%s" .registry $repository }}
+{{- end }}
+{{- $repository }}
+{{- end }}
+
+{{/*
 An image reference: repository@digest when a digest pins it, else
-repository:tag (or the bare repository without a tag).
+repository:tag (or the bare repository without a tag); the repository under
+.registry when one is given.
 */}}
 {{- define "elector.imageRef" -}}
+{{- $repository := include "elector.registryRepository" (dict "registry" .registry "repository" .repository) }}
 {{- if .digest }}
-{{- printf "%s@%s" .repository .digest }}
+{{- printf "%s@%s" $repository .digest }}
 {{- else if .tag }}
-{{- printf "%s:%s" .repository .tag }}
+{{- printf "%s:%s" $repository .tag }}
 {{- else }}
-{{- .repository }}
+{{- $repository }}
 {{- end }}
 {{- end }}
 
 {{- define "elector.image" -}}
-{{- include "elector.imageRef" (dict "repository" .Values.image.repository "tag" (include "elector.imageTag" .) "digest" .Values.image.digest) }}
+{{- $registry := include "elector.imageRegistry" (dict "global" .Values.global "image" .Values.image) }}
+{{- include "elector.imageRef" (dict "registry" $registry "repository" .Values.image.repository "tag" (include "elector.imageTag" .) "digest" .Values.image.digest) }}
 {{- end }}
 
 {{/*
@@ -89,13 +123,21 @@ demo (image, script, security context) applies to a user's app.
 {{- if not .Values.app.image.repository }}true{{ end }}
 {{- end }}
 
-{{- define "elector.demoImage" -}}busybox:1.37{{- end }}
+{{/*
+The demo's image, under global.imageRegistry when one is set (app.image.registry
+belongs to the user's app, not to the demo).
+*/}}
+{{- define "elector.demoImage" -}}
+{{- $registry := include "elector.imageRegistry" (dict "global" .Values.global "image" dict) }}
+{{- include "elector.imageRef" (dict "registry" $registry "repository" "busybox" "tag" "1.37") }}
+{{- end }}
 
 {{- define "elector.appImage" -}}
 {{- if include "elector.demo" . }}
 {{- include "elector.demoImage" . }}
 {{- else }}
-{{- include "elector.imageRef" .Values.app.image }}
+{{- $registry := include "elector.imageRegistry" (dict "global" .Values.global "image" .Values.app.image) }}
+{{- include "elector.imageRef" (merge (dict "registry" $registry) .Values.app.image) }}
 {{- end }}
 {{- end }}
 
@@ -553,7 +595,7 @@ Checks across values that the schema cannot express.
 {{- fail "mode run needs app.command: the chart runs `elector run -- <app.command> <app.args>` and cannot wrap the image's own entrypoint" }}
 {{- end }}
 {{- end }}
-{{- if and (not .Values.app.image.repository) (or .Values.app.image.tag .Values.app.image.digest) }}
-{{- fail "app.image.tag and app.image.digest need app.image.repository (empty: the demo image)" }}
+{{- if and (not .Values.app.image.repository) (or .Values.app.image.tag .Values.app.image.digest .Values.app.image.registry) }}
+{{- fail "app.image.registry, app.image.tag and app.image.digest need app.image.repository (empty: the demo image)" }}
 {{- end }}
 {{- end }}
