@@ -56,16 +56,20 @@ func CallTimeout(renewDeadline, retryPeriod time.Duration) time.Duration {
 	return max(retryPeriod, renewDeadline/2)
 }
 
-// Names are what the errors of Check call the three durations: words for election's Config
-// (Validate), the flags for the CLI.
+// Names are what the errors of Check call the three durations: words for Validate, the
+// fields for election's Config ("Config.LeaseDuration"), the flags for the CLI. A duration
+// marked Defaulted was not set and took its default: the error says "(default 10s)" and, when
+// the rule it breaks ties it to one that was set, to set it too.
 type Names struct {
 	LeaseDuration, RenewDeadline, RetryPeriod string
+
+	LeaseDefaulted, RenewDefaulted, RetryDefaulted bool
 }
 
 // Validate is Check with the durations named in words: "lease duration", "renew deadline",
 // "retry period".
 func Validate(leaseDuration, renewDeadline, retryPeriod time.Duration) error {
-	return Check(leaseDuration, renewDeadline, retryPeriod, Names{"lease duration", "renew deadline", "retry period"})
+	return Check(leaseDuration, renewDeadline, retryPeriod, Names{LeaseDuration: "lease duration", RenewDeadline: "renew deadline", RetryPeriod: "retry period"})
 }
 
 // Check checks LeaseDuration > RenewDeadline > JitterFactor × RetryPeriod > 0, with
@@ -75,26 +79,53 @@ func Validate(leaseDuration, renewDeadline, retryPeriod time.Duration) error {
 // durations as n does, with their values, and says what would pass:
 //
 //	renew deadline (15s) must be shorter than lease duration (15s) minus the clock-drift margin (152ms), i.e. below 14.848s
+//	Config.RenewDeadline (default 10s) must be shorter than Config.LeaseDuration (5s) minus the clock-drift margin (52ms), i.e. below 4.948s; set Config.RenewDeadline too
 func Check(leaseDuration, renewDeadline, retryPeriod time.Duration, n Names) error {
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{n.LeaseDuration, leaseDuration}, {n.RenewDeadline, renewDeadline}, {n.RetryPeriod, retryPeriod}} {
+	lease := named{n.LeaseDuration, leaseDuration, n.LeaseDefaulted}
+	renew := named{n.RenewDeadline, renewDeadline, n.RenewDefaulted}
+	retry := named{n.RetryPeriod, retryPeriod, n.RetryDefaulted}
+	for _, d := range []named{lease, renew, retry} {
 		if d.v <= 0 {
-			return fmt.Errorf("%s (%v) must be positive", d.name, d.v)
+			return fmt.Errorf("%s must be positive", d)
 		}
 	}
 	if leaseDuration%time.Millisecond != 0 {
-		return fmt.Errorf("%s (%v) must be a whole number of milliseconds", n.LeaseDuration, leaseDuration)
+		return fmt.Errorf("%s must be a whole number of milliseconds", lease)
 	}
 	if HandoverGap(leaseDuration, renewDeadline) <= 0 {
-		return fmt.Errorf("%s (%v) must be shorter than %s (%v) minus the clock-drift margin (%v), i.e. below %v",
-			n.RenewDeadline, renewDeadline, n.LeaseDuration, leaseDuration, DriftMargin(leaseDuration), leaseDuration-DriftMargin(leaseDuration))
+		return fmt.Errorf("%s must be shorter than %s minus the clock-drift margin (%v), i.e. below %v%s",
+			renew, lease, DriftMargin(leaseDuration), leaseDuration-DriftMargin(leaseDuration), setToo(renew, lease))
 	}
 	if float64(renewDeadline) <= JitterFactor*float64(retryPeriod) {
-		return fmt.Errorf("%s (%v) must be greater than %.1f × %s (%v), i.e. %s below %v",
-			n.RenewDeadline, renewDeadline, JitterFactor, n.RetryPeriod, retryPeriod,
-			n.RetryPeriod, time.Duration(float64(renewDeadline)/JitterFactor).Round(time.Millisecond))
+		return fmt.Errorf("%s must be greater than %.1f × %s, i.e. %s below %v%s",
+			renew, JitterFactor, retry, n.RetryPeriod,
+			time.Duration(float64(renewDeadline)/JitterFactor).Round(time.Millisecond), setToo(renew, retry))
 	}
 	return nil
+}
+
+// named is a duration as an error of Check shows it: "name (10s)", or "name (default 10s)".
+type named struct {
+	name      string
+	v         time.Duration
+	defaulted bool
+}
+
+func (d named) String() string {
+	if d.defaulted {
+		return fmt.Sprintf("%s (default %v)", d.name, d.v)
+	}
+	return fmt.Sprintf("%s (%v)", d.name, d.v)
+}
+
+// setToo returns the advice that ends the error of a rule between a and b when one took its
+// default and the other was set: the default does not fit the value set, so set it too.
+func setToo(a, b named) string {
+	switch {
+	case a.defaulted && !b.defaulted:
+		return "; set " + a.name + " too"
+	case b.defaulted && !a.defaulted:
+		return "; set " + b.name + " too"
+	}
+	return ""
 }
