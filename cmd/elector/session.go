@@ -6,9 +6,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"k8s.io/klog/v2"
 
+	"github.com/elector/elector/internal/redisfail"
+	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/election"
 )
 
@@ -74,7 +77,7 @@ func (s *session) run(ctx context.Context) outcome {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 1)
-	go func() { errc <- s.l.elector.Run(runCtx) }()
+	go func() { errc <- s.runElector(redisfail.WithNames(runCtx, redisNames)) }()
 	httpErr := make(chan error, 1)
 	s.l.serveHTTP(httpErr)
 
@@ -100,6 +103,39 @@ func (s *session) run(ctx context.Context) outcome {
 	}
 	s.l.close()
 	return o
+}
+
+// gaveUpPause is how long the command waits before it runs the elector again after Run gave
+// up (election.ErrGaveUp): the library's default retry period.
+const gaveUpPause = timing.DefaultRetryPeriod
+
+// runElector runs the elector until Run returns for good. Run gives up on a Redis error that
+// retrying cannot cure (a refused password, a missing ACL rule: election.ErrGaveUp); the
+// command keeps trying instead, as it always has: such an error is loud (the log line with
+// its fix, /leader's redisError, elector_redis_up 0) while liveness stays 200, and an
+// administrator's fix takes effect without a restart. A term that such an error ended counts
+// as a lost term: with --exit-on-lost (Recampaign off) Run's error wraps ErrLeadershipLost, and
+// the run ends as after any lost term. ctx carries the flags' names for the fixes.
+func (s *session) runElector(ctx context.Context) error {
+	var last string
+	for {
+		err := s.l.elector.Run(ctx)
+		switch {
+		case !errors.Is(err, election.ErrGaveUp) || errors.Is(err, election.ErrLeadershipLost):
+			return err
+		case ctx.Err() != nil:
+			return nil // stopped, as Run returns after a cancel
+		}
+		if msg := err.Error(); msg != last {
+			last = msg
+			klog.InfoS("The elector gave up on a Redis error that retrying cannot cure; trying again until it is fixed", "every", gaveUpPause, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(gaveUpPause):
+		}
+	}
 }
 
 // signal handles one caught signal: the first SIGTERM or SIGINT cancels the run.

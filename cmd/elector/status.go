@@ -18,6 +18,7 @@ import (
 
 	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/leasewire"
+	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/redisfail"
 	"github.com/elector/elector/pkg/lease"
 )
@@ -202,10 +203,23 @@ func addTermsAndReservation(ctx context.Context, co *commonOptions, l *leasekit.
 	return nil
 }
 
+// redisNames are the flags and variables the fixes of Redis errors name (redisfail.Hint), in
+// the command's messages and, through Run's ctx (redisfail.WithNames), in the library's log
+// lines and /leader: the library's own name Config's fields.
+var redisNames = redisfail.Names{
+	Addr:           "--" + redisclient.FlagAddr,
+	Credentials:    "--" + redisclient.FlagUsername + ", " + redisclient.PasswordEnv + " or --" + redisclient.FlagPasswordFile,
+	SentinelMaster: "--" + redisclient.FlagSentinelMaster,
+	Sentinels:      "--" + redisclient.FlagAddr + "; " + redisclient.SentinelPasswordEnv + " or --" + redisclient.FlagSentinelPasswordFile,
+	Mode:           "--" + redisclient.FlagMode,
+	KeyPrefix:      "--" + flagKeyPrefix,
+	Identity:       "--" + flagIdentity + ", $POD_NAME",
+}
+
 // readError describes a failed read: what, from which Redis, the error and its fix.
 func readError(what string, co *commonOptions, err error) error {
 	err = fmt.Errorf("%s from %s: %w", what, redisDescription(co.redis), err)
-	switch fix := redisfail.Hint(err); {
+	switch fix := redisfail.Hint(err, redisNames); {
 	case fix != "":
 		err = fmt.Errorf("%w; fix: %s", err, fix)
 	case redisfail.Reason(err) == "timeout":

@@ -30,6 +30,8 @@ type follower struct {
 	timer       clock.Timer
 	resubscribe <-chan time.Time // set while the subscription is down between attempts
 	polling     bool             // the timer is a poll, sooner than known: set while not listening
+	start       clock.Timer      // fires at Elector.startBy (Config.StartTimeout); nil without a bound
+	lastErr     error            // the error of the last failed attempt, for StartTimeout's error
 }
 
 // attempt is the outcome of one acquire.
@@ -39,12 +41,16 @@ type attempt struct {
 	won  bool
 	wait time.Duration // until the next attempt, when not won
 	poll bool          // wait is a poll, sooner than the expiry just learnt, as the follower does not listen
+	// fatal is the error of an attempt that retrying cannot cure (Elector.fatal): Run gives up.
+	fatal error
 }
 
-// campaign tries to acquire the lease until it succeeds (ok) or ctx is cancelled. sent is
-// the local time at which the winning acquire was sent: the lease is ours for LeaseDuration
-// from a moment after it, and the reply came before sent + RenewDeadline.
-func (e *Elector) campaign(ctx context.Context, w *watch) (term lease.Record, sent time.Time, ok bool) {
+// campaign tries to acquire the lease until it succeeds (ok) or ctx is cancelled (not ok, no
+// error). sent is the local time at which the winning acquire was sent: the lease is ours for
+// LeaseDuration from a moment after it, and the reply came before sent + RenewDeadline. err,
+// wrapping ErrGaveUp, is Run's error: an attempt failed in a way retrying cannot cure, or
+// Config.StartTimeout passed before any reply from Redis.
+func (e *Elector) campaign(ctx context.Context, w *watch) (term lease.Record, sent time.Time, ok bool, err error) {
 	f := &follower{
 		e: e, w: w, logger: klog.FromContext(ctx),
 		retry: backoff{min: 50 * time.Millisecond, max: e.cfg.RetryPeriod},
@@ -52,20 +58,52 @@ func (e *Elector) campaign(ctx context.Context, w *watch) (term lease.Record, se
 	}
 	f.timer.Stop()
 	defer f.timer.Stop()
+	if !e.startBy.IsZero() {
+		f.start = e.clock.NewTimer(e.startBy.Sub(e.clock.Now()))
+		defer f.stopStart()
+	}
 	for {
 		a, ok := f.attempt(ctx)
-		if !ok {
-			return lease.Record{}, time.Time{}, false
-		}
-		if a.won {
-			return a.term, a.sent, true
+		switch {
+		case !ok:
+			return lease.Record{}, time.Time{}, false, nil
+		case a.fatal != nil:
+			return lease.Record{}, time.Time{}, false, e.gaveUp("acquire", a.fatal, false)
+		case a.won:
+			return a.term, a.sent, true, nil
+		case f.start != nil && !e.clock.Now().Before(e.startBy):
+			return lease.Record{}, time.Time{}, false, e.startTimedOut(f.lastErr)
 		}
 		f.polling = a.poll
 		resetTimer(f.timer, a.wait+e.jitter())
 		if !f.sleep(ctx) {
-			return lease.Record{}, time.Time{}, false
+			if ctx.Err() == nil { // the start bound
+				return lease.Record{}, time.Time{}, false, e.startTimedOut(f.lastErr)
+			}
+			return lease.Record{}, time.Time{}, false, nil
 		}
 	}
+}
+
+// replied notes a reply from Redis: Config.StartTimeout no longer applies in this Run.
+func (f *follower) replied() {
+	f.e.startBy = time.Time{}
+	f.stopStart()
+}
+
+func (f *follower) stopStart() {
+	if f.start != nil {
+		f.start.Stop()
+		f.start = nil
+	}
+}
+
+// startC is the channel of the start bound's timer, nil (never ready) without one.
+func (f *follower) startC() <-chan time.Time {
+	if f.start == nil {
+		return nil
+	}
+	return f.start.C()
 }
 
 // attempt sends one acquire and acts on what the core decides its reply means. It is false
@@ -87,28 +125,37 @@ func (f *follower) attempt(ctx context.Context) (attempt, bool) {
 	switch {
 	case d.verdict == verdictUntrusted:
 		// Not ours to start or release; not observed either: it would name this replica leader.
+		f.replied()
 		logUntrusted(f.logger, st.Record)
 	case d.verdict == verdictDecline:
 		if d.late {
-			e.errs.failed(f.logger, e.cfg.Metrics, e.cfg.LeaseName, "acquire", fmt.Errorf("token %d: %w", st.Record.Token, errLateReply), e.clock.Now())
+			f.lastErr = fmt.Errorf("token %d: %w", st.Record.Token, errLateReply)
+			e.errs.failed(f.logger, e.cfg.Metrics, e.cfg.LeaseName, "acquire", f.lastErr, e.clock.Now())
 		}
 		e.release(base, f.logger, st.Record)
 	case ctx.Err() != nil:
 	case d.verdict == verdictFailed:
+		f.lastErr = err
 		e.errs.failed(f.logger, e.cfg.Metrics, e.cfg.LeaseName, "acquire", err, e.clock.Now())
+		if e.fatal(err) {
+			a.fatal = err
+		}
 	case d.verdict == verdictStart:
+		f.replied()
 		e.errs.succeeded(f.logger)
 		a.term, a.won = st.Record, true
 	case d.verdict == verdictReserved:
+		f.replied()
 		e.errs.succeeded(f.logger)
 		f.retry.reset()
 		f.logger.V(4).Info("Lease is reserved after a resignation", "resigned", res.Resigned.Identity, "target", res.Target, "ttl", res.TTL)
 	case d.verdict == verdictHeld:
+		f.replied()
 		e.errs.succeeded(f.logger)
 		f.retry.reset()
 		e.observe(st.Record, false)
 		f.logger.V(4).Info("Lease is held", "holder", st.Record.Identity, "token", st.Record.Token, "ttl", st.TTL)
-		e.twin.saw(f.logger, e.cfg.Identity, e.lease.Instance(), st.Record, st.TTL, false, a.sent, e.clock.Now())
+		e.twin.saw(f.logger, e.errs.names.Identity, e.cfg.Identity, e.lease.Instance(), st.Record, st.TTL, false, a.sent, e.clock.Now())
 	}
 	return a, ctx.Err() == nil
 }
@@ -128,8 +175,9 @@ type twinWatch struct {
 }
 
 // saw takes a record rec held for ttl, as an acquire reply found it or, live, as an acquired
-// or renewed event announced it; the request was sent at sent, its reply taken at now.
-func (w *twinWatch) saw(logger klog.Logger, identity, instance string, rec lease.Record, ttl time.Duration, live bool, sent, now time.Time) {
+// or renewed event announced it; the request was sent at sent, its reply taken at now. setting
+// is how the warning names the identity's setting (Config.Identity, or the CLI's flag).
+func (w *twinWatch) saw(logger klog.Logger, setting, identity, instance string, rec lease.Record, ttl time.Duration, live bool, sent, now time.Time) {
 	if rec.Identity != identity || rec.Instance == instance || ttl == lease.NoExpiry {
 		return
 	}
@@ -151,16 +199,21 @@ func (w *twinWatch) saw(logger klog.Logger, identity, instance string, rec lease
 	renewed := now.After(w.expiry) && sent.Add(ttl).After(w.expiry.Add(timing.DriftMargin(sent.Add(ttl).Sub(w.seen))))
 	if (live || renewed) && w.warned != rec {
 		w.warned = rec
-		logger.Info("Warning: another process campaigns under this replica's identity: it holds the lease and renews it; give every replica its own identity (--identity, $POD_NAME; two electors on one host both default to the host name), or a resign of either shuts both out",
+		// At error level, without an error (klog has no warning level): it must stand out. Once
+		// per record of the other process, not per attempt.
+		logger.Error(nil, "Warning: another process campaigns under this replica's identity: it holds the lease and renews it; give every replica its own identity ("+setting+"; two replicas on one host both default to the host name), or a resign of either shuts both out",
 			"identity", identity, "otherInstance", rec.Instance, "token", rec.Token)
 	}
 }
 
-// sleep waits until the timer fires or a release is heard (true), or ctx is cancelled (false).
+// sleep waits until the timer fires or a release is heard (true), or ctx is cancelled or the
+// start bound passed (false).
 func (f *follower) sleep(ctx context.Context) bool {
 	for {
 		select {
 		case <-ctx.Done():
+			return false
+		case <-f.startC():
 			return false
 		case <-f.timer.C():
 			return true
@@ -184,7 +237,7 @@ func (f *follower) sleep(ctx context.Context) bool {
 			f.logger.V(4).Info("Lease event", "event", ev.Kind, "holder", ev.Record.Identity, "token", ev.Record.Token)
 			if ev.Kind == leasekit.Acquired || ev.Kind == leasekit.Renewed { // only a live process sends these
 				now := f.e.clock.Now()
-				f.e.twin.saw(f.logger, f.e.cfg.Identity, f.e.lease.Instance(), ev.Record, ev.TTL, true, now, now)
+				f.e.twin.saw(f.logger, f.e.errs.names.Identity, f.e.cfg.Identity, f.e.lease.Instance(), ev.Record, ev.TTL, true, now, now)
 			}
 			wake, rearm := f.e.onEvent(ev)
 			if wake {
@@ -276,7 +329,7 @@ func (w *watch) ensure(ctx context.Context) {
 		if !w.failing {
 			w.failing = true
 			kv := []any{"reason", redisfail.Reason(err)}
-			if fix := redisfail.Hint(err); fix != "" {
+			if fix := redisfail.Hint(err, redisfail.NamesFrom(ctx)); fix != "" {
 				kv = append(kv, "fix", fix)
 			}
 			logger.Error(err, "Cannot subscribe to lease events; polling every retry period instead", kv...)

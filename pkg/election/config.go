@@ -22,7 +22,9 @@ type Callbacks struct {
 	// promptly after that: Run waits for it, and with ReleaseOnCancel the lease is released
 	// (and renewed meanwhile) only once it returned. TokenFrom(ctx) is the term's token;
 	// context.Cause(ctx) tells why the term ends: an error wrapping ErrLeadershipLost (with the
-	// reason), ErrResigned (Resign, or `elector resign`), or the cause of Run's ctx. Required.
+	// reason; also ErrGaveUp when Redis refused a renew in a way retrying cannot cure),
+	// ErrResigned (Resign, or `elector resign`), or the cause of Run's ctx. Required by Run; an
+	// Elector made only to Observe needs no callbacks.
 	//
 	// With Recampaign, a replica that stepped down because RenewDeadline passed, while Redis
 	// still held its term (the renewals were slow, not lost), resumes that same term when it
@@ -35,7 +37,7 @@ type Callbacks struct {
 	// the replica resigned. So whatever it does (mark a status file "follower", flush) is done
 	// before a successor can start. The release waits for it: keep it short; a slow one
 	// delays the handover (at most until the lease expires: it is no longer renewed), never
-	// the step-down, and a panic still releases. Required.
+	// the step-down, and a panic still releases. Optional.
 	OnStoppedLeading func()
 	// OnNewLeader is called with the identity of each new leader observed, this replica's
 	// included, in order, from one goroutine. Optional.
@@ -43,7 +45,9 @@ type Callbacks struct {
 }
 
 // Config configures an Elector. Zero durations take the defaults; everything else that is
-// wrong is reported by New with the name of the field.
+// wrong is reported by New with the name of the field and the rule, as in
+// "Config.RenewDeadline (default 10s) must be shorter than Config.LeaseDuration (5s) ...; set
+// Config.RenewDeadline too".
 type Config struct {
 	// Client is the Redis client (standalone, Sentinel failover or Cluster). Required. Its
 	// per-call timeouts should be well below RenewDeadline (the elector also bounds each call
@@ -103,6 +107,12 @@ type Config struct {
 	// stop the election; keep Timeout well below RetryPeriod.
 	ReplicaAck lease.ReplicaAck
 
+	// StartTimeout, when positive, bounds the wait for Redis: Run returns an error wrapping
+	// ErrGaveUp and context.DeadlineExceeded if no acquire got a reply from Redis within
+	// StartTimeout of Run's start (Redis unreachable, a wrong address). Once one did, it no
+	// longer applies. Zero: Run waits for Redis as long as its ctx lasts.
+	StartTimeout time.Duration
+
 	// Metrics, when set, receive this elector's figures (see NewMetrics), labelled
 	// name=LeaseName: electors that share one Metrics need distinct lease names (for the same
 	// name under two KeyPrefixes, give each a Metrics on its own prometheus.Registerer, e.g.
@@ -110,69 +120,82 @@ type Config struct {
 	Metrics *Metrics
 }
 
-// validate fills in defaults and checks c. Every error names the field.
+// validate fills in defaults and checks c. Every error names the field and the rule, in
+// client-go's style; a value that was defaulted says so.
 func (c *Config) validate() error {
 	if c.Client == nil {
-		return errors.New("election config: Client must be set")
+		return errors.New("Config.Client must be set")
 	}
 	if err := leasewire.ValidateName(c.LeaseName); err != nil {
-		return fmt.Errorf("election config: LeaseName %q %w", c.LeaseName, err)
+		return fmt.Errorf("Config.LeaseName %q %w", c.LeaseName, err)
 	}
 	if c.KeyPrefix != "" {
 		if err := leasewire.ValidateName(c.KeyPrefix); err != nil {
-			return fmt.Errorf("election config: KeyPrefix %q %w", c.KeyPrefix, err)
+			return fmt.Errorf("Config.KeyPrefix %q %w", c.KeyPrefix, err)
 		}
 	}
-	id, err := resolveIdentity(c.Identity)
+	id, err := resolveIdentity(c.Identity, "Config.Identity")
 	if err != nil {
-		return fmt.Errorf("election config: %w", err)
-	}
-	c.Identity = id
-	if err := applyTiming("election config", &c.LeaseDuration, &c.RenewDeadline, &c.RetryPeriod); err != nil {
 		return err
 	}
+	c.Identity = id
+	if err := applyTiming("Config", &c.LeaseDuration, &c.RenewDeadline, &c.RetryPeriod); err != nil {
+		return err
+	}
+	holdOff := fmt.Sprintf("Config.ResignHoldOff (%v)", c.ResignHoldOff)
 	if c.ResignHoldOff == 0 {
 		c.ResignHoldOff = c.LeaseDuration
+		holdOff = fmt.Sprintf("Config.ResignHoldOff (default: Config.LeaseDuration, %v)", c.ResignHoldOff)
 	}
 	if c.ResignHoldOff < time.Millisecond || c.ResignHoldOff%time.Millisecond != 0 {
-		return fmt.Errorf("election config: ResignHoldOff must be a whole number of milliseconds, at least 1ms, got %v", c.ResignHoldOff)
+		return fmt.Errorf("%s must be a whole number of milliseconds, at least 1ms", holdOff)
 	}
-	// lease.New checks ReplicaAck itself; what matters to the election is that its wait fits
-	// in one call.
-	if c.ReplicaAck.Replicas > 0 && c.ReplicaAck.Timeout >= c.RetryPeriod {
-		return fmt.Errorf("election config: ReplicaAck.Timeout (%v) must be shorter than RetryPeriod (%v), which bounds each call",
-			c.ReplicaAck.Timeout, c.RetryPeriod)
+	// lease.New would refuse these too; named here as the fields of Config. The wait must fit
+	// in one call, which RetryPeriod bounds.
+	switch a := c.ReplicaAck; {
+	case a.Replicas < 0:
+		return fmt.Errorf("Config.ReplicaAck.Replicas (%d) must be 0 (off) or more", a.Replicas)
+	case a.Replicas == 0:
+	case a.Timeout < time.Millisecond || a.Timeout%time.Millisecond != 0:
+		return fmt.Errorf("Config.ReplicaAck.Timeout (%v) must be a whole number of milliseconds, at least 1ms, when Config.ReplicaAck.Replicas is set", a.Timeout)
+	case a.Timeout >= c.RetryPeriod:
+		return fmt.Errorf("Config.ReplicaAck.Timeout (%v) must be shorter than Config.RetryPeriod (%v), which bounds each call", a.Timeout, c.RetryPeriod)
 	}
+	if c.StartTimeout < 0 {
+		return fmt.Errorf("Config.StartTimeout (%v) must not be negative (0: no bound)", c.StartTimeout)
+	}
+	return nil
+}
+
+// checkCallbacks is what Run needs of Config beyond New: a callback to run the work.
+func (c *Config) checkCallbacks() error {
 	if c.Callbacks.OnStartedLeading == nil {
-		return errors.New("election config: Callbacks.OnStartedLeading must be set")
-	}
-	if c.Callbacks.OnStoppedLeading == nil {
-		return errors.New("election config: Callbacks.OnStoppedLeading must be set")
+		return errors.New("Config.Callbacks.OnStartedLeading must be set to Run (an Elector without it may only Observe)")
 	}
 	return nil
 }
 
 // applyTiming fills in the default durations of an Elector's or a Group's config and checks
-// them together (timing.Validate); what starts every error.
+// them together (timing.Check), naming the fields as what.LeaseDuration and so on, and which
+// took their defaults.
 func applyTiming(what string, leaseDuration, renewDeadline, retryPeriod *time.Duration) error {
+	n := timing.Names{LeaseDuration: what + ".LeaseDuration", RenewDeadline: what + ".RenewDeadline", RetryPeriod: what + ".RetryPeriod"}
 	for _, d := range []struct {
-		field string
-		v     *time.Duration
-		def   time.Duration
+		field     string
+		v         *time.Duration
+		def       time.Duration
+		defaulted *bool
 	}{
-		{"LeaseDuration", leaseDuration, timing.DefaultLeaseDuration},
-		{"RenewDeadline", renewDeadline, timing.DefaultRenewDeadline},
-		{"RetryPeriod", retryPeriod, timing.DefaultRetryPeriod},
+		{n.LeaseDuration, leaseDuration, timing.DefaultLeaseDuration, &n.LeaseDefaulted},
+		{n.RenewDeadline, renewDeadline, timing.DefaultRenewDeadline, &n.RenewDefaulted},
+		{n.RetryPeriod, retryPeriod, timing.DefaultRetryPeriod, &n.RetryDefaulted},
 	} {
-		if *d.v == 0 {
-			*d.v = d.def
-		}
 		if *d.v < 0 {
-			return fmt.Errorf("%s: %s must be positive, got %v", what, d.field, *d.v)
+			return fmt.Errorf("%s (%v) must be positive (0 takes the default, %v)", d.field, *d.v, d.def)
+		}
+		if *d.v == 0 {
+			*d.v, *d.defaulted = d.def, true
 		}
 	}
-	if err := timing.Validate(*leaseDuration, *renewDeadline, *retryPeriod); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return nil
+	return timing.Check(*leaseDuration, *renewDeadline, *retryPeriod, n)
 }

@@ -406,7 +406,8 @@ func TestNoGoroutineLeaks(t *testing.T) {
 	}
 }
 
-// 8. Config validation: every error names the field.
+// 8. Config validation, in client-go's style: one case per rule; every error names the field
+// and the rule, and says which value was defaulted.
 func TestConfigValidation(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
 	defer client.Close()
@@ -418,34 +419,57 @@ func TestConfigValidation(t *testing.T) {
 	}
 	if e, err := election.New(valid()); err != nil {
 		t.Fatalf("valid config: %v", err)
-	} else if got := election.ConfigOf(e); got.LeaseDuration != 15*time.Second || got.RenewDeadline != 10*time.Second || got.RetryPeriod != 2*time.Second {
+	} else if got := election.ConfigOf(e); got.LeaseDuration != 15*time.Second || got.RenewDeadline != 10*time.Second || got.RetryPeriod != 2*time.Second || got.ResignHoldOff != 15*time.Second {
 		t.Fatalf("defaults not applied: %+v", got)
 	}
 	for _, tc := range []struct {
 		name   string
 		mutate func(*election.Config)
-		want   string
+		want   string // the whole error
 	}{
-		{"no client", func(c *election.Config) { c.Client = nil }, "Client"},
-		{"no lease name", func(c *election.Config) { c.LeaseName = "" }, "LeaseName"},
-		{"brace in lease name", func(c *election.Config) { c.LeaseName = "a{b}" }, "LeaseName"},
-		{"bad prefix", func(c *election.Config) { c.KeyPrefix = "a b" }, "KeyPrefix"},
-		{"identity with newline", func(c *election.Config) { c.Identity = "a\nb" }, "Identity"},
-		{"negative lease", func(c *election.Config) { c.LeaseDuration = -time.Second }, "LeaseDuration"},
-		{"negative retry", func(c *election.Config) { c.RetryPeriod = -time.Second }, "RetryPeriod"},
-		{"deadline = lease", func(c *election.Config) { c.LeaseDuration, c.RenewDeadline = 10*time.Second, 10*time.Second }, "renew deadline"},
-		{"deadline within drift", func(c *election.Config) { c.LeaseDuration, c.RenewDeadline = 10*time.Second, 9950*time.Millisecond }, "clock-drift"},
-		{"retry too long", func(c *election.Config) { c.RetryPeriod = 9 * time.Second }, "1.2 × retry period"},
-		{"lease not whole ms", func(c *election.Config) { c.LeaseDuration = 15*time.Second + time.Microsecond }, "whole number of milliseconds"},
-		{"no OnStartedLeading", func(c *election.Config) { c.Callbacks.OnStartedLeading = nil }, "OnStartedLeading"},
-		{"no OnStoppedLeading", func(c *election.Config) { c.Callbacks.OnStoppedLeading = nil }, "OnStoppedLeading"},
+		{"no client", func(c *election.Config) { c.Client = nil }, "Config.Client must be set"},
+		{"no lease name", func(c *election.Config) { c.LeaseName = "" }, `Config.LeaseName "" must not be empty`},
+		{"brace in lease name", func(c *election.Config) { c.LeaseName = "a{b}" }, `Config.LeaseName "a{b}" must not contain '{' (it would break the {name} hash tag)`},
+		{"bad prefix", func(c *election.Config) { c.KeyPrefix = "a b" }, `Config.KeyPrefix "a b" must not contain whitespace or control characters (found ' ')`},
+		{"identity with newline", func(c *election.Config) { c.Identity = "a\nb" }, `Config.Identity "a\nb" must not contain control characters (found '\n')`},
+		{"negative lease", func(c *election.Config) { c.LeaseDuration = -time.Second }, "Config.LeaseDuration (-1s) must be positive (0 takes the default, 15s)"},
+		{"negative deadline", func(c *election.Config) { c.RenewDeadline = -time.Second }, "Config.RenewDeadline (-1s) must be positive (0 takes the default, 10s)"},
+		{"negative retry", func(c *election.Config) { c.RetryPeriod = -time.Second }, "Config.RetryPeriod (-1s) must be positive (0 takes the default, 2s)"},
+		{"lease not whole ms", func(c *election.Config) { c.LeaseDuration = 15*time.Second + time.Microsecond },
+			"Config.LeaseDuration (15.000001s) must be a whole number of milliseconds"},
+		{"deadline = lease", func(c *election.Config) { c.LeaseDuration, c.RenewDeadline = 10*time.Second, 10*time.Second },
+			"Config.RenewDeadline (10s) must be shorter than Config.LeaseDuration (10s) minus the clock-drift margin (102ms), i.e. below 9.898s"},
+		{"deadline within drift", func(c *election.Config) { c.LeaseDuration, c.RenewDeadline = 10*time.Second, 9950*time.Millisecond },
+			"Config.RenewDeadline (9.95s) must be shorter than Config.LeaseDuration (10s) minus the clock-drift margin (102ms), i.e. below 9.898s"},
+		{"lease alone, below the default deadline", func(c *election.Config) { c.LeaseDuration = 5 * time.Second },
+			"Config.RenewDeadline (default 10s) must be shorter than Config.LeaseDuration (5s) minus the clock-drift margin (52ms), i.e. below 4.948s; set Config.RenewDeadline too"},
+		{"retry too long", func(c *election.Config) { c.RetryPeriod = 9 * time.Second },
+			"Config.RenewDeadline (default 10s) must be greater than 1.2 × Config.RetryPeriod (9s), i.e. Config.RetryPeriod below 8.333s; set Config.RenewDeadline too"},
+		{"hold-off not whole ms", func(c *election.Config) { c.ResignHoldOff = 1500 * time.Microsecond },
+			"Config.ResignHoldOff (1.5ms) must be a whole number of milliseconds, at least 1ms"},
+		{"negative replicas", func(c *election.Config) { c.ReplicaAck.Replicas = -1 }, "Config.ReplicaAck.Replicas (-1) must be 0 (off) or more"},
+		{"replica ack without timeout", func(c *election.Config) { c.ReplicaAck.Replicas = 1 },
+			"Config.ReplicaAck.Timeout (0s) must be a whole number of milliseconds, at least 1ms, when Config.ReplicaAck.Replicas is set"},
+		{"replica ack longer than a call", func(c *election.Config) { c.ReplicaAck = lease.ReplicaAck{Replicas: 1, Timeout: 2 * time.Second} },
+			"Config.ReplicaAck.Timeout (2s) must be shorter than Config.RetryPeriod (2s), which bounds each call"},
+		{"negative start timeout", func(c *election.Config) { c.StartTimeout = -time.Second }, "Config.StartTimeout (-1s) must not be negative (0: no bound)"},
 	} {
 		cfg := valid()
 		tc.mutate(&cfg)
-		_, err := election.New(cfg)
-		if err == nil || !contains(err.Error(), tc.want) {
-			t.Errorf("%s: err = %v, want it to mention %q", tc.name, err, tc.want)
+		if _, err := election.New(cfg); err == nil || err.Error() != tc.want {
+			t.Errorf("%s: err = %v\n\twant %s", tc.name, err, tc.want)
 		}
+	}
+	// Callbacks are Run's to require: an Elector made only to observe needs none.
+	cfg := valid()
+	cfg.Callbacks = election.Callbacks{}
+	e, err := election.New(cfg)
+	if err != nil {
+		t.Fatalf("New without callbacks: %v", err)
+	}
+	const want = `run elector "job": Config.Callbacks.OnStartedLeading must be set to Run (an Elector without it may only Observe)`
+	if err := e.Run(context.Background()); err == nil || err.Error() != want {
+		t.Errorf("Run without OnStartedLeading: %v\n\twant %s", err, want)
 	}
 }
 

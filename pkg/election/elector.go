@@ -36,6 +36,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/internal/redisfail"
 	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/lease"
 )
@@ -44,12 +45,25 @@ import (
 // Config.Recampaign is off. The error wraps it with the reason.
 var ErrLeadershipLost = errors.New("leadership lost")
 
+// ErrGaveUp is wrapped by the error Run returns when it stops by itself because waiting cannot
+// help: Redis refused a call in a way only a change of configuration cures — the credentials
+// (WRONGPASS, NOAUTH), an ACL (NOPERM), a command it does not know (renamed or disabled), a
+// Cluster client against a server without cluster support or a plain client redirected by a
+// Cluster node (MOVED, ASK) — or Config.StartTimeout passed without a reply from Redis. The
+// error also wraps its cause (errors.As finds the go-redis error; context.DeadlineExceeded for
+// StartTimeout) and says which setting to fix. A refused renew ends the term first, as a lost
+// term ends (OnStartedLeading's ctx cancelled, then OnStoppedLeading, then the release with
+// ReleaseOnCancel); with Config.Recampaign off the error then wraps ErrLeadershipLost too. To
+// keep retrying (an administrator may yet fix the ACL), call Run again after a pause.
+var ErrGaveUp = errors.New("gave up")
+
 // Reasons for stepping down, as logged and as passed on in errors.
 const (
 	reasonLost     = "lease lost"              // renew replied that the term is over
 	reasonDeadline = "renew deadline exceeded" // no successful renew within RenewDeadline
 	reasonStopped  = "stopped"                 // Run's ctx was cancelled
 	reasonResigned = "resigned"                // Resign, or a resign request on the lease
+	reasonGaveUp   = "gave up"                 // a renew failed in a way retrying cannot cure
 )
 
 // maxJitter bounds the random delay added to a follower's wake-up, so that replicas that
@@ -84,9 +98,13 @@ type Elector struct {
 	evict  evictionState                       // Redis's eviction policy, as checkEviction found it (eviction.go)
 	rand   func(n time.Duration) time.Duration // the jitter's source in the simulator; nil: math/rand
 	twin   twinWatch                           // another process with this identity (campaign.go)
+	// startBy is when Run gives up without a reply from Redis (Config.StartTimeout); zero once
+	// one came, or without a bound. Run's goroutine only.
+	startBy time.Time
 }
 
-// New validates cfg, filling in defaults, and returns an Elector. Errors name the field.
+// New validates cfg, filling in defaults, and returns an Elector. Errors name the field and
+// the rule. An Elector without Callbacks may Observe the lease but not Run.
 func New(cfg Config) (*Elector, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -97,7 +115,7 @@ func New(cfg Config) (*Elector, error) {
 		ReplicaAck: cfg.ReplicaAck,
 	}, leasekit.Ext{AnnounceRenewals: true, ResignRequests: true})
 	if err != nil {
-		return nil, fmt.Errorf("election config: %w", err)
+		return nil, fmt.Errorf("new elector %q: %w", cfg.LeaseName, err)
 	}
 	warnContextTimeout(&cfg)
 	e := &Elector{cfg: cfg, lease: l, store: redisStore{l}, clock: clock.RealClock{}}
@@ -109,8 +127,10 @@ func New(cfg Config) (*Elector, error) {
 
 // Run campaigns for the lease and, while this replica leads, runs OnStartedLeading. It
 // returns nil when ctx is cancelled (after OnStartedLeading returned and, with
-// ReleaseOnCancel, the lease was released), or, when Config.Recampaign is off, an error
-// wrapping ErrLeadershipLost when leadership was lost or ErrResigned after a resignation.
+// ReleaseOnCancel, the lease was released), an error wrapping ErrGaveUp when Redis refused it
+// in a way retrying cannot cure or Config.StartTimeout passed, or, when Config.Recampaign is
+// off, an error wrapping ErrLeadershipLost when leadership was lost or ErrResigned after a
+// resignation. Run requires Config.Callbacks.OnStartedLeading.
 // When Run returns, every goroutine it started has ended. A panic of OnStoppedLeading goes on
 // through Run at once, after the release (if any) was sent, without waiting for a renew in
 // flight or for OnStartedLeading: a process that recovers it may still see them end later.
@@ -120,12 +140,20 @@ func New(cfg Config) (*Elector, error) {
 // RenewDeadline/2)): a term won in that moment is released, without starting
 // OnStartedLeading.
 func (e *Elector) Run(ctx context.Context) error {
+	if err := e.cfg.checkCallbacks(); err != nil {
+		return fmt.Errorf("run elector %q: %w", e.cfg.LeaseName, err)
+	}
 	if !e.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("run elector %q: already running", e.cfg.LeaseName)
 	}
 	defer e.running.Store(false)
 	logger := klog.FromContext(ctx).WithValues("lease", e.cfg.LeaseName, "identity", e.cfg.Identity)
 	ctx = klog.NewContext(ctx, logger)
+	e.errs.names, e.errs.fatal = redisfail.NamesFrom(ctx), e.fatal
+	e.startBy = time.Time{}
+	if e.cfg.StartTimeout > 0 {
+		e.startBy = e.clock.Now().Add(e.cfg.StartTimeout)
+	}
 	defer e.checkEviction(ctx)() // once per Run, off the campaign's path (eviction.go)
 
 	e.notify = startNotifier(e.cfg.Callbacks.OnNewLeader)
@@ -134,13 +162,19 @@ func (e *Elector) Run(ctx context.Context) error {
 	defer w.wait()
 
 	for {
-		term, sent, ok := e.campaign(ctx, w)
+		term, sent, ok, err := e.campaign(ctx, w)
+		if err != nil {
+			return err
+		}
 		if !ok {
 			return nil
 		}
 		// A leader needs no events; a follower subscribes again before its first attempt.
 		w.close()
-		reason, started := e.lead(ctx, term, sent)
+		reason, started, fatal := e.lead(ctx, term, sent)
+		if fatal != nil {
+			return e.gaveUp("renew", fatal, true)
+		}
 		if !started && ctx.Err() == nil {
 			continue
 		}
@@ -154,6 +188,41 @@ func (e *Elector) Run(ctx context.Context) error {
 			return fmt.Errorf("run elector %q: %w: %s", e.cfg.LeaseName, ErrLeadershipLost, reason)
 		}
 	}
+}
+
+// fatal reports whether err is one that retrying cannot cure, for this Elector's client
+// (internal/redisfail.Fatal): Run gives up on it.
+func (e *Elector) fatal(err error) bool {
+	_, cluster := e.cfg.Client.(*redis.ClusterClient)
+	return redisfail.Fatal(err, cluster)
+}
+
+// gaveUp is Run's error after op failed with err, which retrying cannot cure; termLost says a
+// term ended because of it.
+func (e *Elector) gaveUp(op string, err error, termLost bool) error {
+	out := fmt.Errorf("run elector %q: %w: Redis refused the %s (%s; retrying cannot help): %w",
+		e.cfg.LeaseName, ErrGaveUp, op, redisfail.Reason(err), err)
+	if fix := redisfail.Hint(err, e.errs.names); fix != "" {
+		out = fmt.Errorf("%w; fix: %s", out, fix)
+	}
+	if termLost && !e.cfg.Recampaign {
+		out = fmt.Errorf("%w; the term ended: %w", out, ErrLeadershipLost)
+	}
+	return out
+}
+
+// startTimedOut is Run's error when Config.StartTimeout passed without a reply from Redis;
+// last is the error of the last attempt.
+func (e *Elector) startTimedOut(last error) error {
+	out := fmt.Errorf("run elector %q: %w: no reply from Redis within Config.StartTimeout (%v): %w",
+		e.cfg.LeaseName, ErrGaveUp, e.cfg.StartTimeout, context.DeadlineExceeded)
+	if last != nil {
+		out = fmt.Errorf("%w; last error: %w", out, last)
+		if fix := redisfail.Hint(last, e.errs.names); fix != "" {
+			out = fmt.Errorf("%w; fix: %s", out, fix)
+		}
+	}
+	return out
 }
 
 func jitter() time.Duration { return rand.N(maxJitter) }

@@ -18,9 +18,11 @@ const errorRepeat = 30 * time.Second
 // attempt at V(4). It keeps the current failure for redisError (read concurrently) and the
 // elector_redis_up gauge. Its methods are used from Run's goroutine only.
 type errorLog struct {
-	state   string    // "op/reason" of the failure being retried, "" when calls succeed
-	logged  time.Time // when the failure was last logged at error level
-	metrics *Metrics  // for elector_redis_up; set by Metrics.add or the first failure
+	names   redisfail.Names  // how fixes name the settings: Config's fields, or the CLI's flags
+	fatal   func(error) bool // errors that end Run (an Elector's; nil for a Group): logged as such
+	state   string           // "op/reason" of the failure being retried, "" when calls succeed
+	logged  time.Time        // when the failure was last logged at error level
+	metrics *Metrics         // for elector_redis_up; set by Metrics.add or the first failure
 	name    string
 
 	current atomic.Pointer[redisFailure]
@@ -31,8 +33,9 @@ type redisFailure struct {
 	// Op is the operation that failed: acquire, renew, release, subscribe, heartbeat.
 	Op string `json:"op"`
 	// Reason classifies the error: timeout, closed, refused, connection, unknown_master,
-	// sentinel, auth, noperm, readonly, wrongtype, bad_record, not_replicated, token_range,
-	// server or other (the reason label of elector_redis_errors_total).
+	// sentinel, auth, noperm, readonly, protocol, unknown_command, cluster_mode, wrongtype,
+	// bad_record, not_replicated, token_range, server or other (the reason label of
+	// elector_redis_errors_total; internal/redisfail).
 	Reason string `json:"reason"`
 	// Error is the error text.
 	Error string `json:"error"`
@@ -52,7 +55,7 @@ func (l *errorLog) failed(logger logr.Logger, m *Metrics, name, op string, err e
 		l.metrics, l.name = m, name
 	}
 	l.metrics.redisUp(l.name, false)
-	fix := redisfail.Hint(err)
+	fix := redisfail.Hint(err, l.names)
 	f := &redisFailure{Op: op, Reason: reason, Error: err.Error(), Fix: fix, Since: now, Count: 1}
 	state := op + "/" + reason
 	if prev := l.current.Load(); prev != nil && state == l.state {
@@ -63,13 +66,17 @@ func (l *errorLog) failed(logger logr.Logger, m *Metrics, name, op string, err e
 	if fix != "" {
 		kv = append(kv, "fix", fix)
 	}
+	first, still := "Redis call failed; retrying with backoff", "Redis call still failing; retrying with backoff"
+	if l.fatal != nil && l.fatal(err) {
+		first, still = "Redis call failed, and retrying cannot help: giving up", "Redis call still failing, and retrying cannot help: giving up"
+	}
 	switch {
 	case state != l.state:
 		l.state, l.logged = state, now
-		logger.Error(err, "Redis call failed; retrying with backoff", kv...)
+		logger.Error(err, first, kv...)
 	case now.Sub(l.logged) >= errorRepeat:
 		l.logged = now
-		logger.Error(err, "Redis call still failing; retrying with backoff", append(kv, "since", f.Since, "failures", f.Count)...)
+		logger.Error(err, still, append(kv, "since", f.Since, "failures", f.Count)...)
 	default:
 		logger.V(4).Info("Redis call failed again", append(kv, "err", err)...)
 	}

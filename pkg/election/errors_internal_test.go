@@ -134,7 +134,7 @@ func refusedBy(t *testing.T) map[string]error {
 }
 
 // TestHintNamesTheFix: each misconfiguration has its own reason and a fix that names the
-// ACL permission to add or the setting to check.
+// ACL permission to add or the setting to check, as a field of Config (never a flag).
 func TestHintNamesTheFix(t *testing.T) {
 	errs := refusedBy(t)
 	for _, tc := range []struct {
@@ -143,17 +143,17 @@ func TestHintNamesTheFix(t *testing.T) {
 		{"scan", "noperm", "+scan"},
 		{"keys", "noperm", "~other:*"},
 		{"script", "noperm", "+set"},
-		{"wrongpass", "auth", "REDIS_PASSWORD"},
-		{"noauth", "auth", "--redis-username"},
+		{"wrongpass", "auth", "Password of Config.Client"},
+		{"noauth", "auth", "Username and Password"},
 		{"readonly", "readonly", "master"},
 		{"subscribe", "noperm", "+subscribe"},
-		{"http", "protocol", "--redis-addr"},
+		{"http", "protocol", "address of Config.Client"},
 	} {
 		err := errs[tc.name]
 		if r := redisfail.Reason(err); r != tc.reason {
 			t.Errorf("%s: redisfail.Reason(%q) = %q, want %q", tc.name, err, r, tc.reason)
 		}
-		if h := redisfail.Hint(err); !strings.Contains(h, tc.want) {
+		if h := redisfail.Hint(err, redisfail.Library); !strings.Contains(h, tc.want) || strings.Contains(h, "--") {
 			t.Errorf("%s: redisfail.Hint(%q) = %q, want it to name %q", tc.name, err, h, tc.want)
 		}
 	}

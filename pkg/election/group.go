@@ -164,7 +164,7 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 	}
 	instance, err := leasewire.NewInstanceID()
 	if err != nil {
-		return nil, fmt.Errorf("group config: %w", err)
+		return nil, fmt.Errorf("new group %q: %w", cfg.Group, err)
 	}
 	g := &Group{
 		cfg:      cfg,
@@ -187,33 +187,42 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 	return g, nil
 }
 
-// validate fills in defaults and checks c. Every error names the field.
+// validate fills in defaults and checks c. Every error names the field and the rule, as
+// Config's do.
 func (c *GroupConfig) validate() error {
 	if c.Client == nil {
-		return errors.New("group config: Client must be set")
+		return errors.New("GroupConfig.Client must be set")
 	}
 	if err := leasewire.ValidateName(c.Group); err != nil {
-		return fmt.Errorf("group config: Group %q %w", c.Group, err)
+		return fmt.Errorf("GroupConfig.Group %q %w", c.Group, err)
 	}
 	if c.KeyPrefix == "" {
 		c.KeyPrefix = lease.DefaultPrefix
 	}
 	if err := leasewire.ValidateName(c.KeyPrefix); err != nil {
-		return fmt.Errorf("group config: KeyPrefix %q %w", c.KeyPrefix, err)
+		return fmt.Errorf("GroupConfig.KeyPrefix %q %w", c.KeyPrefix, err)
 	}
-	id, err := resolveIdentity(c.Identity)
+	id, err := resolveIdentity(c.Identity, "GroupConfig.Identity")
 	if err != nil {
-		return fmt.Errorf("group config: %w", err)
-	}
-	c.Identity = id
-	if c.MaxLeases < 0 {
-		return fmt.Errorf("group config: MaxLeases must not be negative, got %d", c.MaxLeases)
-	}
-	if err := applyTiming("group config", &c.LeaseDuration, &c.RenewDeadline, &c.RetryPeriod); err != nil {
 		return err
 	}
-	if c.Callbacks.OnStartedLeading == nil || c.Callbacks.OnStoppedLeading == nil {
-		return errors.New("group config: Callbacks.OnStartedLeading and Callbacks.OnStoppedLeading must be set")
+	c.Identity = id
+	for i, name := range c.Leases {
+		if err := leasewire.ValidateName(name); err != nil {
+			return fmt.Errorf("GroupConfig.Leases[%d] %q %w", i, name, err)
+		}
+	}
+	if c.MaxLeases < 0 {
+		return fmt.Errorf("GroupConfig.MaxLeases (%d) must not be negative (0: no cap)", c.MaxLeases)
+	}
+	if err := applyTiming("GroupConfig", &c.LeaseDuration, &c.RenewDeadline, &c.RetryPeriod); err != nil {
+		return err
+	}
+	if c.Callbacks.OnStartedLeading == nil {
+		return errors.New("GroupConfig.Callbacks.OnStartedLeading must be set")
+	}
+	if c.Callbacks.OnStoppedLeading == nil {
+		return errors.New("GroupConfig.Callbacks.OnStoppedLeading must be set")
 	}
 	return nil
 }

@@ -44,6 +44,9 @@ type leadership struct {
 
 	ctl       *termControl // Resign's way in
 	resigning bool         // asked to resign: the work is stopping; release once it returned
+	// fatal is a renew's error that retrying cannot cure (Elector.fatal): the work is stopping,
+	// the term ends once it returned (released with ReleaseOnCancel), and Run gives up.
+	fatal error
 }
 
 // lead runs one term: it starts OnStartedLeading, renews every RetryPeriod, and steps down
@@ -51,18 +54,19 @@ type leadership struct {
 // OnStartedLeading returned, with the reason for stepping down. started is false when the
 // term's deadline had passed before its work could start (the campaign was held up after the
 // reply, in a log write say): nothing started, the record was released, and Run campaigns on.
-func (e *Elector) lead(ctx context.Context, term lease.Record, sent time.Time) (reason string, started bool) {
+// fatal is the renew error that retrying cannot cure, if one ended the term: Run gives up.
+func (e *Elector) lead(ctx context.Context, term lease.Record, sent time.Time) (reason string, started bool, fatal error) {
 	l := e.startTerm(ctx, term, sent)
 	if l == nil {
 		logger := klog.FromContext(ctx)
 		e.errs.failed(logger, e.cfg.Metrics, e.cfg.LeaseName, "acquire", fmt.Errorf("token %d: %w", term.Token, errLateStart), e.clock.Now())
 		e.release(context.WithoutCancel(ctx), logger, term)
-		return "", false
+		return "", false, nil
 	}
 	defer l.guard.stop()
 	defer l.tick.Stop()
 	reason, release := l.loop(ctx)
-	return l.stepDown(reason, release), true
+	return l.stepDown(reason, release), true, l.fatal
 }
 
 // errLateStart marks a won term whose renew deadline passed before its work could start.
@@ -110,6 +114,9 @@ func (l *leadership) loop(ctx context.Context) (reason string, release bool) {
 		if l.resigning && workDone == nil {
 			return reasonResigned, true
 		}
+		if l.fatal != nil && workDone == nil {
+			return reasonGaveUp, l.e.cfg.ReleaseOnCancel // as after a cancel of Run's ctx
+		}
 		// The deadline first: a term whose deadline passed ends, whatever else became ready
 		// while the loop was held up (in a log write, say).
 		select {
@@ -128,8 +135,8 @@ func (l *leadership) loop(ctx context.Context) (reason string, release bool) {
 			l.logger.V(2).Info("Stopping: waiting for the work to stop (OnStartedLeading to return; for elector run: CMD)", "token", l.term.Token)
 		case <-workDone:
 			workDone = nil
-			if l.resigning {
-				continue // the top of the loop ends the term with the release
+			if l.resigning || l.fatal != nil {
+				continue // the top of the loop ends the term (with the release)
 			}
 			if ctx.Err() == nil {
 				// The work ended by itself: keep the lease, as client-go does, until ctx ends.
@@ -187,6 +194,10 @@ func (l *leadership) renewed(r renewal) (reason string, over bool) {
 	switch {
 	case r.err != nil:
 		e.errs.failed(l.logger, e.cfg.Metrics, e.cfg.LeaseName, "renew", r.err, e.clock.Now())
+		if e.fatal(r.err) {
+			l.giveUp(r.err)
+		}
+		// Renewals go on while the work winds down, the deadline enforced, as after a cancel.
 		resetTimer(l.tick, l.retry.next())
 	case !r.ok:
 		return reasonLost, true
@@ -206,6 +217,19 @@ func (l *leadership) renewed(r renewal) (reason string, over bool) {
 		}
 	}
 	return "", false
+}
+
+// giveUp begins the step-down after a renew failed with err, which retrying cannot cure: the
+// work is told to stop at once (Run will return); the loop keeps renewing, the deadline still
+// enforced, and ends the term once the work returned, as after a cancel of Run's ctx.
+func (l *leadership) giveUp(err error) {
+	if l.fatal != nil {
+		return
+	}
+	l.fatal = err
+	l.cancelWork(fmt.Errorf("%w: %s: %w: %w", ErrLeadershipLost, reasonGaveUp, ErrGaveUp, err)) // a no-op after a stop or a resign
+	l.logger.Info("Stepping down: Redis refused the renew and retrying cannot help; the work is told to stop (OnStartedLeading's ctx; for elector run: CMD), then Run returns",
+		"token", l.term.Token)
 }
 
 // stepDown ends the term. The order is the promise of docs/DESIGN.md ("Step-down order:
@@ -238,7 +262,9 @@ func (l *leadership) notifyThenRelease(release bool) {
 		}
 		close(l.ctl.over)
 	}()
-	l.e.cfg.Callbacks.OnStoppedLeading()
+	if stopped := l.e.cfg.Callbacks.OnStoppedLeading; stopped != nil {
+		stopped()
+	}
 }
 
 // ErrNotLeader is returned by Resign and ResignTo when this replica does not lead.

@@ -48,14 +48,14 @@ type Change struct {
 // to RetryPeriod rather than taken for news. Each call is bounded as the Elector's own are.
 //
 // An error ends the sequence: from the first subscription or read, or one that retrying cannot
-// help (authentication, permission, an unknown Sentinel master, a closed client). When ctx ends, the sequence
+// help (those that make Run give up, ErrGaveUp; an unknown Sentinel master; a closed client). When ctx ends, the sequence
 // ends without an error.
 func (e *Elector) Observe(ctx context.Context) iter.Seq2[Change, error] {
 	return func(yield func(Change, error) bool) {
 		o := &observer{
 			name: e.cfg.LeaseName, st: redisStore{e.lease}, clk: e.clock,
 			retry: backoff{min: observeRetryMin, max: max(e.cfg.RetryPeriod, observeRetryMin)},
-			call:  e.callTimeout(),
+			call:  e.callTimeout(), fatal: e.fatal,
 		}
 		o.run(ctx, yield)
 	}
@@ -79,7 +79,8 @@ type observer struct {
 	st     observeStore
 	clk    clock.Clock
 	retry  backoff
-	call   time.Duration // bound of one call
+	call   time.Duration    // bound of one call
+	fatal  func(error) bool // errors that retrying cannot cure (Elector.fatal)
 	sub    subscription
 	expiry clock.Timer  // the read at the expiry of the term last seen
 	last   lease.Record // the term last reported, when held
@@ -201,8 +202,7 @@ func (o *observer) again(ctx context.Context, op string, attempt func(context.Co
 		case ctx.Err() != nil:
 			return ctx.Err()
 		}
-		switch redisfail.Reason(err) {
-		case "auth", "noperm", "unknown_master", "closed": // retrying cannot help
+		if r := redisfail.Reason(err); o.fatal(err) || r == "unknown_master" || r == "closed" { // retrying cannot help
 			return err
 		}
 		pause := o.retry.next()

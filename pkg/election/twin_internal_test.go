@@ -38,8 +38,8 @@ func TestTwinWatchRenewedOnly(t *testing.T) {
 			logger := funcr.New(func(prefix, args string) { out.WriteString(args + "\n") }, funcr.Options{})
 			rec := lease.Record{Identity: "host-1", Instance: "deadbeef", Token: 5}
 			var w twinWatch
-			w.saw(logger, "host-1", "mine", rec, 800*ms, false, t0.Add(-ms), t0)
-			w.saw(logger, "host-1", "mine", rec, c.second.ttl, false, c.second.sent, c.second.seen)
+			w.saw(logger, "Config.Identity", "host-1", "mine", rec, 800*ms, false, t0.Add(-ms), t0)
+			w.saw(logger, "Config.Identity", "host-1", "mine", rec, c.second.ttl, false, c.second.sent, c.second.seen)
 			if warned := strings.Contains(out.String(), "another process campaigns under this replica's identity"); warned != c.warn {
 				t.Fatalf("warned %v, want %v: %q", warned, c.warn, out.String())
 			}
