@@ -215,6 +215,8 @@ prebuild_tests() {
 	local t0=$SECONDS
 	(cd "$repo_root/hack/image" && CGO_ENABLED=0 go vet -trimpath ./...)
 	(cd "$repo_root/test/k8s" && CGO_ENABLED=0 go vet -trimpath ./...)
+	# The example the controller-runtime scenarios run in pods (test/k8s builds it as here).
+	(cd "$repo_root/examples/controller-runtime" && CGO_ENABLED=0 go build -trimpath "-ldflags=-s -w" -o /dev/null .)
 	log "test modules compiled in $((SECONDS - t0)) s"
 }
 

@@ -31,6 +31,7 @@ const (
 	pauseImage    = "localhost/elector-e2e/pause:1"
 	workerImage   = "localhost/elector-e2e/worker:e2e"
 	clientgoImage = "localhost/elector-e2e/clientgo:1"
+	crImage       = "localhost/elector-e2e/controller-runtime:1" // examples/controller-runtime
 )
 
 // The short timings of every scenario: the same for elector and for client-go.
@@ -180,6 +181,14 @@ func (e *env) prepare(ctx context.Context, work string) error {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build hack/image: %w: %s", err, out)
 	}
+	// examples/controller-runtime from its own module, with the flags of make adapters-test,
+	// whose compiled controller-runtime it reuses.
+	cmd = exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(binDir, "controller-runtime"), ".")
+	cmd.Dir = filepath.Join(e.repo, "examples", "controller-runtime")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build examples/controller-runtime: %w: %s", err, out)
+	}
 	images := []struct {
 		tag  string
 		args []string
@@ -189,6 +198,7 @@ func (e *env) prepare(ctx context.Context, work string) error {
 		{pauseImage, []string{"-binary", filepath.Join(binDir, "pause"), "-path", "/pause", "-user", "65535:65535", "-ca", ""}},
 		{workerImage, []string{"-binary", filepath.Join(binDir, "worker"), "-path", "/worker"}},
 		{clientgoImage, []string{"-binary", filepath.Join(binDir, "clientgo-elector"), "-path", "/clientgo-elector"}},
+		{crImage, []string{"-binary", filepath.Join(binDir, "controller-runtime"), "-path", "/controller-runtime"}},
 	}
 	for _, im := range images {
 		tar := filepath.Join(work, strings.NewReplacer("/", "_", ":", "_").Replace(im.tag)+".tar")
