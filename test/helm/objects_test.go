@@ -34,6 +34,7 @@ type object struct {
 // a strict decoder.
 var typedKinds = map[string]func() any{
 	"apps/v1/Deployment":                       func() any { return &appsv1.Deployment{} },
+	"apps/v1/StatefulSet":                      func() any { return &appsv1.StatefulSet{} },
 	"v1/Service":                               func() any { return &corev1.Service{} },
 	"v1/Pod":                                   func() any { return &corev1.Pod{} },
 	"v1/ServiceAccount":                        func() any { return &corev1.ServiceAccount{} },

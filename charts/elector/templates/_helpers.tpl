@@ -318,6 +318,50 @@ lease.duration + 2ms, pkg/election.DriftMargin).
 {{- end }}
 
 {{/*
+The seconds of a lifecycle's preStop sleep action (lifecycle.preStop.sleep);
+0 without one. The time an exec or httpGet hook takes is unknown to the chart.
+*/}}
+{{- define "elector.preStopSleep" -}}
+{{- ((((. | default dict).preStop | default dict).sleep | default dict).seconds | default 0) | int64 }}
+{{- end }}
+
+{{/*
+The least terminationGracePeriodSeconds the pod needs, in seconds: the
+kubelet's grace covers the preStop hooks, then the stop of the app (in run
+mode up to run.killGrace for the command), then the elector's release of the
+lease and its exit (5 s). Hooks are counted one after the other, as a native
+sidecar's runs only after the app has stopped. Past the grace the kubelet
+kills the elector before it releases: the next leader then waits for
+lease.duration. The parts are named by elector.terminationGraceParts.
+*/}}
+{{- define "elector.terminationGraceNeeded" -}}
+{{- $ns := 5000000000 }}
+{{- if eq .Values.mode "run" }}
+{{- $ns = add $ns (include "elector.durationNanos" .Values.run.killGrace | int64) }}
+{{- else }}
+{{- $ns = add $ns (mul (include "elector.preStopSleep" .Values.sidecar.lifecycle | int64) 1000000000) }}
+{{- end }}
+{{- $ns = add $ns (mul (include "elector.preStopSleep" .Values.app.lifecycle | int64) 1000000000) }}
+{{- div (add $ns 999999999) 1000000000 }}
+{{- end }}
+
+{{- define "elector.terminationGraceParts" -}}
+{{- $parts := list }}
+{{- with include "elector.preStopSleep" .Values.app.lifecycle | int64 }}
+{{- $parts = append $parts (printf "app.lifecycle's preStop sleep (%ds)" .) }}
+{{- end }}
+{{- if eq .Values.mode "run" }}
+{{- $parts = append $parts (printf "run.killGrace (%s)" .Values.run.killGrace) }}
+{{- else }}
+{{- with include "elector.preStopSleep" .Values.sidecar.lifecycle | int64 }}
+{{- $parts = append $parts (printf "sidecar.lifecycle's preStop sleep (%ds)" .) }}
+{{- end }}
+{{- end }}
+{{- $parts = append $parts "5s for the release" }}
+{{- join " + " $parts }}
+{{- end }}
+
+{{/*
 A duration (nanoseconds) as a Prometheus duration: whole seconds or
 milliseconds.
 */}}
@@ -587,13 +631,23 @@ Checks across values that the schema cannot express.
 {{- if gt $killGrace $bound }}
 {{- fail (printf "run.killGrace (%s) is longer than its bound, lease.duration - lease.renewDeadline - (1%% of lease.duration + 2ms) = %s - %s - the drift margin = %s: a command that lost leadership could still run when the next leader's starts (elector run refuses it too); shorten run.killGrace or lengthen lease.duration" .Values.run.killGrace .Values.lease.duration .Values.lease.renewDeadline (include "elector.formatNanos" $bound)) }}
 {{- end }}
-{{- $need := div (add $killGrace 5000000000 999999999) 1000000000 }}
-{{- if lt (int64 .Values.terminationGracePeriodSeconds) $need }}
-{{- fail (printf "terminationGracePeriodSeconds (%v) must be at least run.killGrace (%s) + 5s for the release: %d" .Values.terminationGracePeriodSeconds .Values.run.killGrace $need) }}
-{{- end }}
 {{- if and (empty .Values.app.command) (not (and (include "elector.demo" .) (empty .Values.app.args))) }}
 {{- fail "mode run needs app.command: the chart runs `elector run -- <app.command> <app.args>` and cannot wrap the image's own entrypoint" }}
 {{- end }}
+{{- end }}
+{{- $need := include "elector.terminationGraceNeeded" . | int64 }}
+{{- if lt (int64 .Values.terminationGracePeriodSeconds) $need }}
+{{- fail (printf "terminationGracePeriodSeconds (%v) must be at least %s: %d (past it the kubelet kills the elector before it releases the lease)" .Values.terminationGracePeriodSeconds (include "elector.terminationGraceParts" .) $need) }}
+{{- end }}
+{{- if eq .Values.workload.kind "StatefulSet" }}
+{{- if .Values.gateReadiness }}
+{{- fail "workload.kind StatefulSet and gateReadiness: a StatefulSet rollout replaces one pod at a time and waits for it to be Ready, which a follower never is with gateReadiness, so the rollout would stop at the first follower; select the leader with leaderLabel and leaderService instead" }}
+{{- end }}
+{{- if .Values.strategy }}
+{{- fail "strategy is the Deployment's: with workload.kind StatefulSet set workload.statefulSet.updateStrategy" }}
+{{- end }}
+{{- else if or .Values.workload.statefulSet.updateStrategy .Values.workload.statefulSet.volumeClaimTemplates }}
+{{- fail "workload.statefulSet.updateStrategy and volumeClaimTemplates need workload.kind StatefulSet" }}
 {{- end }}
 {{- if and (not .Values.app.image.repository) (or .Values.app.image.tag .Values.app.image.digest .Values.app.image.registry) }}
 {{- fail "app.image.registry, app.image.tag and app.image.digest need app.image.repository (empty: the demo image)" }}

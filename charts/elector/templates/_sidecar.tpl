@@ -23,6 +23,10 @@ initContainers, or a plain container next to the app.
   ports:
     {{- include "elector.httpPort" . | nindent 4 }}
   {{- include "elector.probes" . | trim | nindent 2 }}
+  {{- with .Values.sidecar.lifecycle }}
+  lifecycle:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
   securityContext:
     {{- toYaml .Values.securityContext | nindent 4 }}
   {{- with .Values.resources }}
