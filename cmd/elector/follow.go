@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/pkg/election"
@@ -13,15 +11,15 @@ import (
 // observe: it never campaigns, so the name is never written.
 const observerIdentity = "elector-observer"
 
-// observeLease returns an Elector that only observes co's lease: status --watch and resign
-// follow the lease with its Observe, which keeps the follower rules (read after every
-// resubscription, retry a failed read, read at the expiry of the term last seen) and bounds
-// each call as the library does. The CLI keeps no follower loop of its own.
+// observeLease returns an Elector that only observes co's lease (it has no callbacks, so it
+// cannot Run): status --watch and resign follow the lease with its Observe, which keeps the
+// follower rules (read after every resubscription, retry a failed read, read at the expiry of
+// the term last seen, give up on errors retrying cannot cure) and bounds each call as the
+// library does. The CLI keeps no follower loop of its own.
 func observeLease(co *commonOptions, client redis.UniversalClient) (*election.Elector, error) {
 	return election.New(election.Config{
 		Client: client, LeaseName: co.lease.name, KeyPrefix: co.lease.prefix, Identity: observerIdentity,
 		LeaseDuration: co.lease.leaseDuration, RenewDeadline: co.lease.renewDeadline, RetryPeriod: co.lease.retryPeriod,
-		Callbacks: election.Callbacks{OnStartedLeading: func(context.Context) {}, OnStoppedLeading: func() {}},
 	})
 }
 

@@ -175,6 +175,8 @@ func (a runAction) ending() ending {
 		return ending{err: fmt.Errorf("start the command: %w", a.err)}
 	case endGaveUp:
 		return ending{gaveUp: a.reason}
+	case endDoneSeen:
+		return ending{doneSeen: true} // no command ran: no exit code of its to report
 	}
 	return ending{exited: true, code: 0}
 }

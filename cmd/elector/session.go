@@ -43,8 +43,9 @@ type sessionHooks struct {
 type ending struct {
 	exited bool // the command exited by itself with code
 	code   int
-	err    error  // a runtime error
-	gaveUp string // why run gives up without leading
+	err      error  // a runtime error
+	gaveUp   string // why run gives up without leading
+	doneSeen bool   // --exit-if-done found the done mark: no command ran, the run ends with 0
 }
 
 // outcome is what ended a run.
@@ -55,6 +56,7 @@ type outcome struct {
 	gaveUp     string // run gave up without leading (--timeout, --try-once)
 	childCode  int    // the exit code of a command that exited by itself, -1 if none
 	stopped    int    // the exit code of a command stopped for the elector's exit, -1 if none
+	doneSeen   bool   // --exit-if-done found the done mark: no command ran
 }
 
 // catchSignals starts catching caught (SIGTERM and SIGINT end the run) and returns their
@@ -197,12 +199,15 @@ func (o *outcome) apply(e ending) {
 		o.runtimeErr = e.err
 	case e.gaveUp != "":
 		o.gaveUp = e.gaveUp
+	case e.doneSeen:
+		o.doneSeen = true
 	}
 }
 
 // exitCode returns the exit code of o, in this order: leadership lost with --exit-on-lost
-// (3), given up without leading (4), Run's error, another runtime error (1), the exit code of
-// the command that exited by itself or was stopped for the elector's exit, and 0.
+// (3), given up without leading (4), Run's error, another runtime error (1), 0 when
+// --exit-if-done found the done mark (no command ran), the exit code of the command that
+// exited by itself or was stopped for the elector's exit, and 0.
 func (c *cli) exitCode(who string, o outcome) int {
 	switch {
 	case o.lost && errors.Is(o.runErr, election.ErrResigned):
@@ -218,6 +223,9 @@ func (c *cli) exitCode(who string, o outcome) int {
 		return c.runtimeError(who, o.runErr)
 	case o.runtimeErr != nil:
 		return c.runtimeError(who, o.runtimeErr)
+	case o.doneSeen && o.childCode < 0:
+		klog.InfoS("Exiting without running the command: the done mark holds (--exit-if-done)", "code", exitOK)
+		return exitOK
 	case o.childCode >= 0:
 		klog.InfoS("Exiting with the exit code of the command", "code", o.childCode)
 		return o.childCode
