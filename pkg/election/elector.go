@@ -16,6 +16,19 @@
 //   - Every term carries a fencing token (Token, and package fence) for resources that must
 //     reject a leader that was paused past its lease.
 //
+// Run ends by itself only when waiting cannot help: an error wrapping ErrGaveUp after Redis
+// refused it in a way only a change of configuration cures (a password, an ACL, a renamed
+// command, a Cluster-mode mismatch), or after Config.StartTimeout without a reply; a term in
+// progress steps down first as any lost term does. An Elector made without Callbacks cannot
+// Run but can Observe the lease: its holders, terms and tokens, without campaigning.
+//
+// Logging is contextual, as in client-go: Run and Observe log through the logr.Logger of their
+// ctx (klog.FromContext), so pass one with klog.NewContext(ctx, logger) — any logr
+// implementation, log/slog's through logr.FromSlogHandler — and every line carries the lease
+// and identity; without one they use klog's global logger. OnStartedLeading's ctx carries the
+// same logger. Warnings are logged at error level with a nil error (klog has no warning
+// level). Messages name the fields of Config, not the elector command's flags.
+//
 // The package owns when to call the lease (campaign, renew, step down, release), the
 // callbacks and the goroutines that run them, the metrics and the HTTP handlers of an
 // election. It must not build Redis keys or run scripts itself (package lease does, through the
