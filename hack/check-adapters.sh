@@ -67,7 +67,7 @@ done
 echo "check-adapters: examples/controller-runtime with GOWORK=off against adapters/clientgo from the proxy"
 cp -r "$work/tree/examples/controller-runtime" "$work/example"
 (cd "$work/example" &&
-	go mod edit -dropreplace "$core" -dropreplace "$core/adapters/clientgo" &&
-	go get "$core/adapters/clientgo@v0.0.0-check" &&
+	go mod edit -dropreplace "$core" -dropreplace "$core/adapters/clientgo" \
+		-require "$core/adapters/clientgo@v0.0.0-check" &&
 	go build ./... && go vet ./...)
 echo "check-adapters: ok (${adapters[*]}, examples/controller-runtime)"
