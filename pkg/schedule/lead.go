@@ -34,6 +34,7 @@ func (s *Scheduler) Lead(ctx context.Context) error {
 // run is this term's run of a slot.
 type run struct {
 	slot      time.Time
+	started   time.Time // by Redis's clock: the claim's reply
 	attempt   int
 	cancel    context.CancelCauseFunc
 	done      chan error
@@ -73,9 +74,9 @@ func (s *Scheduler) lead(ctx context.Context, token int64) error {
 			continue
 		}
 		backoff = 50 * time.Millisecond
-		var running time.Time
+		var running current
 		if t.job != nil {
-			running = t.job.slot
+			running = current{t.job.slot, t.job.started}
 		}
 		a := s.plan(v, running, token, s.knownCursor())
 		if v.has {
@@ -253,7 +254,7 @@ func (t *term) wait(ctx context.Context, until time.Time, max time.Duration) {
 func (t *term) start(ctx context.Context, slot time.Time, n int) {
 	jctx, cancel := context.WithCancelCause(ctx)
 	jctx = context.WithValue(jctx, slotKey{}, Slot{Time: slot, Attempt: n, Token: t.token})
-	j := &run{slot: slot, attempt: n, cancel: cancel, done: make(chan error, 1)}
+	j := &run{slot: slot, started: t.serverAt, attempt: n, cancel: cancel, done: make(chan error, 1)}
 	t.job = j
 	t.logger.Info("Running a slot", "slot", slot, "attempt", n)
 	job := t.s.cfg.Job

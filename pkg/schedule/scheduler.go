@@ -43,7 +43,8 @@ const (
 	// age), and records the earlier ones as missed ("catch-up"), as a CronJob does.
 	CatchUpLatest CatchUp = "latest"
 	// CatchUpAll runs every slot that came, oldest first, except those past the starting
-	// deadline, which are recorded as missed ("deadline").
+	// deadline, which are recorded as missed ("deadline"); slots that come while this backlog
+	// runs queue behind it (the overlap policy meets them once it is decided).
 	CatchUpAll CatchUp = "all"
 )
 
@@ -241,11 +242,13 @@ func skip(first, last time.Time, count int, reason string) action {
 
 func claim(slot time.Time) action { return action{kind: actClaim, slot: slot} }
 
+// current is this term's run that goes on: its slot, and when it began by Redis's clock.
+type current struct{ slot, started time.Time }
+
 // plan decides the next step of the term with token from v, what read.lua returned; running
-// is the slot of this term's run that goes on (zero: none), known the latest cursor this
-// process saw. It is pure: every rule of the policies is here, and the scripts enforce what
+// is this term's run that goes on (zero: none), known the latest cursor this process saw. It is pure: every rule of the policies is here, and the scripts enforce what
 // safety needs whatever it decides.
-func (s *Scheduler) plan(v view, running time.Time, token int64, known time.Time) action {
+func (s *Scheduler) plan(v view, running current, token int64, known time.Time) action {
 	now := v.now
 	if !v.has {
 		// No state: the first term of this schedule, or Redis lost it. Slots before the cursor
@@ -257,10 +260,15 @@ func (s *Scheduler) plan(v view, running time.Time, token int64, known time.Time
 		return skip(now, now, 0, "start")
 	}
 	st, r := v.st, v.st.run
-	if !running.IsZero() {
-		n := s.sched.Next(later(st.cursor, running))
+	if !running.slot.IsZero() {
+		n := s.sched.Next(later(st.cursor, running.slot))
 		if n.IsZero() || n.After(now) {
 			return waitUntil(n)
+		}
+		if !n.After(running.started) {
+			// Due before the run began (CatchUpAll's backlog): not an overlap. Those slots
+			// are decided once the run ended.
+			return waitUntil(time.Time{})
 		}
 		switch s.cfg.Overlap {
 		case OverlapWait:
