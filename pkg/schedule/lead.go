@@ -74,9 +74,9 @@ func (s *Scheduler) lead(ctx context.Context, token int64) error {
 			continue
 		}
 		backoff = 50 * time.Millisecond
-		var running current
+		running := current{last: s.lastRun()}
 		if t.job != nil {
-			running = current{t.job.slot, t.job.started}
+			running.slot, running.started = t.job.slot, t.job.started
 		}
 		a := s.plan(v, running, token, s.knownCursor())
 		if v.has {
@@ -101,6 +101,8 @@ func (t *term) do(ctx context.Context, a action) bool {
 		t.job.cancelled = true
 		t.job.cancel(errOverlap)
 		t.wait(ctx, time.Time{}, 0)
+	case actAbandon:
+		t.record(ctx, &run{slot: a.slot, attempt: a.attempt}, phaseLost, -1, nil, 1)
 	case actSkip:
 		if !validReason(a.reason) {
 			panic("schedule: invalid skip reason " + a.reason)
@@ -256,6 +258,7 @@ func (t *term) start(ctx context.Context, slot time.Time, n int) {
 	jctx = context.WithValue(jctx, slotKey{}, Slot{Time: slot, Attempt: n, Token: t.token})
 	j := &run{slot: slot, started: t.serverAt, attempt: n, cancel: cancel, done: make(chan error, 1)}
 	t.job = j
+	t.s.setLastRun(runKey{t.token, slot, n})
 	t.logger.Info("Running a slot", "slot", slot, "attempt", n)
 	job := t.s.cfg.Job
 	go func() {
@@ -291,10 +294,19 @@ func (t *term) finish(ctx context.Context, err error) {
 	if errors.As(err, &ec) {
 		code = ec.ExitCode()
 	}
-	fctx := ctx
 	tries := 5
 	if ctx.Err() != nil {
-		fctx, tries = context.WithoutCancel(ctx), 1
+		tries = 1
+	}
+	t.record(ctx, j, result, code, err, tries)
+}
+
+// record runs finish.lua for j with result and code, up to tries times while it fails; once
+// the term's ctx ended, on a context of its own (the fence keeps it safe).
+func (t *term) record(ctx context.Context, j *run, result string, code int, err error, tries int) {
+	fctx := ctx
+	if ctx.Err() != nil {
+		fctx = context.WithoutCancel(ctx)
 	}
 	for i := 0; i < tries; i++ {
 		r, cerr := t.ints(fctx, finishScript, 2, t.tok, ms(j.slot), j.attempt, result, code, t.s.cfg.History)
@@ -336,4 +348,16 @@ func (t *term) stop(ctx context.Context) {
 	}
 	t.job.cancel(context.Cause(ctx))
 	t.finish(ctx, <-t.job.done)
+}
+
+func (s *Scheduler) setLastRun(k runKey) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last = k
+}
+
+func (s *Scheduler) lastRun() runKey {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last
 }

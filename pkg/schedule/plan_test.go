@@ -82,7 +82,7 @@ func TestPlanCatchUpAfterAnOutage(t *testing.T) {
 func TestPlanOverlap(t *testing.T) {
 	v := stateAt(at("2026-05-04T11:00:00Z"), Run{Slot: at("2026-05-04T11:00:00Z"), Result: phaseRunning, Attempt: 1, Token: 8})
 	v.now = at("2026-05-04T11:05:30Z")
-	running := current{at("2026-05-04T11:00:00Z"), at("2026-05-04T11:00:00.002Z")}
+	running := current{slot: at("2026-05-04T11:00:00Z"), started: at("2026-05-04T11:00:00.002Z")}
 	for _, tc := range []struct {
 		overlap Overlap
 		want    action
@@ -115,6 +115,10 @@ func TestPlanRetries(t *testing.T) {
 	mine.now = lost.now
 	if got, want := s.plan(mine, current{}, 8, time.Time{}), claim(slot); got != want {
 		t.Errorf("this term's run it does not know of (a lost claim reply): %+v, want %+v", got, want)
+	}
+	resumed := current{last: runKey{8, slot, 1}}
+	if got, want := s.plan(mine, resumed, 8, time.Time{}), (action{kind: actAbandon, slot: slot, attempt: 1}); got != want {
+		t.Errorf("this term's run whose job returned, its end unrecorded (a resumed term): %+v, want %+v", got, want)
 	}
 	failed := stateAt(slot, Run{Slot: slot, Result: phaseFailed, Attempt: 1, Token: 8, Ended: at("2026-05-04T11:00:30Z")})
 	failed.now = lost.now
@@ -193,7 +197,7 @@ func TestPlanBacklogIsNoOverlap(t *testing.T) {
 	s := newPlanner(t, Config{Spec: "*/5 * * * *", CatchUp: CatchUpAll})
 	v := stateAt(at("2026-05-04T10:05:00Z"), Run{Slot: at("2026-05-04T10:05:00Z"), Result: phaseRunning, Attempt: 1, Token: 8})
 	v.now = at("2026-05-04T11:02:00Z")
-	running := current{at("2026-05-04T10:05:00Z"), at("2026-05-04T11:01:59Z")}
+	running := current{slot: at("2026-05-04T10:05:00Z"), started: at("2026-05-04T11:01:59Z")}
 	if got, want := s.plan(v, running, 8, time.Time{}), waitUntil(time.Time{}); got != want {
 		t.Errorf("plan: %+v, want %+v (wait for the run)", got, want)
 	}
@@ -204,7 +208,7 @@ func TestPlanBacklogIsNoOverlap(t *testing.T) {
 		t.Errorf("plan once a slot came during the run: %+v, want %+v", got, want)
 	}
 	v.st.cursor = at("2026-05-04T11:00:00Z")
-	if got, want := s.plan(v, current{at("2026-05-04T11:00:00Z"), at("2026-05-04T11:01:59Z")}, 8, time.Time{}), skip(at("2026-05-04T11:05:00Z"), at("2026-05-04T11:05:00Z"), 1, "overlap"); got != want {
+	if got, want := s.plan(v, current{slot: at("2026-05-04T11:00:00Z"), started: at("2026-05-04T11:01:59Z")}, 8, time.Time{}), skip(at("2026-05-04T11:05:00Z"), at("2026-05-04T11:05:00Z"), 1, "overlap"); got != want {
 		t.Errorf("plan with the backlog decided: %+v, want %+v", got, want)
 	}
 }

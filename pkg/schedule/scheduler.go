@@ -121,6 +121,7 @@ type Scheduler struct {
 
 	mu    sync.Mutex
 	known time.Time // the latest cursor this process saw in Redis
+	last  runKey    // the last run this process started
 }
 
 // New returns a Scheduler for cfg, or an error naming what is wrong with it.
@@ -218,17 +219,19 @@ func (s *Scheduler) knownCursor() time.Time {
 type actionKind int
 
 const (
-	actWait   actionKind = iota // until a time of Redis's clock (zero: the job's end, or a resync)
-	actSkip                     // skip.lua
-	actClaim                    // claim.lua
-	actCancel                   // cancel the run (OverlapCancel)
+	actWait    actionKind = iota // until a time of Redis's clock (zero: the job's end, or a resync)
+	actSkip                      // skip.lua
+	actClaim                     // claim.lua
+	actCancel                    // cancel the run (OverlapCancel)
+	actAbandon                   // finish.lua: a run of a resumed term whose end was not recorded
 )
 
 // action is what plan decides a term does next.
 type action struct {
 	kind        actionKind
 	until       time.Time // actWait
-	slot        time.Time // actClaim
+	slot        time.Time // actClaim, actAbandon
+	attempt     int       // actAbandon
 	first, last time.Time // actSkip
 	count       int       // actSkip
 	reason      string    // actSkip
@@ -242,8 +245,19 @@ func skip(first, last time.Time, count int, reason string) action {
 
 func claim(slot time.Time) action { return action{kind: actClaim, slot: slot} }
 
-// current is this term's run that goes on: its slot, and when it began by Redis's clock.
-type current struct{ slot, started time.Time }
+// current is what the process knows of its own runs: the run of this term that goes on (slot
+// zero: none) and when it began by Redis's clock, and the last run it started in any term.
+type current struct {
+	slot, started time.Time
+	last          runKey
+}
+
+// runKey names one attempt of one slot by one term.
+type runKey struct {
+	token   int64
+	slot    time.Time
+	attempt int
+}
 
 // plan decides the next step of the term with token from v, what read.lua returned; running
 // is this term's run that goes on (zero: none), known the latest cursor this process saw. It is pure: every rule of the policies is here, and the scripts enforce what
@@ -280,6 +294,12 @@ func (s *Scheduler) plan(v view, running current, token int64, known time.Time) 
 		return skip(n, last, count, "overlap")
 	}
 	if r.Result == phaseRunning && r.Token == token {
+		if running.last == (runKey{token, r.Slot, r.Attempt}) {
+			// This process ran it and its job returned, but the end was not recorded: the
+			// term was resumed (its renew deadline passed while Redis still held it, and the
+			// next acquire found it ours). Record the run lost; the slot gets its next attempt.
+			return action{kind: actAbandon, slot: r.Slot, attempt: r.Attempt}
+		}
 		return claim(r.Slot) // this term's claim whose reply was lost: take the run up
 	}
 	first := s.sched.Next(st.cursor)
