@@ -12,6 +12,7 @@ import (
 
 	"helm.sh/helm/v4/pkg/action"
 	"helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	release "helm.sh/helm/v4/pkg/release/v1"
 	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
@@ -28,6 +29,8 @@ const defaultKubeVersion = "v1.33.0"
 
 // renderOptions says how to render the chart.
 type renderOptions struct {
+	// chart is the chart directory; empty: chartDir.
+	chart string
 	// valuesFiles are merged in order, like `helm template -f a -f b`; a
 	// relative path is relative to the chart directory.
 	valuesFiles []string
@@ -59,14 +62,23 @@ type rendered struct {
 // renderChart renders the chart client-side as `helm template` does: schema
 // validation, the chart's kubeVersion constraint, templates and NOTES.
 func renderChart(opts renderOptions) (*rendered, error) {
-	chrt, err := loader.Load(chartDir)
+	dir := opts.chart
+	if dir == "" {
+		dir = chartDir
+	}
+	chrt, err := loader.Load(dir)
 	if err != nil {
 		return nil, fmt.Errorf("load chart: %w", err)
 	}
+	return renderLoaded(chrt, dir, opts)
+}
+
+// renderLoaded renders a loaded chart (from dir, or a package) as renderChart does.
+func renderLoaded(chrt *chart.Chart, dir string, opts renderOptions) (*rendered, error) {
 	vals := map[string]any{}
 	for _, f := range opts.valuesFiles {
 		if !filepath.IsAbs(f) {
-			f = filepath.Join(chartDir, f)
+			f = filepath.Join(dir, f)
 		}
 		v, err := common.ReadValuesFile(f)
 		if err != nil {

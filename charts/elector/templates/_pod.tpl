@@ -122,8 +122,8 @@ spec:
     {{- with .Values.initContainers }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
-    {{- if .Values.sidecar.native }}
-    {{- include "elector.sidecarContainer" . | nindent 4 }}
+    {{- with include "elector.nativeSidecar" . | trim }}
+    {{- . | nindent 4 }}
     {{- end }}
   {{- end }}
   containers:
@@ -139,10 +139,7 @@ spec:
         {{- toYaml . | nindent 8 }}
       {{- end }}
       env:
-        - name: ELECTOR_LEADER_URL
-          value: http://127.0.0.1:{{ .Values.http.port }}/leader
-        - name: ELECTOR_STATUS_FILE
-          value: {{ include "elector.statusFile" . }}
+        {{- include "elector.appEnv" . | trim | nindent 8 }}
         {{- with .Values.app.env }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
@@ -179,69 +176,19 @@ spec:
         {{- toYaml . | nindent 8 }}
       {{- end }}
       volumeMounts:
-        - name: elector-status
-          mountPath: {{ include "elector.statusDir" . }}
-          readOnly: true
+        {{- include "elector.appVolumeMounts" . | trim | nindent 8 }}
         {{- with .Values.app.volumeMounts }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
-    {{- if not .Values.sidecar.native }}
-    {{- include "elector.sidecarContainer" . | nindent 4 }}
+    {{- with include "elector.plainSidecar" . | trim }}
+    {{- . | nindent 4 }}
     {{- end }}
   {{- end }}
     {{- with .Values.extraContainers }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
   volumes:
-    {{- if include "elector.kubeAPI" . }}
-    # The elector's own token for the leader label and the Events: mounted
-    # in its container only, refreshed by the kubelet (the elector reads it
-    # for every request).
-    - name: elector-kube-api
-      projected:
-        defaultMode: 0444
-        sources:
-          - serviceAccountToken:
-              path: token
-              expirationSeconds: 3607
-          - configMap:
-              name: kube-root-ca.crt
-              items:
-                - key: ca.crt
-                  path: ca.crt
-          - downwardAPI:
-              items:
-                - path: namespace
-                  fieldRef:
-                    apiVersion: v1
-                    fieldPath: metadata.namespace
-    {{- end }}
-    {{- if eq .Values.mode "run" }}
-    - name: elector-bin
-      emptyDir:
-        sizeLimit: 128Mi
-    {{- else }}
-    - name: elector-status
-      emptyDir:
-        medium: Memory
-        sizeLimit: 1Mi
-    {{- end }}
-    {{- with include "elector.redisVolumes" . | trim }}
-    {{- . | nindent 4 }}
-    {{- end }}
-    {{- with .Values.resign.tokenSecret }}
-    # The token of POST /resign (--resign-token-file), in the container
-    # that runs the elector only.
-    - name: resign-token
-      projected:
-        defaultMode: 0440
-        sources:
-          - secret:
-              name: {{ . }}
-              items:
-                - key: {{ $.Values.resign.tokenSecretKey }}
-                  path: token
-    {{- end }}
+    {{- include "elector.volumes" . | trim | nindent 4 }}
     {{- with .Values.extraVolumes }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
