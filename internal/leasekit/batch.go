@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/leasewire/lualib"
 	"github.com/elector/elector/pkg/lease"
 )
 
@@ -37,13 +38,13 @@ type Result struct {
 	Err error
 }
 
-// batchOp is one queued operation: its command (EVALSHA) and the decoder of its reply into
-// the caller's result, both from package lease.
+// batchOp is one queued operation: its script call and the decoder of its reply into the
+// caller's result, both from package lease.
 type batchOp struct {
-	lease   *Lease
-	command func(context.Context) *redis.Cmd
-	finish  func(*redis.Cmd) error
-	cmd     *redis.Cmd
+	lease  *Lease
+	op     *lualib.Op
+	finish func(*redis.Cmd) error
+	cmd    *redis.Cmd
 }
 
 // NewBatch returns an empty Batch for leases created with client.
@@ -55,12 +56,12 @@ func (b *Batch) Len() int { return len(b.ops) }
 // Acquire queues l.Acquire(ttl).
 func (b *Batch) Acquire(l *Lease, ttl time.Duration) *AcquireResult {
 	r := &AcquireResult{}
-	command, result, err := seam.BatchAcquire(l.Lease, ttl)
+	op, result, err := seam.BatchAcquire(l.Lease, ttl)
 	if err != nil {
 		r.Err = err
 		return r
 	}
-	b.ops = append(b.ops, &batchOp{lease: l, command: command, finish: func(cmd *redis.Cmd) error {
+	b.ops = append(b.ops, &batchOp{lease: l, op: op, finish: func(cmd *redis.Cmd) error {
 		r.Acquired, r.Status, r.Reservation, r.Err = l.reservation(result(cmd))
 		return r.Err
 	}})
@@ -70,20 +71,20 @@ func (b *Batch) Acquire(l *Lease, ttl time.Duration) *AcquireResult {
 // Renew queues l.Renew(term, ttl).
 func (b *Batch) Renew(l *Lease, term lease.Record, ttl time.Duration) *Result {
 	r := &Result{}
-	command, result, err := seam.BatchRenew(l.Lease, term, ttl)
+	op, result, err := seam.BatchRenew(l.Lease, term, ttl)
 	if err != nil {
 		r.Err = err
 		return r
 	}
-	b.ops = append(b.ops, &batchOp{lease: l, command: command, finish: r.finish(result)})
+	b.ops = append(b.ops, &batchOp{lease: l, op: op, finish: r.finish(result)})
 	return r
 }
 
 // Release queues l.Release(term).
 func (b *Batch) Release(l *Lease, term lease.Record) *Result {
 	r := &Result{}
-	command, result := seam.BatchRelease(l.Lease, term)
-	b.ops = append(b.ops, &batchOp{lease: l, command: command, finish: r.finish(result)})
+	op, result := seam.BatchRelease(l.Lease, term)
+	b.ops = append(b.ops, &batchOp{lease: l, op: op, finish: r.finish(result)})
 	return r
 }
 
@@ -95,9 +96,12 @@ func (r *Result) finish(result func(*redis.Cmd) (bool, error)) func(*redis.Cmd) 
 	}
 }
 
-// Exec runs the queued operations, fills in their results and empties the Batch. Scripts
-// that Redis does not know (after a restart or failover) are loaded and their operations run
-// again, once. The error is that of the first failed operation, nil if all succeeded.
+// Exec runs the queued operations, fills in their results and empties the Batch. An operation
+// whose call Redis asks to send otherwise is sent again in a further pipeline (at most three
+// in all): as EVALSHA where the function library is not loaded (lualib.Op.Retry), as FCALL
+// where EVALSHA is refused, and as EVALSHA again after the scripts Redis did not know (after
+// a restart or failover) were loaded, once. The error is that of the first failed operation,
+// nil if all succeeded.
 func (b *Batch) Exec(ctx context.Context) error {
 	ops := b.ops
 	b.ops = nil
@@ -107,24 +111,46 @@ func (b *Batch) Exec(ctx context.Context) error {
 		}
 	}
 	b.run(ctx, ops)
-	var retry []*batchOp
-	for _, op := range ops {
-		if err := op.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			retry = append(retry, op)
-		}
-	}
-	if len(retry) > 0 {
-		if err := seam.LoadBatchScripts(ctx, b.client); err != nil {
-			err = fmt.Errorf("lease batch: load scripts: %w", err)
-			for _, op := range retry {
-				op.cmd.SetErr(err)
+	loaded := false
+	for range 2 {
+		var retry []*batchOp
+		noscript := false
+		for _, op := range ops {
+			err := op.cmd.Err()
+			switch {
+			case err == nil:
+			case redis.HasErrorPrefix(err, "NOSCRIPT") && !loaded:
+				// EVALSHA again once the scripts are loaded: one SCRIPT LOAD per script
+				// rather than every source in the pipeline (EVAL).
+				noscript = true
+				retry = append(retry, op)
+			case !redis.HasErrorPrefix(err, "NOSCRIPT") && op.op.Retry(err):
+				retry = append(retry, op)
 			}
-			retry = nil
+		}
+		if len(retry) == 0 {
+			break
+		}
+		if noscript {
+			loaded = true
+			if err := seam.LoadBatchScripts(ctx, b.client); err != nil {
+				err = fmt.Errorf("lease batch: load scripts: %w", err)
+				var rest []*batchOp
+				for _, op := range retry {
+					if redis.HasErrorPrefix(op.cmd.Err(), "NOSCRIPT") {
+						op.cmd.SetErr(err)
+					} else {
+						rest = append(rest, op)
+					}
+				}
+				retry = rest
+			}
 		}
 		b.run(ctx, retry)
 	}
 	var first error
 	for _, op := range ops {
+		op.op.Finish(op.cmd)
 		if err := op.finish(op.cmd); err != nil && first == nil {
 			first = err
 		}
@@ -132,12 +158,14 @@ func (b *Batch) Exec(ctx context.Context) error {
 	return first
 }
 
-// run sends ops in one pipeline (EVALSHA: Script.Run cannot fall back to EVAL inside a
-// pipeline, so Exec loads the scripts and runs again), leaving each reply in op.cmd.
+// run sends ops in one pipeline, leaving each reply in op.cmd.
 func (b *Batch) run(ctx context.Context, ops []*batchOp) {
+	if len(ops) == 0 {
+		return
+	}
 	pipe := b.client.Pipeline()
 	for _, op := range ops {
-		op.cmd = op.command(ctx)
+		op.cmd = op.op.Command(ctx)
 		_ = pipe.Process(ctx, op.cmd)
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command

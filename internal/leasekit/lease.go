@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/leasewire"
+	"github.com/elector/elector/internal/leasewire/lualib"
 	"github.com/elector/elector/pkg/lease"
 )
 
@@ -38,9 +39,9 @@ type internals interface {
 	Done(ctx context.Context, l *lease.Lease, args ...any) (int64, error)
 	PTTL(ms int64) time.Duration
 	DurationTTL(d time.Duration) time.Duration
-	BatchAcquire(l *lease.Lease, ttl time.Duration) (func(context.Context) *redis.Cmd, func(*redis.Cmd) (bool, lease.Status, []any, error), error)
-	BatchRenew(l *lease.Lease, term lease.Record, ttl time.Duration) (func(context.Context) *redis.Cmd, func(*redis.Cmd) (bool, error), error)
-	BatchRelease(l *lease.Lease, term lease.Record) (func(context.Context) *redis.Cmd, func(*redis.Cmd) (bool, error))
+	BatchAcquire(l *lease.Lease, ttl time.Duration) (*lualib.Op, func(*redis.Cmd) (bool, lease.Status, []any, error), error)
+	BatchRenew(l *lease.Lease, term lease.Record, ttl time.Duration) (*lualib.Op, func(*redis.Cmd) (bool, error), error)
+	BatchRelease(l *lease.Lease, term lease.Record) (*lualib.Op, func(*redis.Cmd) (bool, error))
 	LoadBatchScripts(ctx context.Context, client redis.UniversalClient) error
 }
 

@@ -13,13 +13,17 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/elector/elector/internal/leasewire"
+	"github.com/elector/elector/internal/leasewire/lualib"
 	"github.com/elector/elector/pkg/lease"
 )
 
 //go:embed scripts/members.lua
 var membersSource string
 
-var membersScript = redis.NewScript(membersSource)
+// membersScript is run as a function of elector's Redis function library (FCALL) or with
+// EVALSHA/EVAL, as the client's mode says (internal/leasewire/lualib); allow-oom, as the
+// lease's scripts.
+var membersScript = lualib.Register("members", membersSource, true)
 
 // GroupCallbacks are called as the Group's leadership of each lease changes.
 type GroupCallbacks struct {

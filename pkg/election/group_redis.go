@@ -11,7 +11,7 @@ import (
 
 	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/leasewire"
-	"github.com/elector/elector/internal/luaerr"
+	"github.com/elector/elector/internal/leasewire/lualib"
 	"github.com/elector/elector/internal/timing"
 )
 
@@ -110,9 +110,9 @@ func (r redisGroup) leave(ctx context.Context) error {
 // heartbeat runs the membership script; mode "leave" removes this replica.
 func (r redisGroup) heartbeat(ctx context.Context, mode string) (int, error) {
 	g := r.g
-	n, err := membersScript.Run(ctx, g.cfg.Client, []string{g.members}, g.member, g.cfg.LeaseDuration.Milliseconds(), mode).Int()
+	n, err := membersScript.Run(ctx, lualib.For(g.cfg.Client), g.cfg.Client, "", []any{g.members}, g.member, g.cfg.LeaseDuration.Milliseconds(), mode).Int()
 	if err != nil {
-		return 0, fmt.Errorf("group %q membership: %w", g.cfg.Group, luaerr.Explain(membersSource, err))
+		return 0, fmt.Errorf("group %q membership: %w", g.cfg.Group, membersScript.Explain(err))
 	}
 	return n, nil
 }

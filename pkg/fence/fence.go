@@ -22,14 +22,18 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/luaerr"
+	"github.com/elector/elector/internal/leasewire/lualib"
 	"github.com/elector/elector/internal/rediserr"
 )
 
 //go:embed fence.lua
 var fenceSource string
 
-var fenceScript = redis.NewScript(fenceSource)
+// fenceScript is fence.lua, run as a function of elector's Redis function library (FCALL)
+// where it is loaded, else with EVALSHA/EVAL; the client's mode decides (internal/leasewire/lualib).
+// Not allow-oom: above maxmemory Redis refuses the whole fenced write rather than let a user's
+// write through.
+var fenceScript = lualib.Register("fence", fenceSource, false)
 
 // ErrStale is matched (errors.Is) by the error of a write that presents a token smaller than
 // one the fence has already accepted: a newer term exists, so the writer must stop acting as
@@ -51,8 +55,9 @@ func (e *staleTokenError) Is(target error) bool { return target == ErrStale }
 // Fence guards writes with fencing tokens. In Redis Cluster the fence key and every key a
 // write touches must share a hash tag, e.g. "{orders}:fence" and "{orders}:state".
 type Fence struct {
-	client redis.UniversalClient
-	key    string
+	client  redis.UniversalClient
+	key     string
+	scripts *lualib.State // what the client's calls learned of its Redis
 }
 
 // New returns a fence that keeps the largest accepted token at key.
@@ -63,7 +68,7 @@ func New(client redis.UniversalClient, key string) (*Fence, error) {
 	if key == "" {
 		return nil, errors.New("new fence: key must not be empty")
 	}
-	return &Fence{client: client, key: key}, nil
+	return &Fence{client: client, key: key, scripts: lualib.For(client)}, nil
 }
 
 // Do runs one Redis command, args (e.g. "SET", "k", "v"), touching keys, if token is not
@@ -77,13 +82,16 @@ func (f *Fence) Do(ctx context.Context, token int64, keys []string, args ...any)
 		// Tokens of the protocol are positive; 0 is what Elector.Token says when not leading.
 		return nil, fmt.Errorf("fenced write with token %d (fence %s): tokens are positive; 0 or less means the writer does not lead", token, f.key)
 	}
-	allKeys := make([]string, 0, 1+len(keys))
-	allKeys = append(append(allKeys, f.key), keys...)
+	allKeys := make([]any, 0, 1+len(keys))
+	allKeys = append(allKeys, f.key)
+	for _, k := range keys {
+		allKeys = append(allKeys, k)
+	}
 	argv := make([]any, 0, 1+len(args))
 	argv = append(append(argv, token), args...)
-	reply, err := fenceScript.Run(ctx, f.client, allKeys, argv...).Slice()
+	reply, err := fenceScript.Run(ctx, f.scripts, f.client, "", allKeys, argv...).Slice()
 	if err != nil {
-		return nil, fmt.Errorf("fenced write with token %d (fence %s): %w", token, f.key, luaerr.Explain(fenceSource, err))
+		return nil, fmt.Errorf("fenced write with token %d (fence %s): %w", token, f.key, fenceScript.Explain(err))
 	}
 	if len(reply) != 2 {
 		return nil, fmt.Errorf("fenced write with token %d (fence %s): unexpected reply %v", token, f.key, reply)

@@ -1,7 +1,8 @@
 // Package lease is one named Redis lease with fencing tokens: a lock that a holder acquires
 // for a TTL, renews while it works, and releases, in one round trip each (a Lua script run
-// atomically by Redis, EVALSHA and EVAL on NOSCRIPT). It is the primitive that package election
-// builds leader election on, for programs that want the lock without the election.
+// atomically by Redis: a function of elector's Redis function library with FCALL where it is
+// loaded, else EVALSHA and EVAL on NOSCRIPT). It is the primitive that package election builds leader
+// election on, for programs that want the lock without the election.
 //
 // Every acquisition begins a term with a fencing token larger than any token handed out
 // before for the same name, even after Redis lost its data: hand it to the resources the
@@ -28,6 +29,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/leasewire"
+	"github.com/elector/elector/internal/leasewire/lualib"
 	"github.com/elector/elector/internal/luaerr"
 	"github.com/elector/elector/internal/rediserr"
 )
@@ -59,13 +61,15 @@ var (
 	doneSource string
 )
 
-// The scripts are immutable values (source and SHA1); sharing them is not shared state.
+// The scripts are immutable values (source, SHA1, function name); sharing them is not shared
+// state. Their functions may run above maxmemory (allow-oom), as their EVAL forms renew and
+// release there (docs/PROTOCOL.md).
 var (
-	acquireScript = newScript(acquireSource)
-	renewScript   = newScript(renewSource)
-	releaseScript = newScript(releaseSource)
-	resignScript  = newScript(resignSource)
-	doneScript    = newScript(doneSource)
+	acquireScript = lualib.Register("acquire", acquireSource, true)
+	renewScript   = lualib.Register("renew", renewSource, true)
+	releaseScript = lualib.Register("release", releaseSource, true)
+	resignScript  = lualib.Register("resign", resignSource, true)
+	doneScript    = lualib.Register("done", doneSource, true)
 )
 
 // Options configure a Lease. The zero value is usable for an observer that never acquires.
@@ -89,10 +93,11 @@ type Lease struct {
 	owner    string // "<instance>:<identity>": the record after its version and token
 	prefix   string // Options.Prefix, or DefaultPrefix
 	keys     leasewire.Keys
-	aclKeys  string     // the ACL key pattern of the keys under the prefix (leasewire.ACLKeyPattern)
-	announce bool       // every successful Renew publishes a "renewed" event (seam.go)
-	resign   bool       // Acquire, Renew and Release take part in the resign protocol (seam.go)
-	ack      ReplicaAck // Options.ReplicaAck
+	aclKeys  string        // the ACL key pattern of the keys under the prefix (leasewire.ACLKeyPattern)
+	announce bool          // every successful Renew publishes a "renewed" event (seam.go)
+	resign   bool          // Acquire, Renew and Release take part in the resign protocol (seam.go)
+	ack      ReplicaAck    // Options.ReplicaAck
+	scripts  *lualib.State // the client's scripts mode and what its calls learned of its Redis (lualib.For)
 
 	// The keys of each script call, boxed (args.go): acquire takes the lease, token and terms
 	// keys, renew and release the lease key; with resign both end with the resign key. Never
@@ -155,6 +160,7 @@ func newLease(client redis.UniversalClient, name string, opts Options, instance 
 		announce: announce,
 		resign:   resign,
 		ack:      opts.ReplicaAck,
+		scripts:  lualib.For(client),
 	}
 	l.acquireKeys, l.termKeys = boxKeys(keys.Lease, keys.Token, keys.Terms), boxKeys(keys.Lease)
 	if l.resign {
@@ -207,7 +213,7 @@ func (l *Lease) acquire(ctx context.Context, ttl time.Duration) (acquired bool, 
 	if l.ack.Replicas > 0 {
 		return l.acquireReplicated(ctx, ms, l.ack)
 	}
-	reply, err := acquireScript.run(ctx, l.client, l.acquireKeys, l.acquireArgs(ms)...).Slice()
+	reply, err := l.run(ctx, l.client, acquireScript, l.acquireKeys, l.acquireArgs(ms)...).Slice()
 	if err != nil {
 		return false, Status{}, nil, acquireError(l.name, err)
 	}
@@ -220,7 +226,7 @@ func acquireError(name string, err error) error {
 	if redis.HasErrorPrefix(err, "fencing token range exhausted") {
 		return fmt.Errorf("acquire lease %q: %w: %w", name, ErrTokenRange, err)
 	}
-	return fmt.Errorf("acquire lease %q: %w", name, luaerr.Explain(acquireSource, err))
+	return fmt.Errorf("acquire lease %q: %w", name, acquireScript.Explain(err))
 }
 
 // acquireArgs, renewArgs and releaseArgs are the ARGV of the scripts, for one call or a
@@ -285,9 +291,9 @@ func (l *Lease) renew(ctx context.Context, term Record, ttl time.Duration) (ok, 
 	if l.ack.Replicas > 0 {
 		return l.renewReplicated(ctx, term, ms, l.ack)
 	}
-	n, err := renewScript.run(ctx, l.client, l.termKeys, l.renewArgs(term, ms)...).Int64()
+	n, err := l.run(ctx, l.client, renewScript, l.termKeys, l.renewArgs(term, ms)...).Int64()
 	if err != nil {
-		return false, false, fmt.Errorf("renew lease %q: %w", l.name, luaerr.Explain(renewSource, err))
+		return false, false, fmt.Errorf("renew lease %q: %w", l.name, renewScript.Explain(err))
 	}
 	return n == 1 || n == 2, n == 2, nil
 }
@@ -296,9 +302,9 @@ func (l *Lease) renew(ctx context.Context, term Record, ttl time.Duration) (ok, 
 // that a waiting process can take over at once. false means the term had already ended;
 // nothing changed.
 func (l *Lease) Release(ctx context.Context, term Record) (bool, error) {
-	n, err := releaseScript.run(ctx, l.client, l.termKeys, l.releaseArgs(term)...).Int64()
+	n, err := l.run(ctx, l.client, releaseScript, l.termKeys, l.releaseArgs(term)...).Int64()
 	if err != nil {
-		return false, fmt.Errorf("release lease %q: %w", l.name, luaerr.Explain(releaseSource, err))
+		return false, fmt.Errorf("release lease %q: %w", l.name, releaseScript.Explain(err))
 	}
 	return n == 1, nil
 }

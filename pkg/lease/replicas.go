@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/elector/elector/internal/luaerr"
 )
 
 // ReplicaAck asks that a write of the lease count only once replicas of the Redis master have
@@ -83,7 +81,7 @@ func (l *Lease) acquireReplicated(ctx context.Context, ms int64, ack ReplicaAck)
 		return false, Status{}, nil, fmt.Errorf("acquire lease %q: %w", l.name, err)
 	}
 	defer conn.Close()
-	reply, err := acquireScript.run(ctx, conn, l.acquireKeys, l.acquireArgs(ms)...).Slice()
+	reply, err := l.run(ctx, conn, acquireScript, l.acquireKeys, l.acquireArgs(ms)...).Slice()
 	if err != nil {
 		l.noteRedirect(ctx, err)
 		return false, Status{}, nil, acquireError(l.name, err)
@@ -106,10 +104,10 @@ func (l *Lease) renewReplicated(ctx context.Context, term Record, ms int64, ack 
 		return false, false, fmt.Errorf("renew lease %q: %w", l.name, err)
 	}
 	defer conn.Close()
-	n, err := renewScript.run(ctx, conn, l.termKeys, l.renewArgs(term, ms)...).Int64()
+	n, err := l.run(ctx, conn, renewScript, l.termKeys, l.renewArgs(term, ms)...).Int64()
 	if err != nil {
 		l.noteRedirect(ctx, err)
-		return false, false, fmt.Errorf("renew lease %q: %w", l.name, luaerr.Explain(renewSource, err))
+		return false, false, fmt.Errorf("renew lease %q: %w", l.name, renewScript.Explain(err))
 	}
 	if n != 1 && n != 2 {
 		return false, false, nil

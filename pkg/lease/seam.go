@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/leasewire"
-	"github.com/elector/elector/internal/luaerr"
+	"github.com/elector/elector/internal/leasewire/lualib"
 )
 
 // The seam: what internal/leasekit, which builds the election's and the CLI's extras on this
@@ -69,16 +69,16 @@ func (internals) Counter(ctx context.Context, l *Lease, key, what string) (int64
 }
 
 // Resign runs scripts/resign.lua on l's lease and resign keys with args; its error is
-// explained (luaerr.Explain).
+// explained (lualib.Script.Explain).
 func (internals) Resign(ctx context.Context, l *Lease, args ...any) ([]any, error) {
-	reply, err := resignScript.run(ctx, l.client, boxKeys(l.keys.Lease, l.keys.Resign), args...).Slice()
-	return reply, luaerr.Explain(resignSource, err)
+	reply, err := l.run(ctx, l.client, resignScript, boxKeys(l.keys.Lease, l.keys.Resign), args...).Slice()
+	return reply, resignScript.Explain(err)
 }
 
 // Done runs scripts/done.lua on l's lease and done keys with args; its error is explained.
 func (internals) Done(ctx context.Context, l *Lease, args ...any) (int64, error) {
-	n, err := doneScript.run(ctx, l.client, boxKeys(l.keys.Lease, l.keys.Done), args...).Int64()
-	return n, luaerr.Explain(doneSource, err)
+	n, err := l.run(ctx, l.client, doneScript, boxKeys(l.keys.Lease, l.keys.Done), args...).Int64()
+	return n, doneScript.Explain(err)
 }
 
 // PTTL converts a PTTL reply in milliseconds (NoExpiry when negative).
@@ -87,10 +87,10 @@ func (internals) PTTL(ms int64) time.Duration { return pttlDuration(ms) }
 // DurationTTL converts go-redis's parsed PTTL, which keeps -1 and -2 as raw nanoseconds.
 func (internals) DurationTTL(d time.Duration) time.Duration { return durationTTL(d) }
 
-// BatchAcquire returns the command of l.Acquire(ttl) for a pipeline (EVALSHA only) and the
-// decoder of its reply, which returns a refusal during a reservation undecoded as Acquire
-// does; err is what Acquire would refuse before sending.
-func (internals) BatchAcquire(l *Lease, ttl time.Duration) (command func(context.Context) *redis.Cmd, result func(*redis.Cmd) (bool, Status, []any, error), err error) {
+// BatchAcquire returns the call of l.Acquire(ttl) prepared for a pipeline and the decoder of
+// its reply, which returns a refusal during a reservation undecoded as Acquire does; err is
+// what Acquire would refuse before sending.
+func (internals) BatchAcquire(l *Lease, ttl time.Duration) (op *lualib.Op, result func(*redis.Cmd) (bool, Status, []any, error), err error) {
 	ms, err := leasewire.TTLMillis(ttl)
 	switch {
 	case err != nil:
@@ -98,8 +98,7 @@ func (internals) BatchAcquire(l *Lease, ttl time.Duration) (command func(context
 	case l.identity == "":
 		return nil, nil, fmt.Errorf("acquire lease %q: no identity set in lease.Options", l.name)
 	}
-	args := l.acquireArgs(ms)
-	command = func(ctx context.Context) *redis.Cmd { return acquireScript.command(ctx, false, l.acquireKeys, args...) }
+	op = acquireScript.Prepare(l.scripts, "", l.acquireKeys, l.acquireArgs(ms)...)
 	result = func(cmd *redis.Cmd) (bool, Status, []any, error) {
 		reply, err := cmd.Slice()
 		if err != nil {
@@ -107,44 +106,42 @@ func (internals) BatchAcquire(l *Lease, ttl time.Duration) (command func(context
 		}
 		return l.parseAcquire(reply)
 	}
-	return command, result, nil
+	return op, result, nil
 }
 
 // BatchRenew is BatchAcquire for l.Renew(term, ttl), with the lease key alone: a batch's
 // renewals do not look at resign requests.
-func (internals) BatchRenew(l *Lease, term Record, ttl time.Duration) (command func(context.Context) *redis.Cmd, result func(*redis.Cmd) (bool, error), err error) {
+func (internals) BatchRenew(l *Lease, term Record, ttl time.Duration) (op *lualib.Op, result func(*redis.Cmd) (bool, error), err error) {
 	ms, err := leasewire.TTLMillis(ttl)
 	if err != nil {
 		return nil, nil, fmt.Errorf("renew lease %q: %w", l.name, err)
 	}
-	args := l.renewArgs(term, ms)
-	command = func(ctx context.Context) *redis.Cmd { return renewScript.command(ctx, false, l.termKeys[:1], args...) }
-	return command, termResult(l, "renew", renewSource), nil
+	op = renewScript.Prepare(l.scripts, "", l.termKeys[:1], l.renewArgs(term, ms)...)
+	return op, termResult(l, "renew", renewScript), nil
 }
 
 // BatchRelease is BatchAcquire for l.Release(term).
-func (internals) BatchRelease(l *Lease, term Record) (command func(context.Context) *redis.Cmd, result func(*redis.Cmd) (bool, error)) {
-	args := l.releaseArgs(term)
-	command = func(ctx context.Context) *redis.Cmd { return releaseScript.command(ctx, false, l.termKeys, args...) }
-	return command, termResult(l, "release", releaseSource)
+func (internals) BatchRelease(l *Lease, term Record) (op *lualib.Op, result func(*redis.Cmd) (bool, error)) {
+	op = releaseScript.Prepare(l.scripts, "", l.termKeys, l.releaseArgs(term)...)
+	return op, termResult(l, "release", releaseScript)
 }
 
 // termResult decodes the reply of a renewal or release sent in a batch.
-func termResult(l *Lease, verb, src string) func(*redis.Cmd) (bool, error) {
+func termResult(l *Lease, verb string, s *lualib.Script) func(*redis.Cmd) (bool, error) {
 	return func(cmd *redis.Cmd) (bool, error) {
 		n, err := cmd.Int64()
 		if err != nil {
-			return n == 1, fmt.Errorf("%s lease %q: %w", verb, l.name, luaerr.Explain(src, err))
+			return n == 1, fmt.Errorf("%s lease %q: %w", verb, l.name, s.Explain(err))
 		}
 		return n == 1, nil
 	}
 }
 
-// LoadBatchScripts loads the acquire, renew and release scripts into Redis through client,
-// so that a batch's EVALSHA finds them.
+// LoadBatchScripts loads the acquire, renew and release scripts into Redis through client
+// (SCRIPT LOAD), so that a batch's EVALSHA finds them.
 func (internals) LoadBatchScripts(ctx context.Context, client redis.UniversalClient) error {
-	for _, s := range []script{acquireScript, renewScript, releaseScript} {
-		if err := s.Load(ctx, client).Err(); err != nil {
+	for _, s := range []*lualib.Script{acquireScript, renewScript, releaseScript} {
+		if err := client.ScriptLoad(ctx, s.Source()).Err(); err != nil {
 			return err
 		}
 	}
