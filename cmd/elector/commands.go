@@ -60,7 +60,7 @@ func (c *cli) newCommand(use, short, long string, body func(ctx context.Context,
 func (c *cli) commands() []*cobra.Command {
 	run, _ := c.newRunCmd()
 	return []*cobra.Command{run, c.newSidecarCmd(), c.newStatusCmd(), c.newResignCmd(), c.newDemoCmd(),
-		c.newVersionCmd(), c.newInstallCmd(), c.newCompletionCmd()}
+		c.newVersionCmd(), c.newInstallCmd(), c.newFunctionsCmd(), c.newCompletionCmd()}
 }
 
 // newRoot returns the command `elector` with the subcommands cmds and `elector help`.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/elector/elector/internal/identity"
 	"github.com/elector/elector/internal/leasewire"
+	"github.com/elector/elector/internal/leasewire/lualib"
 	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/lease"
@@ -104,9 +105,18 @@ func (o *leaseOptions) callTimeout() time.Duration {
 
 // commonOptions are the flags of run, sidecar and status: the lease and Redis.
 type commonOptions struct {
-	lease leaseOptions
-	redis redisclient.Config
-	ack   lease.ReplicaAck // run and sidecar only (addElectionFlags)
+	lease   leaseOptions
+	redis   redisclient.Config
+	ack     lease.ReplicaAck // run and sidecar only (addElectionFlags)
+	scripts string           // --redis-scripts
+}
+
+// flagScripts is how the Lua scripts are called (lualib.Mode).
+const flagScripts = "redis-scripts"
+
+// addScriptsFlag registers --redis-scripts.
+func (o *commonOptions) addScriptsFlag(fs *pflag.FlagSet) {
+	fs.StringVar(&o.scripts, flagScripts, string(lualib.Auto), "how the Lua scripts are called: `mode` auto (FCALL of elector's function library, EVALSHA/EVAL where it is not loaded), functions (FCALL only: run elector install-functions first; the Redis user needs +fcall, not +eval) or eval")
 }
 
 // Flag names of the replica acknowledgement (run and sidecar).
@@ -150,6 +160,7 @@ const (
 func (o *commonOptions) addFlags(cmd *cobra.Command) {
 	addGroup(cmd, leaseGroup, o.lease.addFlags)
 	addGroup(cmd, redisGroup, o.redis.AddFlags)
+	addGroup(cmd, redisGroup, o.addScriptsFlag)
 }
 
 // complete fills in defaults, reads the password and checks every flag, without contacting
@@ -169,6 +180,9 @@ func (o *commonOptions) complete(c *cli) error {
 	}
 	if err := o.validateAck(); err != nil {
 		return err
+	}
+	if _, err := lualib.ParseMode(o.scripts); err != nil {
+		return fmt.Errorf("--%s: %w", flagScripts, err)
 	}
 	t := o.lease.callTimeout()
 	o.redis.DialTimeout, o.redis.ReadTimeout, o.redis.WriteTimeout = t, t, t
@@ -194,6 +208,7 @@ func requirePasswords(rc redisclient.Config) error {
 func (o *commonOptions) addObserverFlags(cmd *cobra.Command) {
 	addGroup(cmd, leaseGroup, o.lease.addObserverFlags)
 	addGroup(cmd, redisGroup, o.redis.AddFlags)
+	addGroup(cmd, redisGroup, o.addScriptsFlag)
 }
 
 // newClient builds the Redis client; complete must have succeeded.
@@ -202,6 +217,8 @@ func (o *commonOptions) newClient() (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build the Redis client: %w", err)
 	}
+	mode, _ := lualib.ParseMode(o.scripts) // checked by complete
+	lualib.SetDefaultMode(client, mode)
 	return client, nil
 }
 
