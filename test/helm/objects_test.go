@@ -9,6 +9,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -35,6 +36,8 @@ type object struct {
 var typedKinds = map[string]func() any{
 	"apps/v1/Deployment":                       func() any { return &appsv1.Deployment{} },
 	"apps/v1/StatefulSet":                      func() any { return &appsv1.StatefulSet{} },
+	"batch/v1/CronJob":                         func() any { return &batchv1.CronJob{} },
+	"batch/v1/Job":                             func() any { return &batchv1.Job{} },
 	"v1/Service":                               func() any { return &corev1.Service{} },
 	"v1/Pod":                                   func() any { return &corev1.Pod{} },
 	"v1/ServiceAccount":                        func() any { return &corev1.ServiceAccount{} },
