@@ -5,7 +5,8 @@
 # (${XDG_CACHE_HOME:-~/.cache}/elector-compat/<server>-<version>/bin, reused while the archive's
 # sha256 is the same), and runs the real-server suites against each server: pkg/lease, internal/leasekit,
 # pkg/election, pkg/fence, test/reliability (Sentinel, Cluster, TLS, ACL, the clock test),
-# test/e2e, internal/testing/redistest and internal/redisclient, and the chaos suite's short run.
+# test/e2e, internal/testing/redistest, internal/redisclient and internal/leasewire (the function
+# library: FCALL against EVAL, FUNCTION LOAD), and the chaos suite's short run.
 # What passed is written to hack/compat/results.tsv, from which `go run ./hack/compat readme`
 # writes README.md's "Tested with" table; in CI the run fails when either differs from what
 # is committed.
@@ -117,7 +118,7 @@ build_all() {
 # would make the two servers' runs exceed the 12-minute budget of CI; `make test` runs the same
 # packages with -race against Debian's 7.0. The chaos suite runs its short (20 s) schedule.
 suites=(./pkg/lease/... ./internal/leasekit/... ./pkg/election/... ./pkg/fence/... ./test/reliability/... ./test/e2e/...
-	./internal/testing/redistest/... ./internal/redisclient/...)
+	./internal/testing/redistest/... ./internal/redisclient/... ./internal/leasewire/...)
 
 # run_server KEY SERVER-PROGRAM: runs the suites with the programs beside SERVER-PROGRAM (named
 # by ELECTOR_REDIS_SERVER/SENTINEL/CLI) into $workdir/KEY; record_server records what they did.

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -91,4 +93,83 @@ func TestACLPerLease(t *testing.T) {
 // noperm reports whether err is Redis's ACL refusal.
 func noperm(err error) bool {
 	return err != nil && strings.Contains(strings.ToUpper(err.Error()), "NOPERM")
+}
+
+// functionsRules returns README.md's per-lease rules of user for lease name, for a Redis with
+// the function library loaded: +fcall instead of +evalsha +eval.
+func functionsRules(t *testing.T, user, name string) []string {
+	rules := slices.DeleteFunc(readmeACL(t, user, name), func(r string) bool { return r == "+evalsha" || r == "+eval" })
+	if !slices.Contains(rules, "+fcall") {
+		rules = append(rules, "+fcall")
+	}
+	return rules
+}
+
+// TestACLFunctionsInstalled: `elector install-functions` loads the library as the default user,
+// and again without error; --print prints it for redis-cli -x FUNCTION LOAD. Then README's
+// elector user with +fcall instead of +evalsha +eval runs sidecars in --redis-scripts
+// functions and resigns, with nothing refused, and may not EVAL. A user without
+// +function|load is told what to grant; an argument is a usage error.
+func TestACLFunctionsInstalled(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	admin := srv.Client(t)
+	code, out, stderr := runElector(t, 30*time.Second, nil, "install-functions", "--redis-addr", srv.Addr())
+	if code != 0 || !strings.Contains(out, " loaded") {
+		t.Fatalf("install-functions: exit %d, %q, stderr %q", code, out, stderr)
+	}
+	code, out, stderr = runElector(t, 30*time.Second, nil, "install-functions", "--redis-addr", srv.Addr())
+	if code != 0 || !strings.Contains(out, "already loaded") {
+		t.Errorf("install-functions again: exit %d, %q, stderr %q; want 0, already loaded", code, out, stderr)
+	}
+	code, text, stderr := runElector(t, 30*time.Second, nil, "install-functions", "--print")
+	if code != 0 || !strings.HasPrefix(text, "#!lua name=elector_") {
+		t.Fatalf("install-functions --print: exit %d, %.60q, stderr %q", code, text, stderr)
+	}
+	other := redistest.Start(t).Client(t)
+	if name, err := other.FunctionLoad(ctx, text).Result(); err != nil || !strings.HasPrefix(text, "#!lua name="+name+"\n") {
+		t.Errorf("FUNCTION LOAD of the printed library = %q, %v", name, err)
+	}
+	if code, _, stderr := runElector(t, 30*time.Second, nil, "install-functions", "now"); code != 2 {
+		t.Errorf("install-functions now: exit %d, stderr %q; want the usage error 2", code, stderr)
+	}
+
+	const name = "fn"
+	args := []any{"ACL", "SETUSER", "elector", "on", ">pw-elector"}
+	for _, r := range functionsRules(t, "elector", name) {
+		args = append(args, r)
+	}
+	if err := admin.Do(ctx, args...).Err(); err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	if err := admin.Do(ctx, "ACL", "SETUSER", "noload", "on", ">pw", "+@all", "-function|load").Err(); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = runElector(t, 30*time.Second, []string{"REDIS_PASSWORD=pw"}, "install-functions", "--redis-addr", srv.Addr(), "--redis-username", "noload")
+	if code != 1 || !strings.Contains(stderr, "+function|load") {
+		t.Errorf("install-functions without +function|load: exit %d, stderr %q; want 1 naming +function|load", code, stderr)
+	}
+	admin.Do(ctx, "ACL", "LOG", "RESET")
+
+	env := []string{"REDIS_PASSWORD=pw-elector"}
+	dir := t.TempDir()
+	var cars []*sidecar
+	for _, id := range []string{"f0", "f1"} {
+		cars = append(cars, startSidecar(t, srv.Addr(), name, id, dir, env, "--redis-username", "elector", "--redis-scripts", "functions"))
+	}
+	old, tok := waitLeader(t, cars)
+	code, out, stderr = runElector(t, 40*time.Second, env, "resign", "--redis-addr", srv.Addr(),
+		"--redis-username", "elector", "--redis-scripts", "functions", "--lease-name", name, "-o", "json")
+	var next resignJSON
+	if code != 0 || json.Unmarshal([]byte(out), &next) != nil || next.Holder == old.id || next.Token <= tok {
+		t.Fatalf("resign as the functions user: exit %d, %q; stderr:\n%s", code, out, stderr)
+	}
+	asUser := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "elector", Password: "pw-elector", DisableIdentity: true})
+	defer asUser.Close()
+	if err := asUser.Eval(ctx, "return 1", nil).Err(); !noperm(err) {
+		t.Errorf("EVAL as the functions user: %v; want NOPERM", err)
+	}
+	if entries, err := admin.Do(ctx, "ACL", "LOG").Slice(); err != nil || len(entries) != 1 {
+		t.Errorf("ACL LOG = %v, %v; want the one refusal provoked (EVAL)", entries, err)
+	}
 }

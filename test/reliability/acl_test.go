@@ -14,20 +14,34 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/internal/leasewire/lualib"
 	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/testing/redistest"
 	"github.com/elector/elector/pkg/election"
+	"github.com/elector/elector/pkg/fence"
 	"github.com/elector/elector/pkg/lease"
 )
 
 // electorACL is everything an elector (packages lease and election, default key prefix) needs:
-// the scripts (EVALSHA, EVAL when Redis answers NOSCRIPT) and the commands they call (GET, SET,
-// PEXPIRE, PTTL, DEL, TIME, PUBLISH: Redis checks those against the caller's ACL too), Get
+// the scripts (FCALL of the function library, which the elector tries first; EVALSHA, and EVAL
+// when Redis answers NOSCRIPT, where the library is not loaded) and the commands they call (GET,
+// SET, PEXPIRE, PTTL, DEL, TIME, PUBLISH: Redis checks those against the caller's ACL too), Get
 // (MULTI GET PTTL EXEC), the events subscription (SUBSCRIBE, and PING, which go-redis sends on a
 // subscription that has been idle for 3 seconds), on the keys and channel of the prefix.
-// docs/RELIABILITY.md quotes it; TestACLLineIsDocumented keeps the two equal.
+// Without +fcall it works as well, but Redis refuses each client's first FCALL (an ACL LOG
+// entry). docs/RELIABILITY.md quotes it; TestACLLineIsDocumented keeps the two equal.
 const electorACL = "resetkeys resetchannels ~elector:* &elector:* -@all " +
-	"+evalsha +eval +get +set +pexpire +pttl +del +time +publish +multi +exec +subscribe +ping"
+	"+fcall +evalsha +eval +get +set +pexpire +pttl +del +time +publish +multi +exec +subscribe +ping"
+
+// functionsACL is electorACL for a Redis where the function library is loaded (`elector
+// install-functions`): FCALL and no script of the user's own. It cannot run EVAL, EVALSHA or
+// SCRIPT, so it cannot run arbitrary Lua (a looping script would make every client of a shared
+// Redis wait); the functions it may call are the library's, which only an administrator loads.
+const functionsACL = "resetkeys resetchannels ~elector:* &elector:* -@all " +
+	"+fcall +get +set +pexpire +pttl +del +time +publish +multi +exec +subscribe +ping"
+
+// functionsGroupACL is functionsACL for election.Group: groupACL's additions but SCRIPT LOAD.
+const functionsGroupACL = functionsACL + " &elector:{*}:events +psubscribe +zadd +zrem +zremrangebyscore +zcard"
 
 // groupACL is what election.Group needs besides electorACL: its membership script (a sorted set
 // under the prefix), one pattern subscription to the events of every lease (Redis matches a
@@ -179,8 +193,9 @@ func TestACLMinimalElectorUser(t *testing.T) {
 	} else {
 		osub.Close()
 	}
-	if _, _, err := observer.Acquire(ctx, time.Second); err == nil || !strings.Contains(err.Error(), "evalsha") {
-		t.Errorf("Acquire as the observer: err = %v, want a refusal naming evalsha", err)
+	if _, _, err := observer.Acquire(ctx, time.Second); err == nil || !strings.Contains(err.Error(), "evalsha") ||
+		!strings.Contains(err.Error(), "elector install-functions") {
+		t.Errorf("Acquire as the observer: err = %v, want a refusal naming evalsha, and what to load or grant", err)
 	}
 
 	time.Sleep(time.Until(idleSince.Add(4 * time.Second)))
@@ -190,8 +205,10 @@ func TestACLMinimalElectorUser(t *testing.T) {
 	if d := denials(t, admin, "elector"); len(d) > 0 {
 		t.Errorf("Redis refused commands of the elector user: %s", describe(d))
 	}
-	// Nothing else either: the observer's acquire is the one refusal provoked.
-	onlyRefusals(t, admin, func(e *redis.ACLLogEntry) bool { return e.Username == "observer" && e.Object == "evalsha" })
+	// Nothing else either: the observer's acquire (FCALL, then EVALSHA) is the one refusal provoked.
+	onlyRefusals(t, admin, func(e *redis.ACLLogEntry) bool {
+		return e.Username == "observer" && (e.Object == "evalsha" || e.Object == "fcall")
+	})
 }
 
 // The user of groupACL runs an election.Group: two replicas share six leases (starting after
@@ -481,6 +498,8 @@ func TestACLLineIsDocumented(t *testing.T) {
 		"ACL SETUSER elector on >PASSWORD " + clusterACL,
 		"ACL SETUSER elector-observer on >PASSWORD " + observerACL,
 		"ACL SETUSER elector-group on >PASSWORD " + groupACL,
+		"ACL SETUSER elector on >PASSWORD " + functionsACL,
+		"ACL SETUSER elector-group on >PASSWORD " + functionsGroupACL,
 	} {
 		if !strings.Contains(string(doc), line) {
 			t.Errorf("docs/RELIABILITY.md does not contain the tested line\n%s", line)
@@ -548,4 +567,164 @@ func mustLease(t *testing.T, c redis.UniversalClient, name string) *leasekit.Lea
 		t.Fatal(err)
 	}
 	return l
+}
+
+// With the function library loaded by the default user (lualib.Install: what `elector
+// install-functions` runs), a user of functionsACL, who may run FCALL and no script of its
+// own, runs everything elector does: an election with handovers (acquire, renew, release), a
+// resignation, a done mark, a fenced write, a client in scripts mode "functions", and an
+// election.Group (its membership script) with functionsGroupACL. Redis refuses it nothing
+// (ACL LOG stays empty), and refuses it EVAL, EVALSHA and SCRIPT LOAD.
+func TestACLFunctionsUser(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	if _, err := lualib.Install(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	setUser(t, admin, "elector", strings.Fields(functionsACL)...)
+	setUser(t, admin, "group", strings.Fields(functionsGroupACL)...)
+	tm := timing{lease: 2 * time.Second, renew: 1400 * time.Millisecond, retry: 200 * time.Millisecond}
+
+	// The election: three electors, two handovers, then a resignation.
+	led := &ledger{}
+	var reps []*replica
+	for i := range 3 {
+		reps = append(reps, startElector(t, userClient(t, srv, "elector", tm), "job", fmt.Sprintf("pod-%d", i), tm, led))
+	}
+	leader := waitLeader(t, reps, time.Time{}, 30*time.Second)
+	for range 2 {
+		leader.stop()
+		next := waitLeader(t, slices.DeleteFunc(slices.Clone(reps), func(r *replica) bool { return r == leader }), time.Now(), 10*time.Second)
+		leader.start()
+		leader = next
+	}
+	c := userClient(t, srv, "elector", tm)
+	rl, err := leasekit.New(c, "job", lease.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rl.RequestResign(ctx, leasekit.ResignRequest{HoldOff: time.Second, Timeout: 5 * time.Second}); err != nil {
+		t.Fatalf("RequestResign as the functions user: %v", err)
+	}
+	before := leader
+	deadline := time.Now().Add(10 * time.Second)
+	for leader == before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not step down after the resign request", before.name)
+		}
+		if l := waitLeader(t, reps, time.Time{}, 10*time.Second); l != before {
+			leader = l
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if terms, _ := led.check(t, nil); terms < 4 {
+		t.Errorf("%d terms, want at least 4 (two handovers and a resignation)", terms)
+	}
+
+	// A client in mode functions (--redis-scripts functions): acquire, done mark, fenced
+	// write, release.
+	fc := userClient(t, srv, "elector", tm)
+	lualib.SetDefaultMode(fc, lualib.Functions)
+	l, err := leasekit.New(fc, "batch", lease.Options{Identity: "pod-x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok, st, err := l.Acquire(ctx, 5*time.Second)
+	if err != nil || !ok {
+		t.Fatalf("Acquire in mode functions = %v, %v", ok, err)
+	}
+	if ok, err := l.MarkDone(ctx, leasekit.Done{Term: st.Record, Finished: time.Now(), TTL: time.Minute}); err != nil || !ok {
+		t.Errorf("MarkDone = %v, %v", ok, err)
+	}
+	f, err := fence.New(fc, "elector:{batch}:fence")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Set(ctx, st.Record.Token, "elector:{batch}:state", "done"); err != nil {
+		t.Errorf("fenced write: %v", err)
+	}
+	if ok, err := l.Release(ctx, st.Record); err != nil || !ok {
+		t.Errorf("Release in mode functions = %v, %v", ok, err)
+	}
+
+	// A Group: two replicas share four leases, one stops, the other takes them over.
+	names := []string{"shard-0", "shard-1", "shard-2", "shard-3"}
+	gled := &ledger{}
+	startGroup := func(who string) (*election.Group, func()) {
+		g, err := election.NewGroup(election.GroupConfig{
+			Client: userClient(t, srv, "group", tm), Group: "shards", Identity: who, Leases: names,
+			LeaseDuration: tm.lease, RenewDeadline: tm.renew, RetryPeriod: tm.retry,
+			Callbacks: election.GroupCallbacks{
+				OnStartedLeading: func(ctx context.Context, name string) {
+					end := gled.begin(name, who, election.TokenFrom(ctx), time.Now())
+					<-ctx.Done()
+					end(time.Now())
+				},
+				OnStoppedLeading: func(string) {},
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = g.Run(gctx) }()
+		stop := func() { cancel(); <-done }
+		t.Cleanup(stop)
+		return g, stop
+	}
+	waitHeld := func(want int, gs ...*election.Group) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			n := 0
+			for _, g := range gs {
+				n += len(g.Held())
+			}
+			if n == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("groups hold %d leases, want %d; terms:\n%s", n, want, gled)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	a, stopA := startGroup("pod-a")
+	b, _ := startGroup("pod-b")
+	waitHeld(len(names), a, b)
+	stopA()
+	waitHeld(len(names), b)
+	gled.check(t, nil)
+	for _, r := range reps {
+		r.stop()
+	}
+
+	// No Lua of its own.
+	for _, cmd := range [][]any{
+		{"EVAL", "return 1", "0"},
+		{"EVALSHA", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "0"},
+		{"SCRIPT", "LOAD", "return 1"},
+	} {
+		if err := c.Do(ctx, cmd...).Err(); err == nil || !redis.IsPermissionError(err) {
+			t.Errorf("%v as the functions user: %v, want NOPERM", cmd[0], err)
+		}
+	}
+	for _, user := range []string{"elector", "group"} {
+		if d := denials(t, admin, user); len(d) > 0 && !(user == "elector" && onlyProbes(d)) {
+			t.Errorf("Redis refused commands of the %s user: %s", user, describe(d))
+		}
+	}
+}
+
+// onlyProbes reports whether the denials are the EVAL, EVALSHA and SCRIPT that
+// TestACLFunctionsUser sends on purpose.
+func onlyProbes(d []*redis.ACLLogEntry) bool {
+	for _, e := range d {
+		if e.Object != "eval" && e.Object != "evalsha" && e.Object != "script|load" {
+			return false
+		}
+	}
+	return true
 }
