@@ -38,7 +38,8 @@ import (
 //   - no run starts before its slot by Redis's clock;
 //   - every slot, from the first to the last decided, is in Redis's record: done once, or in a
 //     missed range, or with its last attempt failed, lost or cancelled; none done twice, none
-//     both done and missed, and every done entry is a run whose job returned nil.
+//     both done and missed, and every done entry is a run whose job returned nil;
+//   - a run is recorded lost only after it ended.
 //
 // A seed whose Redis lost its data checks the first and third only, and an overlap that begins
 // within two lease durations of the loss is counted as the documented exception (a follower
@@ -475,8 +476,14 @@ func (d *simDriver) chaos(n int) {
 			node := r.node
 			d.after(d.dur(300*time.Millisecond, 3*time.Second), "heal", func() { d.w.Heal(node) })
 		}
-	case 4: // a stalled connection: calls arrive late, after the term may have ended
+	case 4: // a stalled connection, the leader's mostly: calls arrive late, after its term may
+		// have ended and another begun
 		r := pick()
+		for _, x := range d.replicas {
+			if x.up && x.isLeading() && d.rng.IntN(4) != 0 {
+				r = x
+			}
+		}
 		if r.up {
 			d.w.Stall(r.node, d.dur(time.Second, 2*time.Second), 200*time.Millisecond, 1500*time.Millisecond)
 			d.counts["stall"]++
@@ -671,6 +678,18 @@ func (d *simDriver) check(res *simResult) {
 		}
 		if !ok {
 			fail("slot %v recorded done by attempt %d token %d, which did not succeed", r.Slot, r.Attempt, r.Token)
+		}
+	}
+	// A run is recorded lost only once it ended: the term that records it leads, so the
+	// run's own term is over and its job was told to stop before its lease could expire.
+	for _, r := range hruns {
+		if r.Result != phaseLost {
+			continue
+		}
+		for _, x := range bySlot[r.Slot.UnixMilli()] {
+			if x.attempt == r.Attempt && x.token == r.Token && x.end.Truncate(time.Millisecond).After(r.Ended) {
+				fail("slot %v attempt %d (token %d) recorded lost at %v while it ran (until %v)", r.Slot, r.Attempt, r.Token, r.Ended, x.end)
+			}
 		}
 	}
 	missed := map[int64]bool{}
