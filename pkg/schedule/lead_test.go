@@ -247,3 +247,48 @@ func TestLeadOverlapCancel(t *testing.T) {
 		t.Errorf("the last run %+v: want lost (the term ended during it)", r)
 	}
 }
+
+// TestLeadResumedTermRunsTheNextAttempt: a term whose work stopped (its renew deadline) but
+// whose run's end could not be recorded is resumed with the same token (Redis still held it);
+// the state says its slot runs under its token, yet its job returned. The run is recorded lost
+// and the slot runs as attempt 2, not as attempt 1 again.
+func TestLeadResumedTermRunsTheNextAttempt(t *testing.T) {
+	var log slotLog
+	started := make(chan struct{}, 2)
+	f := newFixture(t, Config{Spec: "@every 1h", CatchUp: CatchUpAll, Job: func(ctx context.Context) error {
+		log.add(ctx)
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}})
+	a := f.acquire("a")
+	now := f.redisNow()
+	f.skip(a.Token, now.Add(-time.Hour), now.Add(-time.Hour), 0, "start")
+	ctx1, cancel1 := context.WithCancel(f.ctx)
+	done1 := make(chan error, 1)
+	go func() { done1 <- f.s.lead(ctx1, a.Token) }()
+	<-started
+	// The end is not recorded: the lease is gone for the moment of the term's last finish.
+	f.client.Del(f.ctx, f.s.keys[0])
+	cancel1()
+	if err := <-done1; err != nil {
+		t.Fatal(err)
+	}
+	if st := f.state(); st.run.Result != phaseRunning || st.run.Token != a.Token {
+		t.Fatalf("state %+v: want the run still running under token %d", st, a.Token)
+	}
+	f.client.Set(f.ctx, f.s.keys[0], a.String(), time.Minute) // the term, resumed
+	ctx2, cancel2 := context.WithTimeout(f.ctx, 500*time.Millisecond)
+	defer cancel2()
+	if err := f.s.lead(ctx2, a.Token); err != nil {
+		t.Fatal(err)
+	}
+	slots := log.get()
+	if len(slots) != 2 || slots[1].Attempt != 2 {
+		t.Fatalf("slots %+v: want the slot run again as attempt 2", slots)
+	}
+	runs, _ := f.history()
+	if len(runs) < 1 || runs[len(runs)-1].Result != phaseLost || runs[len(runs)-1].Attempt != 1 {
+		t.Errorf("history %+v: want attempt 1 recorded lost first", runs)
+	}
+}
