@@ -36,6 +36,15 @@ build:
 helm-test:
 	cd test/helm && CGO_ENABLED=0 $(GO) vet -trimpath ./... && CGO_ENABLED=0 $(GO) test -trimpath -count=1 ./...
 
+## chart-package: helm lint --strict, helm package and helm repo index for charts/elector-lib and
+## charts/elector into dist/charts (CHART_OUT); with CHART_OCI=oci://host/path, helm push them too.
+## helm is built from test/helm's module (HELM= names another). The OCI push and pull are tested
+## without a registry of yours by test/helm (TestChartOCIRoundTrip, an in-process registry).
+CHART_OUT ?= dist/charts
+.PHONY: chart-package
+chart-package:
+	hack/chart-package.sh $(CHART_OUT)
+
 ## bench-quick: the peer comparison in its quick mode, so that it cannot rot.
 bench-quick:
 	cd bench && $(GO) test -count=1 -run Quick ./...

@@ -10,6 +10,7 @@ import (
 	"helm.sh/helm/v4/pkg/action"
 	"helm.sh/helm/v4/pkg/chart/v2/lint"
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	"helm.sh/helm/v4/pkg/cli/values"
 	"helm.sh/helm/v4/pkg/getter"
 )
@@ -138,6 +139,7 @@ func shellWords(s string) ([]string, error) {
 // helmInvocation is a parsed `helm install|upgrade|template` command line.
 type helmInvocation struct {
 	sub, release, chart, namespace, kubeVersion string
+	version                                     string // --version
 	opts                                        values.Options
 }
 
@@ -161,7 +163,7 @@ func parseHelmArgs(args []string) (*helmInvocation, error) {
 		"--namespace":    func(v string) { inv.namespace = v },
 		"--kube-version": func(v string) { inv.kubeVersion = v },
 		"--timeout":      func(string) {},
-		"--version":      func(string) {},
+		"--version":      func(v string) { inv.version = v },
 	}
 	boolean := map[string]bool{
 		"--wait": true, "--rollback-on-failure": true, "--create-namespace": true, "--install": true, "-i": true,
@@ -222,10 +224,15 @@ func parseHelmArgs(args []string) (*helmInvocation, error) {
 	return inv, nil
 }
 
+// publishedChart is where the release process pushes charts/elector (make
+// chart-package with CHART_OCI): a documented install from there renders the
+// chart under test, which TestChartOCIRoundTrip shows to be what a pull gives.
+const publishedChart = "oci://ghcr.io/elector/charts/elector"
+
 // chartPath maps a documented chart reference to the chart under test.
 func chartPath(ref string) (string, error) {
 	switch strings.TrimPrefix(strings.TrimSuffix(ref, "/"), "./") {
-	case "charts/elector", "../../charts/elector":
+	case "charts/elector", "../../charts/elector", publishedChart:
 		return chartDir, nil
 	}
 	return "", fmt.Errorf("chart %q is not charts/elector", ref)
@@ -256,6 +263,15 @@ func runDocumented(c docCommand) error {
 	chart, err := chartPath(inv.chart)
 	if err != nil {
 		return err
+	}
+	if inv.chart == publishedChart && inv.version != "" {
+		c, err := loader.Load(chartDir)
+		if err != nil {
+			return err
+		}
+		if inv.version != c.Metadata.Version {
+			return fmt.Errorf("--version %s, but charts/elector is %s", inv.version, c.Metadata.Version)
+		}
 	}
 	for i, f := range inv.opts.ValueFiles {
 		if inv.opts.ValueFiles[i], err = valuesFile(c.file, f); err != nil {
