@@ -109,7 +109,7 @@ func TestRefusedKeyAdvisesEscapedPattern(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "allow its key pattern, "+want) {
 		t.Fatalf("Get of keys outside the ACL: err = %v, want the advice to allow %s", err, want)
 	}
-	if hint := redisfail.Hint(err); !strings.Contains(hint, want) {
+	if hint := redisfail.Hint(err, redisfail.Names{}); !strings.Contains(hint, want) {
 		t.Errorf("redisfail.Hint = %q, want it to name %s", hint, want)
 	}
 	if err := admin.Do(ctx, "ACL", "SETUSER", "reader", "resetkeys", want).Err(); err != nil {
