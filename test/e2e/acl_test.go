@@ -22,6 +22,7 @@ func TestACLPerLease(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
 	admin := srv.Client(t)
+	installFunctions(t, srv)
 	for _, team := range []string{"teamA", "teamB"} {
 		for user, rules := range map[string][]string{
 			"elector-" + team:  readmeACL(t, "elector", team),

@@ -62,6 +62,7 @@ func (s *sidecar) metric(prefix string) []string {
 // written there, for the lease name (README's NAME).
 func createREADMEUsers(t *testing.T, ctx context.Context, srv *redistest.Server, name string) {
 	t.Helper()
+	installFunctions(t, srv)
 	client := srv.Client(t)
 	for user, password := range map[string]string{"elector": "pw-elector", "elector-observer": "pw-viewer"} {
 		args := []any{"ACL", "SETUSER", user, "on", ">" + password}
@@ -71,6 +72,15 @@ func createREADMEUsers(t *testing.T, ctx context.Context, srv *redistest.Server,
 		if err := client.Do(ctx, args...).Err(); err != nil {
 			t.Fatalf("%v: %v", args, err)
 		}
+	}
+}
+
+// installFunctions loads elector's function library into srv as README.md says, with
+// `elector install-functions` as the default user, which README's users need.
+func installFunctions(t *testing.T, srv *redistest.Server) {
+	t.Helper()
+	if code, out, stderr := runElector(t, 30*time.Second, nil, "install-functions", "--redis-addr", srv.Addr()); code != 0 {
+		t.Fatalf("elector install-functions: exit %d, %q, stderr %q", code, out, stderr)
 	}
 }
 
