@@ -256,6 +256,9 @@ how to reach Redis and which lease to read, one per line of a YAML list.
 {{- if kindIs "slice" $addr }}{{ $addr = join "," $addr }}{{ end }}
 - --redis-addr={{ $addr }}
 - --redis-mode={{ .Values.redis.mode }}
+{{- if ne .Values.redis.scripts "auto" }}
+- --redis-scripts={{ .Values.redis.scripts }}
+{{- end }}
 {{- if eq .Values.redis.mode "sentinel" }}
 - --sentinel-master={{ .Values.redis.sentinelMaster }}
 {{- with .Values.redis.sentinelUsername }}
