@@ -41,8 +41,8 @@ type sessionHooks struct {
 // ending is a reason to end the run: the command exited by itself, could not be started, or
 // run gives up without leading.
 type ending struct {
-	exited bool // the command exited by itself with code
-	code   int
+	exited   bool // the command exited by itself with code
+	code     int
 	err      error  // a runtime error
 	gaveUp   string // why run gives up without leading
 	doneSeen bool   // --exit-if-done found the done mark: no command ran, the run ends with 0
