@@ -30,7 +30,7 @@ func changeStatus(name, key string, c election.Change) leaseStatus {
 	case "held", "acquired", "renewed":
 		return newLeaseStatus(name, key, lease.Status{Held: true, Record: lease.Record(c.Record), TTL: c.TTL})
 	case "released", "expired":
-		return leaseStatus{Lease: name, Key: key, Holder: c.Record.Identity, Token: c.Record.Token}
+		return leaseStatus{Lease: name, Key: key, Holder: c.Record.Identity, Instance: c.Record.Instance, Token: c.Record.Token}
 	}
 	return leaseStatus{Lease: name, Key: key}
 }
