@@ -147,9 +147,9 @@ func TestBadInput(t *testing.T) {
 		lease, renew, retry time.Duration
 		want                string
 	}{
-		{10 * time.Second, 10 * time.Second, time.Second, "renew deadline"},
+		{10 * time.Second, 10 * time.Second, time.Second, "Config.RenewDeadline (10s) must be shorter"},
 		{10 * time.Second, 9950 * time.Millisecond, time.Second, "clock-drift"},
-		{15 * time.Second, 10 * time.Second, 9 * time.Second, "1.2 × retry period"},
+		{15 * time.Second, 10 * time.Second, 9 * time.Second, "1.2 × Config.RetryPeriod"},
 		{15*time.Second + time.Microsecond, 10 * time.Second, 2 * time.Second, "whole number of milliseconds"},
 	} {
 		_, err := election.New(electionConfig(client, func(c *election.Config) {
@@ -158,11 +158,12 @@ func TestBadInput(t *testing.T) {
 		checkErr(t, "election.New timing", err, tc.want)
 	}
 
-	// Callbacks.
-	_, err = election.New(electionConfig(client, func(c *election.Config) { c.Callbacks.OnStartedLeading = nil }))
-	checkErr(t, "election.New without OnStartedLeading", err, "OnStartedLeading")
-	_, err = election.New(electionConfig(client, func(c *election.Config) { c.Callbacks.OnStoppedLeading = nil }))
-	checkErr(t, "election.New without OnStoppedLeading", err, "OnStoppedLeading")
+	// Callbacks: an Elector without them may Observe; Run needs OnStartedLeading.
+	observer, err := election.New(electionConfig(client, func(c *election.Config) { c.Callbacks = election.Callbacks{} }))
+	if err != nil {
+		t.Fatalf("election.New without callbacks (an observer): %v", err)
+	}
+	checkErr(t, "Run without OnStartedLeading", observer.Run(context.Background()), "Config.Callbacks.OnStartedLeading")
 
 	// The Redis client builder.
 	for _, tc := range []struct {
