@@ -227,46 +227,9 @@ func TestACLGroupUser(t *testing.T) {
 	names := []string{"shard-0", "shard-1", "shard-2", "shard-3", "shard-4", "shard-5"}
 	led := &ledger{}
 	start := func(user, who string) (*election.Group, func()) {
-		g, err := election.NewGroup(election.GroupConfig{
-			Client: userClient(t, srv, user, tm), Group: "shards", Identity: who, Leases: names,
-			LeaseDuration: tm.lease, RenewDeadline: tm.renew, RetryPeriod: tm.retry,
-			Callbacks: election.GroupCallbacks{
-				OnStartedLeading: func(ctx context.Context, name string) {
-					token := election.TokenFrom(ctx)
-					end := led.begin(name, who, token, time.Now())
-					<-ctx.Done()
-					end(time.Now())
-				},
-				OnStoppedLeading: func(string) {},
-			},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		gctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { defer close(done); _ = g.Run(gctx) }()
-		stop := func() { cancel(); <-done }
-		t.Cleanup(stop)
-		return g, stop
+		return startACLGroup(t, ctx, srv, user, who, names, tm, led)
 	}
-	waitHeld := func(want int, gs ...*election.Group) {
-		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			n := 0
-			for _, g := range gs {
-				n += len(g.Held())
-			}
-			if n == want {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("groups hold %d leases, want %d; terms:\n%s", n, want, led)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	waitHeld := func(want int, gs ...*election.Group) { t.Helper(); waitGroupsHold(t, want, led, gs...) }
 	a, stopA := start("group", "pod-a")
 	b, _ := start("group", "pod-b")
 	waitHeld(len(names), a, b)
@@ -652,45 +615,9 @@ func TestACLFunctionsUser(t *testing.T) {
 	names := []string{"shard-0", "shard-1", "shard-2", "shard-3"}
 	gled := &ledger{}
 	startGroup := func(who string) (*election.Group, func()) {
-		g, err := election.NewGroup(election.GroupConfig{
-			Client: userClient(t, srv, "group", tm), Group: "shards", Identity: who, Leases: names,
-			LeaseDuration: tm.lease, RenewDeadline: tm.renew, RetryPeriod: tm.retry,
-			Callbacks: election.GroupCallbacks{
-				OnStartedLeading: func(ctx context.Context, name string) {
-					end := gled.begin(name, who, election.TokenFrom(ctx), time.Now())
-					<-ctx.Done()
-					end(time.Now())
-				},
-				OnStoppedLeading: func(string) {},
-			},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		gctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { defer close(done); _ = g.Run(gctx) }()
-		stop := func() { cancel(); <-done }
-		t.Cleanup(stop)
-		return g, stop
+		return startACLGroup(t, ctx, srv, "group", who, names, tm, gled)
 	}
-	waitHeld := func(want int, gs ...*election.Group) {
-		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			n := 0
-			for _, g := range gs {
-				n += len(g.Held())
-			}
-			if n == want {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("groups hold %d leases, want %d; terms:\n%s", n, want, gled)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	waitHeld := func(want int, gs ...*election.Group) { t.Helper(); waitGroupsHold(t, want, gled, gs...) }
 	a, stopA := startGroup("pod-a")
 	b, _ := startGroup("pod-b")
 	waitHeld(len(names), a, b)
@@ -727,4 +654,51 @@ func onlyProbes(d []*redis.ACLLogEntry) bool {
 		}
 	}
 	return true
+}
+
+// startACLGroup runs a Group of names as identity who, connected as the ACL user user, whose
+// callbacks record each term in led until it ends; the returned func stops it (also at the
+// test's cleanup).
+func startACLGroup(t *testing.T, ctx context.Context, srv *redistest.Server, user, who string, names []string, tm timing, led *ledger) (*election.Group, func()) {
+	t.Helper()
+	g, err := election.NewGroup(election.GroupConfig{
+		Client: userClient(t, srv, user, tm), Group: "shards", Identity: who, Leases: names,
+		LeaseDuration: tm.lease, RenewDeadline: tm.renew, RetryPeriod: tm.retry,
+		Callbacks: election.GroupCallbacks{
+			OnStartedLeading: func(ctx context.Context, name string) {
+				end := led.begin(name, who, election.TokenFrom(ctx), time.Now())
+				<-ctx.Done()
+				end(time.Now())
+			},
+			OnStoppedLeading: func(string) {},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = g.Run(gctx) }()
+	stop := func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return g, stop
+}
+
+// waitGroupsHold waits up to 20 s until the groups gs hold want leases together.
+func waitGroupsHold(t *testing.T, want int, led *ledger, gs ...*election.Group) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		n := 0
+		for _, g := range gs {
+			n += len(g.Held())
+		}
+		if n == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("groups hold %d leases, want %d; terms:\n%s", n, want, led)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
