@@ -15,6 +15,7 @@ import (
 
 	"github.com/elector/elector/cmd/elector/internal/child"
 	"github.com/elector/elector/internal/timing"
+	_ "github.com/elector/elector/pkg/schedule" // its scripts are in the function library (install-functions)
 )
 
 // Flag names of elector run.

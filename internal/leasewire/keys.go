@@ -23,6 +23,11 @@ type Keys struct {
 	Members string
 	// Done holds the done mark of the lease's job (MarkDone), with a PX expiry.
 	Done string
+	// Schedule holds the state of the lease's schedule (pkg/schedule): the cursor and the last
+	// claimed run.
+	Schedule string
+	// Runs keeps the schedule's last runs and missed ranges, newest first (pkg/schedule).
+	Runs string
 
 	base string // PREFIX:{NAME}:
 }
@@ -41,6 +46,9 @@ func KeysFor(prefix, name string) Keys {
 		Members: base + "members",
 		Done:    base + "done",
 		base:    base,
+
+		Schedule: base + "schedule",
+		Runs:     base + "runs",
 	}
 }
 

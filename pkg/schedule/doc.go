@@ -25,7 +25,7 @@
 // before it is decided) and the record of the last claimed run (slot, phase, attempt, token,
 // start, end, exit code, the holder's lease record); PREFIX:{NAME}:runs keeps the last History
 // entries, "run ..." and "missed <first> <last> <count> <reason>" lines, newest first. Each step
-// is one script (scripts/*.lua; Scripts lists them), fenced: it acts only if the lease key holds
+// is one script (scripts/*.lua, functions of elector's library: internal/leasewire/lualib), fenced: it acts only if the lease key holds
 // the caller's token.
 //
 //   - claim starts a run: it refuses a slot whose time has not come, a slot decided already, and

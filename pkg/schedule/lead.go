@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/elector/elector/internal/leasewire/lualib"
 	"github.com/elector/elector/pkg/election"
 )
 
@@ -177,23 +178,23 @@ func (t *term) failed(ctx context.Context, err error) {
 }
 
 // call runs a script with the lease, schedule and runs keys, bounded by callTimeout.
-func (t *term) call(ctx context.Context, sc *script, args ...any) (any, error) {
+func (t *term) call(ctx context.Context, sc *lualib.Script, args ...any) (any, error) {
 	cctx, cancel := context.WithTimeout(ctx, t.s.callTimeout)
 	defer cancel()
 	v, err := t.s.caller.call(cctx, sc, t.s.keys, args...)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", sc.name, err)
+		return nil, fmt.Errorf("%s: %w", sc.Name(), err)
 	}
 	return v, nil
 }
 
 // ints runs a script and decodes its reply of at least n integers.
-func (t *term) ints(ctx context.Context, sc *script, n int, args ...any) ([]int64, error) {
+func (t *term) ints(ctx context.Context, sc *lualib.Script, n int, args ...any) ([]int64, error) {
 	v, err := t.call(ctx, sc, args...)
 	if err != nil {
 		return nil, err
 	}
-	return intsReply(sc.name, v, n)
+	return intsReply(sc.Name(), v, n)
 }
 
 func (t *term) read(ctx context.Context) (view, error) {
@@ -201,7 +202,7 @@ func (t *term) read(ctx context.Context) (view, error) {
 	defer cancel()
 	v, err := t.s.caller.call(cctx, readScript, t.s.keys[1:2])
 	if err != nil {
-		return view{}, fmt.Errorf("%s: %w", readScript.name, err)
+		return view{}, fmt.Errorf("%s: %w", readScript.Name(), err)
 	}
 	out, err := decodeRead(v)
 	if err != nil {

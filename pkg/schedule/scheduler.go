@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/elector/elector/internal/leasewire"
+	"github.com/elector/elector/internal/leasewire/lualib"
 	"github.com/elector/elector/pkg/lease"
 )
 
@@ -187,8 +188,8 @@ func New(cfg Config) (*Scheduler, error) {
 	k := leasewire.KeysFor(cfg.Prefix, cfg.LeaseName)
 	return &Scheduler{
 		cfg: cfg, sched: sched, deadline: deadline,
-		keys:   []string{k.Lease, k.Other("schedule"), k.Other("runs")},
-		caller: redisCaller{cfg.Client}, clock: clock.RealClock{}, callTimeout: 5 * time.Second,
+		keys:   []string{k.Lease, k.Schedule, k.Runs},
+		caller: redisCaller{cfg.Client, lualib.For(cfg.Client)}, clock: clock.RealClock{}, callTimeout: 5 * time.Second,
 		m: newMetrics(cfg.LeaseName),
 	}, nil
 }

@@ -2,13 +2,13 @@ package schedule
 
 import (
 	_ "embed"
-	"iter"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/elector/elector/internal/leasewire/lualib"
 )
 
-// The package's Lua scripts, each self-contained (KEYS and ARGV in its header comment), in the
-// order Scripts yields them.
+// The package's Lua scripts, each self-contained (KEYS and ARGV in its header comment). They
+// are functions of elector's one Redis function library (internal/leasewire/lualib), called
+// with FCALL where it is loaded and EVALSHA/EVAL elsewhere, as the lease's scripts are.
 var (
 	//go:embed scripts/claim.lua
 	claimSource string
@@ -20,29 +20,11 @@ var (
 	readSource string
 )
 
-// script is one Lua script: its name, its source and go-redis's EVALSHA/EVAL runner.
-type script struct {
-	name, src string
-	run       *redis.Script
-}
-
+// claim starts work, so above maxmemory Redis refuses it whole (as a fenced write); recording
+// an end, a skip or reading the state is allowed there, like the lease's renew and release.
 var (
-	claimScript  = &script{"schedule_claim", claimSource, redis.NewScript(claimSource)}
-	finishScript = &script{"schedule_finish", finishSource, redis.NewScript(finishSource)}
-	skipScript   = &script{"schedule_skip", skipSource, redis.NewScript(skipSource)}
-	readScript   = &script{"schedule_read", readSource, redis.NewScript(readSource)}
-
-	allScripts = []*script{claimScript, finishScript, skipScript, readScript}
+	claimScript  = lualib.Register("schedule_claim", claimSource, false)
+	finishScript = lualib.Register("schedule_finish", finishSource, true)
+	skipScript   = lualib.Register("schedule_skip", skipSource, true)
+	readScript   = lualib.Register("schedule_read", readSource, true)
 )
-
-// Scripts yields the name and the Lua source of each script of the package, always in the same
-// order, for code that loads them as a Redis function library.
-func Scripts() iter.Seq2[string, string] {
-	return func(yield func(string, string) bool) {
-		for _, s := range allScripts {
-			if !yield(s.name, s.src) {
-				return
-			}
-		}
-	}
-}

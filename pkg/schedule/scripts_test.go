@@ -8,7 +8,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/leasewire/lualib"
 	"github.com/elector/elector/internal/testing/redistest"
+	_ "github.com/elector/elector/pkg/fence" // the function library needs every script
 	"github.com/elector/elector/pkg/lease"
 )
 
@@ -66,13 +68,13 @@ func (f *fixture) redisNow() time.Time {
 	return tm.UTC().Truncate(time.Millisecond)
 }
 
-func (f *fixture) run(sc *script, args ...any) []int64 {
+func (f *fixture) run(sc *lualib.Script, args ...any) []int64 {
 	f.t.Helper()
 	v, err := f.s.caller.call(f.ctx, sc, f.s.keys, args...)
 	if err != nil {
-		f.t.Fatalf("%s: %v", sc.name, err)
+		f.t.Fatalf("%s: %v", sc.Name(), err)
 	}
-	r, err := intsReply(sc.name, v, 2)
+	r, err := intsReply(sc.Name(), v, 2)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -321,5 +323,30 @@ func TestReadScript(t *testing.T) {
 	v, _ = f.s.caller.call(f.ctx, readScript, f.s.keys[1:2])
 	if got, err := decodeRead(v); err != nil || !got.has || !got.st.cursor.Equal(got.now.Add(0).Truncate(time.Millisecond)) && got.st.cursor.After(got.now) {
 		t.Errorf("read: %+v %v", got, err)
+	}
+}
+
+// TestScriptsAsFunctions: with elector's function library loaded and the client in Functions
+// mode (FCALL only), the schedule's scripts run as the library's functions.
+func TestScriptsAsFunctions(t *testing.T) {
+	f := newFixture(t, Config{})
+	if _, err := lualib.Install(f.ctx, f.client); err != nil {
+		t.Fatal(err)
+	}
+	lualib.SetDefaultMode(f.client, lualib.Functions)
+	a := f.acquire("a")
+	slot := f.redisNow().Add(-time.Second)
+	if r := f.claim(a.Token, slot, 3, 0); r[0] != 1 || r[1] != 1 {
+		t.Fatalf("claim through FCALL: %v, want {1, 1}", r)
+	}
+	if n := f.finish(a.Token, slot, 1, phaseDone, 0); n != 1 {
+		t.Fatalf("finish through FCALL: %d", n)
+	}
+	if runs, _ := f.history(); len(runs) != 1 || runs[0].Result != phaseDone {
+		t.Errorf("history %+v: want the one run, done", runs)
+	}
+	v, err := f.s.caller.call(f.ctx, readScript, f.s.keys[1:2])
+	if _, derr := decodeRead(v); err != nil || derr != nil {
+		t.Errorf("read through FCALL: %v %v", err, derr)
 	}
 }

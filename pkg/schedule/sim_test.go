@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/elector/elector/internal/leasewire"
+	"github.com/elector/elector/internal/leasewire/lualib"
 	"github.com/elector/elector/internal/testing/sim"
 )
 
@@ -125,7 +126,7 @@ func (t simTimer) Reset(d time.Duration) bool {
 // simCaller runs the package's scripts on a node of the world.
 type simCaller struct{ node *sim.Node }
 
-func (c simCaller) call(ctx context.Context, s *script, keys []string, args ...any) (any, error) {
+func (c simCaller) call(ctx context.Context, s *lualib.Script, keys []string, args ...any) (any, error) {
 	str := make([]string, len(args))
 	for i, a := range args {
 		switch a := a.(type) {
@@ -139,7 +140,7 @@ func (c simCaller) call(ctx context.Context, s *script, keys []string, args ...a
 			panic(fmt.Sprintf("simCaller: argument %T", a))
 		}
 	}
-	return c.node.Call(ctx, s.name, s.src, keys, str)
+	return c.node.Call(ctx, s.Name(), s.Source(), keys, str)
 }
 
 // simReplica is one replica; each start is a new incarnation (a new process).

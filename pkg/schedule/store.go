@@ -8,21 +8,28 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/luaerr"
+	"github.com/elector/elector/internal/leasewire/lualib"
 )
 
-// caller runs one of the package's scripts: go-redis's EVALSHA, then EVAL on NOSCRIPT, in
-// production; the simulator's node in its tests.
+// caller runs one of the package's scripts: through lualib (FCALL, or EVALSHA/EVAL where the
+// function library is not loaded) in production; the simulator's node in its tests.
 type caller interface {
-	call(ctx context.Context, s *script, keys []string, args ...any) (any, error)
+	call(ctx context.Context, s *lualib.Script, keys []string, args ...any) (any, error)
 }
 
-type redisCaller struct{ client redis.UniversalClient }
+type redisCaller struct {
+	client redis.UniversalClient
+	st     *lualib.State // what the client's calls learned of its Redis
+}
 
-func (c redisCaller) call(ctx context.Context, s *script, keys []string, args ...any) (any, error) {
-	v, err := s.run.Run(ctx, c.client, keys, args...).Result()
+func (c redisCaller) call(ctx context.Context, s *lualib.Script, keys []string, args ...any) (any, error) {
+	k := make([]any, len(keys))
+	for i, key := range keys {
+		k[i] = key
+	}
+	v, err := s.Run(ctx, c.st, c.client, "", k, args...).Result()
 	if err != nil {
-		return nil, luaerr.Explain(s.src, err)
+		return nil, s.Explain(err)
 	}
 	return v, nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/elector/elector/pkg/election"
 	"github.com/elector/elector/pkg/fence"
 	"github.com/elector/elector/pkg/lease"
+	_ "github.com/elector/elector/pkg/schedule" // its scripts are in the function library Install loads
 )
 
 // electorACL is everything an elector (packages lease and election, default key prefix) needs:

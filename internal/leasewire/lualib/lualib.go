@@ -1,6 +1,6 @@
 // Package lualib runs elector's Lua scripts (pkg/lease/scripts/*.lua, pkg/fence/fence.lua,
-// pkg/election/scripts/members.lua) as the functions of one Redis function library (FCALL;
-// Redis 7.0 and later, Valkey) or as scripts (EVALSHA, and EVAL when Redis answers NOSCRIPT).
+// pkg/election/scripts/members.lua, pkg/schedule/scripts/*.lua) as the functions of one Redis
+// function library (FCALL; Redis 7.0 and later, Valkey) or as scripts (EVALSHA, and EVAL when Redis answers NOSCRIPT).
 // With the library loaded (FUNCTION LOAD, by an administrator or `elector install-functions`),
 // elector's Redis user needs +fcall, not +eval, which would let it run any Lua.
 //
@@ -56,7 +56,8 @@ func ParseMode(s string) (Mode, error) {
 }
 
 // The scripts of the library, in the order of its text.
-var names = []string{"acquire", "renew", "release", "resign", "done", "fence", "members"}
+var names = []string{"acquire", "renew", "release", "resign", "done", "fence", "members",
+	"schedule_claim", "schedule_finish", "schedule_skip", "schedule_read"}
 
 // Script is one of elector's Lua scripts. It is an immutable value once registered; sharing
 // it is not shared state.
@@ -76,7 +77,8 @@ var (
 )
 
 // Register adds the script called name (one of the library's: acquire, renew, release,
-// resign, done, fence, members) with its source, as its package embeds it, and returns it.
+// resign, done, fence, members, schedule_claim, ...) with its source, as its package embeds
+// it, and returns it.
 // allowOOM declares the function allow-oom: Redis runs it even above maxmemory (see
 // docs/PROTOCOL.md); without it, Redis refuses the whole FCALL there. It panics when name is
 // not the library's or is registered twice: a programming error, found at init.
@@ -155,13 +157,13 @@ func all() (scripts []*Script, missing []string) {
 }
 
 // Library returns the library's name and text, for FUNCTION LOAD. It fails when the program
-// does not link every package with a script (pkg/lease, pkg/fence, pkg/election), or when the
-// scripts are not those Version was computed from (a build from a modified tree whose Version
-// was not updated: TestVersion fails there).
+// does not link every package with a script (pkg/lease, pkg/fence, pkg/election,
+// pkg/schedule), or when the scripts are not those Version was computed from (a build from a
+// modified tree whose Version was not updated: TestVersion fails there).
 func Library() (name, text string, err error) {
 	scripts, missing := all()
 	if len(missing) > 0 {
-		return "", "", fmt.Errorf("the function library needs every script of elector; this program lacks %s (link pkg/lease, pkg/fence and pkg/election)",
+		return "", "", fmt.Errorf("the function library needs every script of elector; this program lacks %s (link pkg/lease, pkg/fence, pkg/election and pkg/schedule)",
 			strings.Join(missing, ", "))
 	}
 	if v := contentVersion(scripts); v != Version {

@@ -8,6 +8,7 @@ import (
 	_ "github.com/elector/elector/pkg/election" // registers members.lua
 	_ "github.com/elector/elector/pkg/fence"    // registers fence.lua
 	_ "github.com/elector/elector/pkg/lease"    // registers the lease's scripts
+	_ "github.com/elector/elector/pkg/schedule" // registers the schedule's scripts
 )
 
 // Version is the hash of the scripts as they are: a script changed without it would load
@@ -23,7 +24,8 @@ func TestVersion(t *testing.T) {
 	if name != "elector_"+lualib.Version || !strings.HasPrefix(text, "#!lua name="+name+"\n") {
 		t.Errorf("library %q starts %q", name, strings.SplitN(text, "\n", 2)[0])
 	}
-	for _, fn := range []string{"acquire", "renew", "release", "resign", "done", "fence", "members"} {
+	for _, fn := range []string{"acquire", "renew", "release", "resign", "done", "fence", "members",
+		"schedule_claim", "schedule_finish", "schedule_skip", "schedule_read"} {
 		if !strings.Contains(text, "function_name='"+lualib.FunctionName(fn)+"'") {
 			t.Errorf("the library has no function %s", lualib.FunctionName(fn))
 		}
