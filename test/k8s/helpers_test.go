@@ -53,7 +53,11 @@ func (e *env) baseValues() []string {
 
 // release is an installed chart release, known by what helm rendered.
 type release struct {
-	name       string
+	name string
+	ns   string
+	// kind is the workload's kind; deployment holds a StatefulSet's name, selector, replicas
+	// and pod template too, so that what reads the pods works for both.
+	kind       string
 	deployment appsv1.Deployment
 	selector   labels.Selector
 	services   []corev1.Service
@@ -64,30 +68,41 @@ type release struct {
 // install runs `helm install NAME charts/elector` with the base values and extra.
 func (e *env) install(t *testing.T, ctx context.Context, name string, extra ...string) *release {
 	t.Helper()
-	args := append([]string{"install", name, filepath.Join(e.repo, "charts", "elector")}, e.baseValues()...)
-	args = append(args, extra...)
+	return e.installChart(t, ctx, "default", name, filepath.Join(e.repo, "charts", "elector"), append(e.baseValues(), extra...)...)
+}
+
+// installChart runs `helm install NAME CHART -n NS` with args (values, flags), uninstalls it
+// at the end of the test, and returns what it rendered.
+func (e *env) installChart(t *testing.T, ctx context.Context, ns, name, chart string, args ...string) *release {
+	t.Helper()
+	args = append([]string{"install", name, chart, "-n", ns}, args...)
 	if out, err := e.helmCmd(ctx, args...); err != nil {
 		t.Fatal(err)
 	} else {
 		t.Logf("helm install %s:\n%s", name, out)
 	}
 	t.Cleanup(func() {
-		if _, err := e.helmCmd(context.Background(), "uninstall", name, "--wait", "--timeout", "2m"); err != nil {
+		if _, err := e.helmCmd(context.Background(), "uninstall", name, "-n", ns, "--wait", "--timeout", "2m"); err != nil {
 			t.Logf("uninstall: %v", err)
 		}
 	})
-	return e.rendered(t, ctx, name)
+	return e.renderedIn(t, ctx, ns, name)
 }
 
 // rendered reads the release's manifest: the Deployment (its selector selects the pods, so
 // no name is hard-coded), the Services, and the lease flags.
 func (e *env) rendered(t *testing.T, ctx context.Context, name string) *release {
 	t.Helper()
-	out, err := e.helmCmd(ctx, "get", "manifest", name)
+	return e.renderedIn(t, ctx, "default", name)
+}
+
+func (e *env) renderedIn(t *testing.T, ctx context.Context, ns, name string) *release {
+	t.Helper()
+	out, err := e.helmCmd(ctx, "get", "manifest", name, "-n", ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &release{name: name}
+	r := &release{name: name, ns: ns}
 	for _, doc := range strings.Split(out, "\n---") {
 		var meta metav1.TypeMeta
 		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil || meta.Kind == "" {
@@ -98,6 +113,15 @@ func (e *env) rendered(t *testing.T, ctx context.Context, name string) *release 
 			if err := yaml.Unmarshal([]byte(doc), &r.deployment); err != nil {
 				t.Fatal(err)
 			}
+			r.kind = meta.Kind
+		case "StatefulSet":
+			var ss appsv1.StatefulSet
+			if err := yaml.Unmarshal([]byte(doc), &ss); err != nil {
+				t.Fatal(err)
+			}
+			r.kind = meta.Kind
+			r.deployment.ObjectMeta = ss.ObjectMeta
+			r.deployment.Spec.Replicas, r.deployment.Spec.Selector, r.deployment.Spec.Template = ss.Spec.Replicas, ss.Spec.Selector, ss.Spec.Template
 		case "Service":
 			var s corev1.Service
 			if err := yaml.Unmarshal([]byte(doc), &s); err != nil {
@@ -107,7 +131,7 @@ func (e *env) rendered(t *testing.T, ctx context.Context, name string) *release 
 		}
 	}
 	if r.deployment.Spec.Selector == nil {
-		t.Fatalf("release %s renders no Deployment with a selector:\n%s", name, out)
+		t.Fatalf("release %s renders no Deployment or StatefulSet with a selector:\n%s", name, out)
 	}
 	r.selector, err = metav1.LabelSelectorAsSelector(r.deployment.Spec.Selector)
 	if err != nil {

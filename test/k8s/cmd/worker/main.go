@@ -6,6 +6,9 @@
 //	              Redis list WORKER_LOG_KEY at WORKER_REDIS; with WORKER_IGNORE_TERM=1 it
 //	              records SIGTERM and keeps writing, so that elector run's kill grace ends it.
 //	worker ps     prints the command line of every process it can see (the image has no ps).
+//	worker active an app that records, from its own side, when it does the singleton work
+//	              (active.go): "pod instance token unix-ms start|stop" in the Redis list
+//	              WORKER_LOG_KEY at WORKER_REDIS; takes WORKER_STOP_DELAY to stop on SIGTERM.
 package main
 
 import (
@@ -27,7 +30,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: worker idle|job|ps")
+		fmt.Fprintln(os.Stderr, "usage: worker idle|job|ps|active")
 		os.Exit(2)
 	}
 	// No extra arguments: a chart that appended anything to the command (its demo script,
@@ -43,13 +46,18 @@ func main() {
 		<-sig
 	case "ps":
 		ps()
+	case "active":
+		if err := active(); err != nil {
+			fmt.Fprintln(os.Stderr, "worker active:", err)
+			os.Exit(1)
+		}
 	case "job":
 		if err := job(); err != nil {
 			fmt.Fprintln(os.Stderr, "worker job:", err)
 			os.Exit(1)
 		}
 	default:
-		fmt.Fprintf(os.Stderr, "worker: unknown subcommand %q; allowed: idle, job, ps\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "worker: unknown subcommand %q; allowed: idle, job, ps, active\n", os.Args[1])
 		os.Exit(2)
 	}
 }
