@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/elector/elector v0.1.0
 	github.com/elector/elector/adapters/clientgo v0.0.0
+	github.com/google/go-containerregistry v0.22.1
 	github.com/redis/go-redis/v9 v9.23.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2

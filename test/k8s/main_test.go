@@ -32,6 +32,9 @@ const (
 	workerImage   = "localhost/elector-e2e/worker:e2e"
 	clientgoImage = "localhost/elector-e2e/clientgo:1"
 	crImage       = "localhost/elector-e2e/controller-runtime:1" // examples/controller-runtime
+	// busybox stands in for the examples' busybox:1.37: Debian's static busybox as /bin/sh,
+	// which runs its applets (date, sleep, cat…) without links to them.
+	busyboxImage = "localhost/elector-e2e/busybox:e2e"
 )
 
 // The short timings of every scenario: the same for elector and for client-go.
@@ -50,6 +53,7 @@ type env struct {
 	redisAddr string
 	helm      string
 	repo      string
+	bin       string // the binaries prepare built: elector, worker…
 	k8sVer    string
 	helmVer   string
 
@@ -157,6 +161,7 @@ func flagValue(name string) string {
 // prepare builds the binaries and images, starts Redis and the node.
 func (e *env) prepare(ctx context.Context, work string) error {
 	binDir := filepath.Join(work, "bin")
+	e.bin = binDir
 	if err := os.MkdirAll(binDir, 0o755); err != nil {
 		return err
 	}
@@ -189,6 +194,9 @@ func (e *env) prepare(ctx context.Context, work string) error {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build examples/controller-runtime: %w: %s", err, out)
 	}
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		return fmt.Errorf("the examples' busybox image is made of /bin/busybox (Debian's busybox-static, which hack/k8s-e2e.sh installs): %w", err)
+	}
 	images := []struct {
 		tag  string
 		args []string
@@ -199,6 +207,7 @@ func (e *env) prepare(ctx context.Context, work string) error {
 		{workerImage, []string{"-binary", filepath.Join(binDir, "worker"), "-path", "/worker"}},
 		{clientgoImage, []string{"-binary", filepath.Join(binDir, "clientgo-elector"), "-path", "/clientgo-elector"}},
 		{crImage, []string{"-binary", filepath.Join(binDir, "controller-runtime"), "-path", "/controller-runtime"}},
+		{busyboxImage, []string{"-binary", "/bin/busybox", "-path", "/bin/sh", "-ca", ""}},
 	}
 	for _, im := range images {
 		tar := filepath.Join(work, strings.NewReplacer("/", "_", ":", "_").Replace(im.tag)+".tar")
