@@ -15,7 +15,6 @@ import (
 
 	"github.com/elector/elector/cmd/elector/internal/child"
 	"github.com/elector/elector/internal/timing"
-	_ "github.com/elector/elector/pkg/schedule" // its scripts are in the function library (install-functions)
 )
 
 // Flag names of elector run.
@@ -50,6 +49,8 @@ const (
 	envFencingToken = "ELECTOR_FENCING_TOKEN"
 	envIdentity     = "ELECTOR_IDENTITY"
 	envLeaseName    = "ELECTOR_LEASE_NAME"
+	envSlot         = "ELECTOR_SLOT"    // --schedule: the slot's time, RFC 3339 UTC
+	envAttempt      = "ELECTOR_ATTEMPT" // --schedule: 1, or more when the slot's earlier run failed or its term ended
 )
 
 // runOptions are the flags of elector run about the child.
@@ -65,6 +66,7 @@ type runOptions struct {
 	force      bool
 	// keepCredentials passes the Redis passwords on to CMD (--keep-redis-credentials).
 	keepCredentials bool
+	sched           scheduleOptions // --schedule: run_schedule.go
 
 	signal syscall.Signal // stopSignal parsed by validate
 }
@@ -185,10 +187,7 @@ type runConfig struct {
 
 // runLong is the paragraph of elector run's help; docs/CLI.md#elector-run has the rest: what
 // happens on each signal, loss, resignation and exit.
-const runLong = `Campaign for the lease and run CMD (directly, no shell) while this replica leads, with
-ELECTOR_FENCING_TOKEN, ELECTOR_IDENTITY and ELECTOR_LEASE_NAME added to its environment.
-Leadership lost: --stop-signal to CMD's group, SIGKILL after --kill-grace, campaign again.
-SIGTERM/SIGINT: forwarded to CMD, lease released. CMD exits: lease released, its code is ours.`
+const runLong = `Run CMD (no shell, ELECTOR_FENCING_TOKEN set) while leading; lost: --stop-signal, SIGKILL after --kill-grace.`
 
 // newRunCmd returns `elector run` and the configuration its flags fill.
 func (c *cli) newRunCmd() (*cobra.Command, *runConfig) {
@@ -201,6 +200,7 @@ func (c *cli) newRunCmd() (*cobra.Command, *runConfig) {
 			return c.supervise(ctx, rc)
 		})
 	addGroup(cmd, "Run flags", rc.run.addFlags)
+	addGroup(cmd, scheduleGroup, rc.run.sched.addFlags)
 	addGroup(cmd, "Endpoint flags", func(fs *pflag.FlagSet) { rc.serve.addFlags(fs, "") })
 	rc.common.addFlags(cmd)
 	rc.common.addElectionFlags(cmd)
@@ -218,6 +218,9 @@ func (c *cli) completeRun(cmd *cobra.Command, rc *runConfig) error {
 	}
 	if err == nil {
 		err = rc.run.validate()
+	}
+	if err == nil {
+		err = rc.run.sched.validate(&rc.run, cmd.Flags().Changed)
 	}
 	if err == nil {
 		err = rc.run.completeKillGrace(cmd.Flags().Changed(flagKillGrace), &rc.common.lease)
@@ -262,6 +265,11 @@ func (c *cli) supervise(ctx context.Context, rc *runConfig) int {
 	sup.prepare() // the first term's shim starts while the replica campaigns
 	defer sup.standby.close()
 	rc.serve.collectors = c.logs.collectors()
+	var schedMetrics *scheduleMetrics
+	if rc.run.sched.spec != "" {
+		schedMetrics = &scheduleMetrics{}
+		rc.serve.collectors = append(rc.serve.collectors, schedMetrics)
+	}
 	l, err := startReplica(&rc.common, &rc.serve, kh.wrap(sup.callbacks(rc.run.tryOnce)), rc.run.exitOnLost, kh)
 	if err != nil {
 		return c.runtimeError(who, err)
@@ -273,6 +281,13 @@ func (c *cli) supervise(ctx context.Context, rc *runConfig) int {
 	if sup.once, err = newOncePeriod(rc, l.client); err != nil {
 		l.close()
 		return c.runtimeError(who, err)
+	}
+	if schedMetrics != nil {
+		if sup.sched, err = rc.run.sched.newScheduler(l.client, rc.common.lease.name, rc.common.lease.prefix, sup.job); err != nil {
+			l.close()
+			return c.runtimeError(who, err)
+		}
+		schedMetrics.s.Store(sup.sched)
 	}
 	sess := newSession(l, sigs, sup.hooks())
 	klog.InfoS("Campaigning", "lease", rc.common.lease.name, "identity", rc.common.lease.identity,

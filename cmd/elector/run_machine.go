@@ -32,10 +32,11 @@ const (
 	runFollowing                   // the last term led here is over and CMD's tree is gone
 	runEnded                       // CMD exited by itself, could not start, or --exit-if-done: the run ends
 	runWithheld                    // processes of CMD may have survived it: no release, no term; the run ends
+	runScheduled                   // --schedule: a term leads without CMD between slots; the Scheduler starts CMD for each slot
 	numRunStates
 )
 
-var runStateNames = [...]string{"campaigning", "gave up", "starting", "running", "stopping", "holding", "checking", "following", "ended", "withheld"}
+var runStateNames = [...]string{"campaigning", "gave up", "starting", "running", "stopping", "holding", "checking", "following", "ended", "withheld", "scheduled"}
 
 // String names the state.
 func (s runState) String() string {
@@ -49,24 +50,26 @@ func (s runState) String() string {
 type runEvent int
 
 const (
-	evTermBegan   runEvent = iota // OnStartedLeading of a term (token)
-	evStarted                     // CMD started (proc)
-	evStartFailed                 // CMD could not be started (err; child.ErrSurvivors: an earlier tree may survive)
-	evExited                      // CMD exited by itself (status)
-	evTermEnded                   // the term's ctx ended (cause: lost, resigned or the run's end)
-	evStopped                     // the stopped CMD's tree is gone, or may survive (status.Err)
-	evSignal                      // the first SIGTERM or SIGINT (sig), before the run is cancelled
-	evSignalAgain                 // a later SIGTERM or SIGINT (sig)
-	evSignalOther                 // SIGHUP, SIGUSR1 or SIGUSR2 (sig)
-	evGiveUp                      // --timeout elapsed, or --try-once saw another holder (reason)
-	evMarkHolds                   // --once-per: the done mark holds for wait
-	evDue                         // --once-per: no done mark holds (or --force): CMD is due
-	evRecheck                     // --once-per: the wait for the mark or the period is over
-	evRunEnded                    // the elector's Run returned (lost: --exit-on-lost's loss)
+	evTermBegan    runEvent = iota // OnStartedLeading of a term (token)
+	evStarted                      // CMD started (proc)
+	evStartFailed                  // CMD could not be started (err; child.ErrSurvivors: an earlier tree may survive)
+	evExited                       // CMD exited by itself (status)
+	evTermEnded                    // the term's ctx ended (cause: lost, resigned or the run's end)
+	evStopped                      // the stopped CMD's tree is gone, or may survive (status.Err)
+	evSignal                       // the first SIGTERM or SIGINT (sig), before the run is cancelled
+	evSignalAgain                  // a later SIGTERM or SIGINT (sig)
+	evSignalOther                  // SIGHUP, SIGUSR1 or SIGUSR2 (sig)
+	evGiveUp                       // --timeout elapsed, or --try-once saw another holder (reason)
+	evMarkHolds                    // --once-per: the done mark holds for wait
+	evDue                          // --once-per: no done mark holds (or --force): CMD is due
+	evRecheck                      // --once-per: the wait for the mark or the period is over
+	evRunEnded                     // the elector's Run returned (lost: --exit-on-lost's loss)
+	evSlot                         // --schedule: the Scheduler's job asks CMD to run for a slot (slot, attempt)
+	evJobCancelled                 // --schedule: the job's ctx ended while the term goes on (--overlap cancel)
 	numRunEvents
 )
 
-var runEventNames = [...]string{"term began", "started", "start failed", "exited", "term ended", "stopped", "signal", "signal again", "other signal", "give up", "mark holds", "due", "recheck", "run ended"}
+var runEventNames = [...]string{"term began", "started", "start failed", "exited", "term ended", "stopped", "signal", "signal again", "other signal", "give up", "mark holds", "due", "recheck", "run ended", "slot", "job cancelled"}
 
 // String names the event.
 func (e runEvent) String() string {
@@ -78,16 +81,18 @@ func (e runEvent) String() string {
 
 // runInput is one event with what it carries.
 type runInput struct {
-	ev     runEvent
-	token  int64            // evTermBegan
-	proc   *child.Process   // evStarted
-	err    error            // evStartFailed
-	status child.ExitStatus // evExited, evStopped
-	cause  error            // evTermEnded: context.Cause of the term's ctx
-	sig    syscall.Signal   // evSignal, evSignalAgain, evSignalOther
-	reason string           // evGiveUp
-	wait   time.Duration    // evMarkHolds
-	lost   bool             // evRunEnded
+	ev      runEvent
+	token   int64            // evTermBegan
+	proc    *child.Process   // evStarted
+	err     error            // evStartFailed
+	status  child.ExitStatus // evExited, evStopped
+	cause   error            // evTermEnded: context.Cause of the term's ctx
+	sig     syscall.Signal   // evSignal, evSignalAgain, evSignalOther
+	reason  string           // evGiveUp
+	wait    time.Duration    // evMarkHolds
+	lost    bool             // evRunEnded
+	slot    time.Time        // evSlot
+	attempt int              // evSlot
 }
 
 // runActionKind is what the supervisor is asked to do.
@@ -110,22 +115,26 @@ const (
 	actPrepare                          // prepare the shim of the next term
 	actRelease                          // release the last term (token) if Redis still holds it
 	actStoppedCode                      // the run's exit code is that of CMD stopped for the elector's exit (status)
+	actSchedule                         // --schedule: run the Scheduler for the term until it ends: evTermEnded
+	actFinish                           // --schedule: the slot's run is over: hand CMD's end (status, or err) to the Scheduler
 )
 
-var runActionNames = [...]string{"start", "run", "stop", "kill", "forward", "ignore", "withhold", "end", "hold", "check", "markDone", "waitMark", "waitPeriod", "prepare", "release", "stoppedCode"}
+var runActionNames = [...]string{"start", "run", "stop", "kill", "forward", "ignore", "withhold", "end", "hold", "check", "markDone", "waitMark", "waitPeriod", "prepare", "release", "stoppedCode", "schedule", "finish"}
 
 // runAction is one thing the supervisor does, in the order step lists them.
 type runAction struct {
-	kind   runActionKind
-	token  int64
-	proc   *child.Process
-	sig    syscall.Signal
-	reason string           // actStop: why the term ended
-	status child.ExitStatus // actEnd (CMD's exit), actStoppedCode
-	err    error            // actWithhold
-	wait   time.Duration    // actWaitMark
-	end    endKind          // actEnd, actHold: which ending, for the log
-	again  bool             // actIgnore: a second SIGTERM or SIGINT
+	kind    runActionKind
+	token   int64
+	proc    *child.Process
+	sig     syscall.Signal
+	reason  string           // actStop: why the term ended
+	status  child.ExitStatus // actEnd (CMD's exit), actStoppedCode
+	err     error            // actWithhold
+	wait    time.Duration    // actWaitMark
+	end     endKind          // actEnd, actHold: which ending, for the log
+	again   bool             // actIgnore: a second SIGTERM or SIGINT
+	slot    time.Time        // actStart under --schedule: the slot CMD runs for (zero: none)
+	attempt int              // actStart under --schedule
 }
 
 // endKind tells why the run ends (actEnd) or holds (actHold), which the log says.
@@ -162,6 +171,13 @@ func (a runAction) String() string {
 		return fmt.Sprintf("%s(%s)", n, endNames[a.end])
 	case actStoppedCode:
 		return fmt.Sprintf("%s(%d)", n, a.status.ExitCode())
+	case actSchedule:
+		return fmt.Sprintf("%s(%d)", n, a.token)
+	case actFinish:
+		if a.err != nil {
+			return n + "(start failed)"
+		}
+		return fmt.Sprintf("%s(%d)", n, a.status.ExitCode())
 	}
 	return n
 }
@@ -188,6 +204,7 @@ type runMachine struct {
 	hold       bool           // --on-success=hold
 	once       bool           // --once-per
 	exitIfDone bool           // --exit-if-done
+	sched      bool           // --schedule: CMD runs per slot; its exit returns to scheduled
 
 	state    runState
 	proc     *child.Process    // runRunning, runStopping: CMD
@@ -230,6 +247,7 @@ var runSteps = [numRunStates]func(m *runMachine, in runInput) ([]runAction, bool
 	runFollowing:   (*runMachine).stepIdle,
 	runEnded:       (*runMachine).stepEnded,
 	runWithheld:    (*runMachine).stepWithheld,
+	runScheduled:   (*runMachine).stepScheduled,
 }
 
 // stepIdle is campaigning and following: no term runs here.
@@ -250,6 +268,8 @@ func (m *runMachine) stepGaveUp(in runInput) ([]runAction, bool) {
 		return nil, true // a term that begins after giving up does not run CMD
 	case evRunEnded:
 		return nil, true // no term began: nothing to release
+	case evSlot:
+		return nil, true
 	}
 	return nil, false
 }
@@ -263,6 +283,10 @@ func (m *runMachine) stepStarting(in runInput) ([]runAction, bool) {
 	case evStartFailed:
 		if errors.Is(in.err, child.ErrSurvivors) {
 			return m.withhold(fmt.Errorf("start the command: %w", in.err)), true
+		}
+		if m.sched {
+			m.state = runScheduled // the slot's run failed; the next slot may start CMD again
+			return []runAction{{kind: actPrepare}, {kind: actFinish, err: in.err}}, true
 		}
 		m.state = runEnded
 		return []runAction{{kind: actEnd, end: endStartFailed, err: in.err}}, true
@@ -286,6 +310,12 @@ func (m *runMachine) stepRunning(in runInput) ([]runAction, bool) {
 			sig, reason = m.signal, "elector stopping"
 		}
 		return []runAction{{kind: actStop, proc: m.proc, sig: sig, reason: reason}}, true
+	case evJobCancelled:
+		if !m.sched {
+			return nil, false
+		}
+		m.state = runStopping
+		return []runAction{{kind: actStop, proc: m.proc, sig: m.stopSignal, reason: "the next slot came (--overlap cancel)"}}, true
 	}
 	return nil, false
 }
@@ -333,6 +363,25 @@ func (m *runMachine) stepChecking(in runInput) ([]runAction, bool) {
 	return nil, false
 }
 
+// stepScheduled is scheduled: the term leads without CMD between slots; the Scheduler's job
+// asks for CMD per slot, and the term's end (once the Scheduler returned, after its job did)
+// makes it follow. After the elector's SIGTERM or SIGINT no slot starts CMD: the term is
+// ending, and the slot's run is recorded lost for the next leader.
+func (m *runMachine) stepScheduled(in runInput) ([]runAction, bool) {
+	switch in.ev {
+	case evTermEnded:
+		m.state = runFollowing
+		return nil, true
+	case evSlot:
+		if m.signal != 0 {
+			return nil, true
+		}
+		m.state = runStarting
+		return []runAction{{kind: actStart, token: m.lastTerm, slot: in.slot, attempt: in.attempt}}, true
+	}
+	return nil, false
+}
+
 // stepEnded is ended: the session ends the run, after which the elector releases.
 func (m *runMachine) stepEnded(in runInput) ([]runAction, bool) {
 	switch in.ev {
@@ -340,6 +389,8 @@ func (m *runMachine) stepEnded(in runInput) ([]runAction, bool) {
 		return nil, true // the run ends: a term that begins meanwhile does not run CMD
 	case evRunEnded:
 		return m.runEnded(in.lost), true // CMD's tree is gone
+	case evSlot:
+		return nil, true // the run ends: no slot runs CMD
 	}
 	return nil, false
 }
@@ -351,6 +402,8 @@ func (m *runMachine) stepWithheld(in runInput) ([]runAction, bool) {
 		return nil, true // no term: the Redis client is closed
 	case evRunEnded:
 		return m.runEnded(false), true // no release: the lease expires by itself
+	case evSlot:
+		return nil, true // processes of CMD may survive: no other CMD
 	}
 	return nil, false
 }
@@ -379,6 +432,9 @@ func (m *runMachine) begin(token int64) []runAction {
 	case m.once:
 		m.state = runChecking
 		return []runAction{{kind: actCheck}}
+	case m.sched:
+		m.state = runScheduled
+		return []runAction{{kind: actSchedule, token: token}}
 	}
 	m.state = runStarting
 	return []runAction{{kind: actStart, token: token}}
@@ -391,6 +447,10 @@ func (m *runMachine) exited(es child.ExitStatus) []runAction {
 	m.proc = nil
 	if errors.Is(es.Err, child.ErrSurvivors) {
 		return m.withhold(es.Err)
+	}
+	if m.sched { // the slot's run is over, not the run: the term waits for the next slot
+		m.state = runScheduled
+		return []runAction{{kind: actPrepare}, {kind: actFinish, status: es}}
 	}
 	ok := es.Signal == 0 && es.Code == 0
 	switch {
@@ -417,6 +477,15 @@ func (m *runMachine) stoppedTree(es child.ExitStatus) []runAction {
 	}
 	if errors.Is(es.Err, child.ErrSurvivors) {
 		return m.withhold(es.Err)
+	}
+	if m.sched {
+		// The term's pass goes on until the Scheduler returns (evTermEnded): this was its
+		// job's CMD, stopped for the term's end or the job's cancel.
+		m.state = runScheduled
+		if m.signal != 0 {
+			return []runAction{{kind: actFinish, status: es}}
+		}
+		return []runAction{{kind: actPrepare}, {kind: actFinish, status: es}}
 	}
 	m.state = runFollowing
 	if m.signal != 0 {

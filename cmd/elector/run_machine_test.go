@@ -45,6 +45,8 @@ var runMachineEvents = []struct {
 	{"recheck", runInput{ev: evRecheck}},
 	{"run ended", runInput{ev: evRunEnded}},
 	{"run ended, lost", runInput{ev: evRunEnded, lost: true}},
+	{"slot", runInput{ev: evSlot, slot: time.Date(2026, 3, 29, 0, 30, 0, 0, time.UTC), attempt: 2}},
+	{"job cancelled", runInput{ev: evJobCancelled, cause: errors.New("the next slot came")}},
 }
 
 // input returns the event called name.
@@ -61,7 +63,7 @@ func input(name string) runInput {
 // reach it from a new machine.
 type runRow struct {
 	name  string
-	cfg   string // "", "hold" (--on-success=hold), "once" (--once-per), "once-exit" (with --exit-if-done)
+	cfg   string // "", "hold" (--on-success=hold), "once" (--once-per), "once-exit" (with --exit-if-done), "sched" (--schedule)
 	state runState
 	setup []string
 }
@@ -87,16 +89,25 @@ var runMachineRows = []runRow{
 	{"following (once)", "once", runFollowing, []string{"term began 7", "term lost"}},
 	{"ended", "", runEnded, []string{"term began 7", "started", "exited 3"}},
 	{"withheld", "", runWithheld, []string{"term began 7", "started", "exited, survivors"}},
+	{"scheduled (sched)", "sched", runScheduled, []string{"term began 7"}},
+	{"scheduled, SIGTERM received (sched)", "sched", runScheduled, []string{"term began 7", "SIGTERM"}},
+	{"starting (sched)", "sched", runStarting, []string{"term began 7", "slot"}},
+	{"running (sched)", "sched", runRunning, []string{"term began 7", "slot", "started"}},
+	{"stopping (sched)", "sched", runStopping, []string{"term began 7", "slot", "started", "job cancelled"}},
+	{"following (sched)", "sched", runFollowing, []string{"term began 7", "slot", "started", "exited 0", "term lost"}},
 }
 
 // Row groups, to name every pair of the table.
 var (
 	termRows = []string{"starting", "running", "running, SIGTERM received", "running (hold)", "running (once)", "running (once-exit)",
-		"stopping", "stopping, SIGTERM received", "holding (hold)", "holding (once)", "checking (once)", "checking (once-exit)"}
-	cmdRows     = []string{"running", "running, SIGTERM received", "running (hold)", "running (once)", "running (once-exit)", "stopping", "stopping, SIGTERM received"}
-	runningRows = cmdRows[:5]
-	noTermRows  = []string{"campaigning", "gave up", "following", "following, stopped for SIGTERM", "following (hold, done)", "following (once)", "ended", "withheld"}
-	allRows     = append(append([]string(nil), termRows...), noTermRows...)
+		"stopping", "stopping, SIGTERM received", "holding (hold)", "holding (once)", "checking (once)", "checking (once-exit)",
+		"scheduled (sched)", "scheduled, SIGTERM received (sched)", "starting (sched)", "running (sched)", "stopping (sched)"}
+	cmdRows     = []string{"running", "running, SIGTERM received", "running (hold)", "running (once)", "running (once-exit)", "stopping", "stopping, SIGTERM received", "running (sched)", "stopping (sched)"}
+	runningRows = cmdRows[:5] // CMD runs and its exit ends or holds the run (not --schedule)
+	noTermRows  = []string{"campaigning", "gave up", "following", "following, stopped for SIGTERM", "following (hold, done)", "following (once)", "ended", "withheld", "following (sched)"}
+	// --schedule: the term leads between slots, in which the Scheduler's job asks for CMD.
+	schedRows = []string{"scheduled (sched)", "scheduled, SIGTERM received (sched)"}
+	allRows   = append(append([]string(nil), termRows...), noTermRows...)
 )
 
 // Outcomes: "—" the state stays and nothing is done (a possible event that changes nothing
@@ -138,34 +149,42 @@ var runMachineTable = map[string]map[string]string{
 	"term began": with(cells(cannot, termRows), map[string]string{
 		"campaigning": "starting: start(8)", "following": "starting: start(8)", "following, stopped for SIGTERM": "starting: start(8)",
 		"following (hold, done)": "holding: hold(done earlier)", "following (once)": "checking: check",
-		"gave up": same, "ended": same, "withheld": same, // none of them starts CMD
+		"following (sched)": "scheduled: schedule(8)",
+		"gave up":           same, "ended": same, "withheld": same, // none of them starts CMD
 	}),
 	// Only a term's start brings these.
-	"started":                 with(cells(cannot, allRows), map[string]string{"starting": "running: run"}),
-	"start failed":            with(cells(cannot, allRows), map[string]string{"starting": "ended: end(start failed)"}),
-	"start failed, survivors": with(cells(cannot, allRows), map[string]string{"starting": "withheld: withhold"}),
+	"started": with(cells(cannot, allRows), cells("running: run", one("starting", "starting (sched)"))),
+	// Under --schedule a failed start fails the slot's run, not the run.
+	"start failed":            with(cells(cannot, allRows), map[string]string{"starting": "ended: end(start failed)", "starting (sched)": "scheduled: prepare finish(start failed)"}),
+	"start failed, survivors": with(cells(cannot, allRows), cells("withheld: withhold", one("starting", "starting (sched)"))),
 	// A CMD that runs exits; one being stopped comes back as "stopped".
 	"exited 0": with(cells(cannot, allRows), map[string]string{
 		"running": "ended: end(exited 0)", "running, SIGTERM received": "ended: end(exited 0)",
 		"running (hold)": "holding: hold(succeeded)", "running (once)": "holding: markDone waitPeriod",
 		"running (once-exit)": "ended: markDone end(done ran)",
+		"running (sched)":     "scheduled: prepare finish(0)", // the slot's run is over; the term waits for the next
 	}),
-	"exited 3":          with(cells(cannot, allRows), cells("ended: end(exited 3)", runningRows)),
-	"exited, survivors": with(cells(cannot, allRows), cells("withheld: withhold", runningRows)),
+	"exited 3":          with(cells(cannot, allRows), cells("ended: end(exited 3)", runningRows), map[string]string{"running (sched)": "scheduled: prepare finish(3)"}),
+	"exited, survivors": with(cells(cannot, allRows), cells("withheld: withhold", runningRows), cells("withheld: withhold", one("running (sched)"))),
 	// The term's goroutine looks at the term's end while CMD runs or it leads without CMD,
 	// not while it starts CMD or waits for the stop; no term runs in the others.
+	// Under --schedule the job's goroutine sees the term end while CMD runs (the stop then
+	// returns to scheduled, its job returns), the term's once its Scheduler returned.
 	"term lost": with(cells(cannot, allRows), cells("stopping: stop(quit, leadership lost)", runningRows), map[string]string{
 		"running, SIGTERM received": "stopping: stop(terminated, elector stopping)",
 		"holding (hold)":            "following", "holding (once)": "following", "checking (once)": "following", "checking (once-exit)": "following",
-	}),
+		"running (sched)": "stopping: stop(quit, leadership lost)",
+	}, cells("following", schedRows)),
 	"term resigned": with(cells(cannot, allRows), cells("stopping: stop(quit, resigned)", runningRows), map[string]string{
 		"running, SIGTERM received": "stopping: stop(terminated, elector stopping)",
 		"holding (hold)":            "following", "holding (once)": "following", "checking (once)": "following", "checking (once-exit)": "following",
-	}),
+		"running (sched)": "stopping: stop(quit, resigned)",
+	}, cells("following", schedRows)),
 	"stopped": with(cells(cannot, allRows), map[string]string{
 		"stopping": "following: prepare", "stopping, SIGTERM received": "following",
+		"stopping (sched)": "scheduled: prepare finish(143)",
 	}),
-	"stopped, survivors": with(cells(cannot, allRows), cells("withheld: withhold", one("stopping", "stopping, SIGTERM received"))),
+	"stopped, survivors": with(cells(cannot, allRows), cells("withheld: withhold", one("stopping", "stopping, SIGTERM received", "stopping (sched)"))),
 	// Signals come at any time.
 	"SIGTERM":       cells(same, allRows),
 	"SIGTERM again": with(cells("ignore(terminated)", allRows), cells("kill", cmdRows)),
@@ -181,10 +200,21 @@ var runMachineTable = map[string]map[string]string{
 	"run ended": with(cells(cannot, termRows), cells(same, noTermRows), map[string]string{
 		"following, stopped for SIGTERM": "stoppedCode(143)",
 	}),
-	"run ended, lost": with(cells(cannot, termRows), cells("release(7)", one("following", "following (hold, done)", "following (once)")), map[string]string{
+	"run ended, lost": with(cells(cannot, termRows), cells("release(7)", one("following", "following (hold, done)", "following (once)", "following (sched)")), map[string]string{
 		"campaigning": same, "gave up": same, "withheld": same, // no term, or its tree may survive: no release
 		"following, stopped for SIGTERM": "release(7) stoppedCode(143)",
 		"ended":                          "release(7)",
+	}),
+	// --schedule: a slot comes from the Scheduler of a term that leads without CMD; none
+	// starts CMD once the elector was signalled or the run ends (the job then returns when
+	// the term ends, and its run is recorded lost for the next leader).
+	"slot": with(cells(cannot, allRows), map[string]string{
+		"scheduled (sched)": "starting: start(7)", "scheduled, SIGTERM received (sched)": same,
+		"gave up": same, "ended": same, "withheld": same,
+	}),
+	// Only the job's CMD is cancelled alone (--overlap cancel), with --stop-signal.
+	"job cancelled": with(cells(cannot, allRows), map[string]string{
+		"running (sched)": "stopping: stop(quit, the next slot came (--overlap cancel))",
 	}),
 }
 
@@ -199,6 +229,8 @@ func newRowMachine(t *testing.T, row runRow) *runMachine {
 		m.once = true
 	case "once-exit":
 		m.once, m.exitIfDone = true, true
+	case "sched":
+		m.sched = true
 	}
 	for _, name := range row.setup {
 		in := runInput{ev: evTermBegan, token: 7}
@@ -282,7 +314,7 @@ func checkRunRules(t *testing.T, before, m *runMachine, acts []runAction, ok boo
 		switch a.kind {
 		case actStart:
 			// Never two commands: CMD starts only where none runs, and never once the run ends.
-			if before.proc != nil || (before.state != runCampaigning && before.state != runFollowing && before.state != runChecking) {
+			if before.proc != nil || (before.state != runCampaigning && before.state != runFollowing && before.state != runChecking && before.state != runScheduled) {
 				t.Errorf("start in %v (proc %v)", before.state, before.proc != nil)
 			}
 		case actRelease:
@@ -299,6 +331,12 @@ func checkRunRules(t *testing.T, before, m *runMachine, acts []runAction, ok boo
 			if a.proc != machineProc {
 				t.Errorf("%v to %p, want the command", a, a.proc)
 			}
+		}
+	}
+	for _, a := range acts {
+		// Under --schedule CMD's end is its slot's, never the run's; a start carries the slot.
+		if before.sched && (a.kind == actEnd && before.state != runCampaigning || a.kind == actStart && a.slot.IsZero()) {
+			t.Errorf("--schedule: %v in %v", a, before.state)
 		}
 	}
 	if before.state == runWithheld && m.state != runWithheld {

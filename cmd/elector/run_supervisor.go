@@ -19,6 +19,7 @@ import (
 	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/pkg/election"
 	"github.com/elector/elector/pkg/lease"
+	"github.com/elector/elector/pkg/schedule"
 )
 
 // supervisor runs the command of elector run during each term: it feeds the events of the
@@ -28,7 +29,8 @@ type supervisor struct {
 	baseEnv   []string
 	identity  string
 	leaseName string
-	once      *oncePeriod // --once-per, nil without
+	once      *oncePeriod         // --once-per, nil without
+	sched     *schedule.Scheduler // --schedule, nil without
 	elector   *election.Elector
 	redis     io.Closer   // the elector's Redis client: closed to withhold the release
 	ends      chan ending // the command's exit, a failed start and giving up, for the session
@@ -36,6 +38,8 @@ type supervisor struct {
 
 	mu sync.Mutex // held by step only, which neither blocks nor logs
 	m  runMachine
+	// cur is the term whose Scheduler runs (--schedule), for its job; under mu.
+	cur *term
 }
 
 // newSupervisor returns the supervisor of rc's command.
@@ -56,7 +60,7 @@ func (c *cli) newSupervisor(rc *runConfig) *supervisor {
 		leaseName: rc.common.lease.name,
 		ends:      make(chan ending, 4),
 		m: runMachine{stopSignal: rc.run.signal, hold: rc.run.onSuccess == onSuccessHold,
-			once: rc.run.oncePer > 0, exitIfDone: rc.run.exitIfDone},
+			once: rc.run.oncePer > 0, exitIfDone: rc.run.exitIfDone, sched: rc.run.sched.spec != ""},
 	}
 	return s
 }
@@ -75,12 +79,12 @@ func commandEnv(environ []string, keepCredentials bool) []string {
 }
 
 // childEnv returns base with the elector's variables for one term set (replacing any that
-// were inherited).
+// were inherited; --schedule's slot variables are dropped too: slotEnv adds them).
 func childEnv(base []string, token int64, identity, leaseName string) []string {
-	env := make([]string, 0, len(base)+3)
+	env := make([]string, 0, len(base)+5)
 	for _, kv := range base {
 		name, _, _ := strings.Cut(kv, "=")
-		if name == envFencingToken || name == envIdentity || name == envLeaseName {
+		if name == envFencingToken || name == envIdentity || name == envLeaseName || name == envSlot || name == envAttempt {
 			continue
 		}
 		env = append(env, kv)
@@ -90,6 +94,15 @@ func childEnv(base []string, token int64, identity, leaseName string) []string {
 		envIdentity+"="+identity,
 		envLeaseName+"="+leaseName,
 	)
+}
+
+// slotEnv adds --schedule's variables of the slot (at attempt) to env; env unchanged for a
+// zero slot.
+func slotEnv(env []string, slot time.Time, attempt int) []string {
+	if slot.IsZero() {
+		return env
+	}
+	return append(env, envSlot+"="+slot.UTC().Format(time.RFC3339), envAttempt+"="+strconv.Itoa(attempt))
 }
 
 // step applies in to the machine and returns the actions to perform.
@@ -204,6 +217,10 @@ type term struct {
 	proc    *child.Process
 	record  lease.Record // --once-per: the term's record, for the fenced mark; zero before read
 	started time.Time    // --once-per: when the command last started
+	// --schedule: the job's ctx (derived from ctx; nil outside a job) and its slot.
+	job     context.Context
+	slot    time.Time
+	attempt int
 }
 
 // lead is OnStartedLeading: it runs the command until the command exits or ctx ends, and
@@ -249,6 +266,8 @@ func (t *term) do(a runAction) (in runInput, ok bool) {
 		}
 		<-t.ctx.Done()
 		return runInput{ev: evTermEnded, cause: context.Cause(t.ctx)}, true
+	case actSchedule:
+		return t.schedule(), true
 	case actCheck:
 		return t.check(), true
 	case actMarkDone:
@@ -285,7 +304,7 @@ func (t *term) logEnd(a runAction) {
 // start starts the command for the term: evStarted, or evStartFailed.
 func (t *term) start() runInput {
 	s := t.s
-	env := childEnv(s.baseEnv, t.token, s.identity, s.leaseName)
+	env := slotEnv(childEnv(s.baseEnv, t.token, s.identity, s.leaseName), t.slot, t.attempt)
 	t.started = time.Now()
 	// Stopping is done by stop with the right signal, so Start gets a context that never ends.
 	// The go-ahead to the prepared shim carries this term's environment, token included.
@@ -314,12 +333,19 @@ func (t *term) run() runInput {
 		tree = "shim (/proc walk)"
 	}
 	klog.InfoS("Started the command", "pid", p.CommandPid(), "processGroup", p.CommandPid(), "descendantsKilledBy", tree, "token", t.token, "command", t.s.spec.Path)
+	ctx := t.ctx
+	if t.job != nil {
+		ctx = t.job // derived from the term's: it ends with it, or alone (--overlap cancel)
+	}
 	select {
 	case <-p.Done():
-	case <-t.ctx.Done():
+	case <-ctx.Done():
 		select {
 		case <-p.Done():
 		default:
+			if t.ctx.Err() == nil {
+				return runInput{ev: evJobCancelled, cause: context.Cause(ctx)}
+			}
 			return runInput{ev: evTermEnded, cause: context.Cause(t.ctx)}
 		}
 	}
