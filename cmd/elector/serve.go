@@ -62,10 +62,6 @@ type serveOptions struct {
 	resignEndpoint  string // who may POST /resign: loopback, any, off
 	resignTokenFile string
 	resignToken     []byte // read from resignTokenFile by validate; nil: no token asked
-	// candidateVersion and candidatePriority are what the replica advertises in the lease's
-	// candidate registry (election.Config.Version and Priority).
-	candidateVersion  string
-	candidatePriority int
 	// collectors are the process's own metrics (the stderr log's drops), served beside the
 	// elector's on /metrics.
 	collectors []prometheus.Collector
@@ -81,15 +77,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet, defaultAddr string) {
 	fs.StringVar(&o.statusFile, flagStatusFile, "", "`file` to rewrite atomically with \"leader\" (and its trust deadline, until_unix=) or \"follower\", for exec probes")
 	fs.StringVar(&o.resignEndpoint, flagResignEndpoint, resignLoopback, "`who` may POST /resign: loopback (kubectl exec, port-forward), any, or off")
 	fs.StringVar(&o.resignTokenFile, flagResignTokenFile, "", "`file` holding a token that POST /resign must present (Authorization: Bearer TOKEN); read at start")
-	fs.StringVar(&o.candidateVersion, flagCandidateVersion, "", "`version` this replica advertises in the lease's candidate registry (elector status lists it), e.g. the app's image tag; empty: none")
-	fs.IntVar(&o.candidatePriority, flagCandidatePriority, 0, "`priority` this replica advertises in the lease's candidate registry (higher is preferred)")
 }
-
-// Flags of the candidate registry (run and sidecar).
-const (
-	flagCandidateVersion  = "candidate-version"
-	flagCandidatePriority = "candidate-priority"
-)
 
 // validate checks the flags without side effects.
 func (o *serveOptions) validate() error {
@@ -100,9 +88,6 @@ func (o *serveOptions) validate() error {
 	}
 	if err := validateResignEndpoint(o.resignEndpoint); err != nil {
 		return err
-	}
-	if err := leasekit.ValidateVersion(o.candidateVersion); err != nil {
-		return fmt.Errorf("--%s %q %v", flagCandidateVersion, o.candidateVersion, err)
 	}
 	if o.resignTokenFile != "" {
 		token, err := readResignToken(o.resignTokenFile)
@@ -496,8 +481,6 @@ func startReplica(co *commonOptions, so *serveOptions, cb election.Callbacks, ex
 		Recampaign:      !exitOnLost,
 		Metrics:         metrics,
 		ReplicaAck:      co.ack,
-		Version:         so.candidateVersion,
-		Priority:        so.candidatePriority,
 	})
 	if err != nil {
 		l.close()
@@ -712,10 +695,6 @@ func resignHandler(e *election.Elector, policy resignPolicy, followers followerC
 		case errors.Is(err, election.ErrNotLeader):
 			http.Error(w, "not the leader: "+err.Error(), http.StatusConflict)
 			return
-		case errors.Is(err, leasekit.ErrNotCandidate), errors.Is(err, leasekit.ErrNoSuccessor):
-			klog.InfoS("Refused a resign request: nobody could take over", "remote", r.RemoteAddr, "to", to, "why", err)
-			http.Error(w, err.Error(), http.StatusConflict)
-			return
 		case errors.Is(err, leasekit.ErrTargetIsHolder), to != "" && leasewire.ValidateIdentity(to) != nil:
 			http.Error(w, "bad ?to: "+err.Error(), http.StatusBadRequest)
 			return
@@ -747,9 +726,6 @@ func checkTarget(ctx context.Context, e *election.Elector, to string, followers 
 	st := e.Status()
 	if followers == nil || !st.IsLeader || to == st.Identity || (to != "" && leasewire.ValidateIdentity(to) != nil) {
 		return "", false
-	}
-	if len(st.Candidates) > 0 {
-		return "", false // the candidate registry is in use: ResignTo checks the target against it
 	}
 	n, err := followers(ctx)
 	switch {

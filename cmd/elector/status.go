@@ -54,37 +54,6 @@ type leaseStatus struct {
 	Reserved *reservedStatus `json:"reserved,omitempty"`
 	// Done is the done mark of elector run --once-per, when one holds (single-lease status only).
 	Done *doneStatus `json:"done,omitempty"`
-	// Candidates are the live entries of the lease's candidate registry: the replicas that
-	// campaign or lead (single-lease status only; absent when none is advertised).
-	Candidates []candidateStatus `json:"candidates,omitempty"`
-}
-
-// candidateStatus is one live candidate of the lease (docs/PROTOCOL.md, "Candidates").
-type candidateStatus struct {
-	Identity string `json:"identity"`
-	Instance string `json:"instance"`
-	Version  string `json:"version"`
-	Priority int64  `json:"priority"`
-	// LastSeen is the time of its last heartbeat by Redis's clock; LastSeenMs how long before
-	// the read that was.
-	LastSeen   time.Time `json:"lastSeen"`
-	LastSeenMs int64     `json:"lastSeenMs"`
-	// Leader is set on the candidate whose instance holds the lease.
-	Leader bool `json:"leader"`
-}
-
-// addCandidates adds the live candidates of the lease to s.
-func addCandidates(ctx context.Context, co *commonOptions, l *leasekit.Lease, s *leaseStatus) error {
-	c, err := l.ReadCandidates(ctx)
-	if err != nil {
-		return readError(fmt.Sprintf("cannot read the candidates of lease %q", co.lease.name), co, err)
-	}
-	for _, x := range c.List {
-		s.Candidates = append(s.Candidates, candidateStatus{Identity: x.Identity, Instance: x.Instance, Version: x.Version,
-			Priority: x.Priority, LastSeen: x.LastSeen, LastSeenMs: c.Now.Sub(x.LastSeen).Milliseconds(),
-			Leader: s.Holder != "" && x.Identity == s.Holder && x.Instance == s.Instance})
-	}
-	return nil
 }
 
 // reservedStatus is the reservation that follows a resignation (elector resign).
@@ -209,9 +178,6 @@ func readStatus(ctx context.Context, co *commonOptions, l *leasekit.Lease) (leas
 	}
 	if out.Done, err = readDone(ctx, l); err != nil {
 		return leaseStatus{}, readError(fmt.Sprintf("cannot read lease %q", co.lease.name), co, err)
-	}
-	if err := addCandidates(ctx, co, l, &out); err != nil {
-		return leaseStatus{}, err
 	}
 	return out, nil
 }
@@ -380,7 +346,6 @@ func printStatus(w io.Writer, s leaseStatus) error {
 			}
 			fmt.Fprintf(tw, "reserved:\tfor %s, %v more (%s resigned)\n", who, time.Duration(r.TTLMs)*time.Millisecond, r.Resigned)
 		}
-		printCandidates(tw, s.Candidates)
 		return tw.Flush()
 	}
 	fmt.Fprintf(tw, "holder:\t%s\n", s.Holder)
@@ -394,24 +359,7 @@ func printStatus(w io.Writer, s leaseStatus) error {
 	} else {
 		fmt.Fprintf(tw, "ttl:\t%v\n", time.Duration(s.TTLMs)*time.Millisecond)
 	}
-	printCandidates(tw, s.Candidates)
 	return tw.Flush()
-}
-
-// printCandidates writes the candidates line and one line per candidate:
-// "  pod-a  v1.2  priority 0  seen 1.2s ago  (leader)".
-func printCandidates(w io.Writer, list []candidateStatus) {
-	fmt.Fprintf(w, "candidates:\t%d\n", len(list))
-	for _, c := range list {
-		version, leader := c.Version, ""
-		if version == "" {
-			version = "-"
-		}
-		if c.Leader {
-			leader = "  (leader)"
-		}
-		fmt.Fprintf(w, "  %s\tversion %s, priority %d, seen %v ago, instance %s%s\n", c.Identity, version, c.Priority, time.Duration(c.LastSeenMs)*time.Millisecond, c.Instance, leader)
-	}
 }
 
 // statusWatch is `elector status --watch`: the state, then a line per change, as the

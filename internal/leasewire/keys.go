@@ -28,9 +28,6 @@ type Keys struct {
 	Schedule string
 	// Runs keeps the schedule's last runs and missed ranges, newest first (pkg/schedule).
 	Runs string
-	// Candidates is the candidate registry: a hash of the replicas that campaign for or lead
-	// the lease, each with its expiry, version and priority (candidate.lua).
-	Candidates string
 
 	base string // PREFIX:{NAME}:
 }
@@ -52,8 +49,6 @@ func KeysFor(prefix, name string) Keys {
 
 		Schedule: base + "schedule",
 		Runs:     base + "runs",
-
-		Candidates: base + "candidates",
 	}
 }
 

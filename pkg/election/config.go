@@ -8,7 +8,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/lease"
@@ -114,14 +113,6 @@ type Config struct {
 	// longer applies. Zero: Run waits for Redis as long as its ctx lasts.
 	StartTimeout time.Duration
 
-	// Version and Priority are what this replica advertises in the lease's candidate registry
-	// while Run runs (docs/PROTOCOL.md, "Candidates"): its version (the app's, free text of at
-	// most 128 bytes without control characters; "" for none) and its priority (0 by default;
-	// higher is preferred). Every replica that runs keeps an entry there, which Status, `elector
-	// status` and resign's checks read; no trust rule does.
-	Version  string
-	Priority int
-
 	// Metrics, when set, receive this elector's figures (see NewMetrics), labelled
 	// name=LeaseName: electors that share one Metrics need distinct lease names (for the same
 	// name under two KeyPrefixes, give each a Metrics on its own prometheus.Registerer, e.g.
@@ -172,9 +163,6 @@ func (c *Config) validate() error {
 	}
 	if c.StartTimeout < 0 {
 		return fmt.Errorf("Config.StartTimeout (%v) must not be negative (0: no bound)", c.StartTimeout)
-	}
-	if err := leasekit.ValidateVersion(c.Version); err != nil {
-		return fmt.Errorf("Config.Version %q %w", c.Version, err)
 	}
 	return nil
 }

@@ -104,8 +104,7 @@ type Elector struct {
 	term     lease.Record // this replica's term while it leads
 	ctl      *termControl // how Resign reaches the current term's lead loop
 	leading  bool
-	lastRenw time.Time           // send time of the last successful acquire or renew of the current term
-	cands    leasekit.Candidates // the candidate registry as the last heartbeat found it (candidates.go)
+	lastRenw time.Time // send time of the last successful acquire or renew of the current term
 
 	notify *notifier
 	errs   errorLog
@@ -172,7 +171,6 @@ func (e *Elector) Run(ctx context.Context) error {
 
 	e.notify = startNotifier(e.cfg.Callbacks.OnNewLeader)
 	defer e.notify.stop()
-	defer e.startAdvertising(ctx)() // the candidate registry, off the election's path (candidates.go)
 	w := &watch{clock: e.clock, every: e.cfg.RetryPeriod, subscribe: e.subscribe}
 	defer w.wait()
 
@@ -407,18 +405,13 @@ type Status struct {
 	Token int64 `json:"token"`
 	// LastRenew is the send time of the last successful renew of this replica's term.
 	LastRenew *time.Time `json:"lastRenew,omitempty"`
-	// Candidates are the live entries of the lease's candidate registry, this replica's
-	// included, as its last heartbeat there found them (at most a third of LeaseDuration old
-	// while Run runs; none before its first heartbeat or after Run returned), sorted by
-	// identity.
-	Candidates []Candidate `json:"candidates"`
 }
 
 // Status returns a consistent snapshot of the elector's state.
 func (e *Elector) Status() Status {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	s := Status{Name: e.leader, Identity: e.cfg.Identity, IsLeader: e.leading, Lease: e.cfg.LeaseName, Candidates: publicCandidates(e.cands)}
+	s := Status{Name: e.leader, Identity: e.cfg.Identity, IsLeader: e.leading, Lease: e.cfg.LeaseName}
 	if e.leading {
 		s.Token = e.term.Token
 		t := e.lastRenw
@@ -469,8 +462,6 @@ type store interface {
 	subscribe(ctx context.Context) (subscription, error)
 	// resign is leasekit.Lease.RequestResign for this replica's own term.
 	resign(ctx context.Context, term lease.Record, target string, holdOff, timeout time.Duration) error
-	// advertise is leasekit.Lease.Advertise: a heartbeat in the candidate registry, or leave.
-	advertise(ctx context.Context, ttl time.Duration, priority int64, version string, leave bool) (leasekit.Candidates, error)
 }
 
 // subscription is what a follower uses of a *leasekit.Subscription.

@@ -16,7 +16,6 @@ package sim
 import (
 	"fmt"
 	"math"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,9 +36,7 @@ type Status string
 // entry is one key: a string or a sorted set, with its expiry in server milliseconds (0: none).
 type entry struct {
 	str      string
-	zset     map[string]float64 // nil for a string or a hash
-	hash     map[string]string  // nil for a string or a sorted set
-	hkeys    []string           // the hash's fields in insertion order (a small hash's listpack order)
+	zset     map[string]float64 // nil for a string
 	expireAt int64
 }
 
@@ -50,13 +47,6 @@ func (e *entry) clone() *entry {
 		for k, v := range e.zset {
 			c.zset[k] = v
 		}
-	}
-	if e.hash != nil {
-		c.hash = make(map[string]string, len(e.hash))
-		for k, v := range e.hash {
-			c.hash[k] = v
-		}
-		c.hkeys = append([]string(nil), e.hkeys...)
 	}
 	return &c
 }
@@ -156,12 +146,10 @@ func arity(name string) Error {
 // fixedArity returns the number of arguments of a command that takes a fixed number.
 func fixedArity(name string) (int, bool) {
 	switch name {
-	case "GET", "PTTL", "ZCARD", "HGETALL":
+	case "GET", "PTTL", "ZCARD":
 		return 1, true
 	case "PEXPIRE", "PUBLISH":
 		return 2, true
-	case "HSET":
-		return 3, true // one field: the scripts set one
 	case "TIME":
 		return 0, true
 	case "ZREMRANGEBYSCORE":
@@ -204,12 +192,6 @@ func (r *Redis) command(args []string) any {
 		return r.zrem(a)
 	case "ZREMRANGEBYSCORE":
 		return r.zremrangebyscore(a[0], a[1], a[2])
-	case "HSET":
-		return r.hset(a[0], a[1], a[2])
-	case "HDEL":
-		return r.hdel(a)
-	case "HGETALL":
-		return r.hgetall(a[0])
 	}
 	return Error(fmt.Sprintf("ERR unknown command '%s'", args[0]))
 }
@@ -219,7 +201,7 @@ func (r *Redis) get(key string) any {
 	switch {
 	case e == nil:
 		return nil
-	case e.zset != nil || e.hash != nil:
+	case e.zset != nil:
 		return errWrongType
 	}
 	return e.str
@@ -328,79 +310,6 @@ func (r *Redis) zsetFor(key string, create bool) (*entry, any) {
 		return nil, errWrongType
 	}
 	return e, nil
-}
-
-// hashFor returns key's hash, creating it when create; an error reply for another type.
-func (r *Redis) hashFor(key string, create bool) (*entry, any) {
-	e := r.lookup(key)
-	switch {
-	case e == nil && create:
-		e = &entry{hash: map[string]string{}}
-		r.data[key] = e
-	case e == nil:
-		return nil, nil
-	case e.hash == nil:
-		return nil, errWrongType
-	}
-	return e, nil
-}
-
-// hset is HSET key field value (one pair: the scripts set one).
-func (r *Redis) hset(key, field, value string) any {
-	e, errReply := r.hashFor(key, true)
-	if errReply != nil {
-		return errReply
-	}
-	_, had := e.hash[field]
-	e.hash[field] = value
-	if had {
-		return int64(0)
-	}
-	e.hkeys = append(e.hkeys, field)
-	return int64(1)
-}
-
-// hdel is HDEL key field [field ...]; the hash disappears with its last field.
-func (r *Redis) hdel(a []string) any {
-	if len(a) < 2 {
-		return arity("hdel")
-	}
-	e, errReply := r.hashFor(a[0], false)
-	if e == nil {
-		if errReply != nil {
-			return errReply
-		}
-		return int64(0)
-	}
-	var n int64
-	for _, f := range a[1:] {
-		if _, ok := e.hash[f]; ok {
-			delete(e.hash, f)
-			e.hkeys = slices.DeleteFunc(e.hkeys, func(k string) bool { return k == f })
-			n++
-		}
-	}
-	if len(e.hash) == 0 {
-		delete(r.data, a[0])
-	}
-	return n
-}
-
-// hgetall is HGETALL key: field, value, ... in insertion order, as Redis gives a small hash
-// (a listpack).
-func (r *Redis) hgetall(key string) any {
-	e, errReply := r.hashFor(key, false)
-	if e == nil {
-		if errReply != nil {
-			return errReply
-		}
-		return []any{}
-	}
-	out := make([]any, 0, 2*len(e.hkeys))
-	for _, f := range e.hkeys {
-		out = append(out, f, e.hash[f])
-	}
-	return out
 }
 
 // zadd is ZADD key score member [score member ...] (no flags: the scripts use none).
