@@ -143,8 +143,15 @@ func (c *Cluster) start(ctx context.Context) error {
 		}
 	}
 
-	// The bridge first: the API server and the kubelet listen on its address.
-	if err := run("ip", "link", "add", o.Bridge, "type", "bridge"); err != nil {
+	// The bridge first: the API server and the kubelet listen on its address. Its MAC address
+	// is set (locally administered, from the bridge's IP): a bridge whose address was not set
+	// takes the lowest MAC of its ports, so it changed whenever a pod's veth came or went, and
+	// the pods' ARP entries for the gateway pointed at a MAC nobody had until they were
+	// probed again: a pod lost the host (Redis, the API server) for seconds, seen as a leader
+	// that could not renew right after another pod was deleted.
+	ip4 := c.BridgeIP.To4()
+	mac := fmt.Sprintf("02:e2:%02x:%02x:%02x:%02x", ip4[0], ip4[1], ip4[2], ip4[3])
+	if err := run("ip", "link", "add", o.Bridge, "address", mac, "type", "bridge"); err != nil {
 		return fmt.Errorf("create bridge %s: %w", o.Bridge, err)
 	}
 	c.createdBridge = true
