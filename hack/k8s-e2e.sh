@@ -21,6 +21,8 @@
 #   HELM_VERSION   helm v4 version to build (default the one test/helm's go.mod requires, v4.3.2)
 #   E2E_CACHE      cache dir (default ${XDG_CACHE_HOME:-$HOME/.cache}/elector-e2e)
 #   E2E_RUN        -run pattern for the test module
+#   E2E_DELETIONS  leader-pod deletions per mode in TestPodDeletionOverlap (default 7: 21 in all,
+#                  native sidecar, plain sidecar and run mode); more for a longer soak
 set -euo pipefail
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -157,7 +159,7 @@ build_helm() {
 
 install_packages() {
 	local need=() p
-	for p in containerd runc containernetworking-plugins iptables etcd-server iproute2 util-linux redis-server; do
+	for p in containerd runc containernetworking-plugins iptables etcd-server iproute2 util-linux redis-server busybox-static; do
 		dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 	done
 	((${#need[@]} == 0)) && return
@@ -206,7 +208,9 @@ run_tests() {
 	cd "$repo_root/test/k8s"
 	go vet -trimpath ./...
 	trap backstop EXIT
-	go test -trimpath -count=1 -v -timeout 20m ${E2E_RUN:+-run "$E2E_RUN"} ./...
+	# 20 minutes, and 20 s more for each leader-pod deletion past the default 7 per mode (3 modes).
+	local timeout=$((1200 + 60 * (${E2E_DELETIONS:-7} > 7 ? ${E2E_DELETIONS:-7} - 7 : 0)))
+	go test -trimpath -count=1 -v -timeout "${timeout}s" ${E2E_RUN:+-run "$E2E_RUN"} ./...
 }
 
 # prebuild_tests compiles what run_tests compiles (the test modules' dependencies, client-go
