@@ -79,7 +79,14 @@ func (s *Scheduler) lead(ctx context.Context, token int64) error {
 		if t.job != nil {
 			running.slot, running.started = t.job.slot, t.job.started
 		}
-		a := s.plan(v, running, token, s.knownCursor())
+		var a action
+		if v.has && (v.st.spec != s.spec || v.st.zone != s.zone) {
+			// The state names another schedule (the spec changed, or the state is older than
+			// the spec in it): write this term's, so that status tells the schedule that runs.
+			a = skip(v.st.cursor, v.st.cursor, 0, "spec")
+		} else {
+			a = s.plan(v, running, token, s.knownCursor())
+		}
 		if v.has {
 			s.m.setNext(s.sched.Next(v.st.cursor))
 		}
@@ -108,7 +115,7 @@ func (t *term) do(ctx context.Context, a action) bool {
 		if !validReason(a.reason) {
 			panic("schedule: invalid skip reason " + a.reason)
 		}
-		r, err := t.ints(ctx, skipScript, 2, t.tok, ms(a.first), ms(a.last), a.count, a.reason, s.cfg.History)
+		r, err := t.ints(ctx, skipScript, 2, t.tok, ms(a.first), ms(a.last), a.count, a.reason, s.cfg.History, s.spec, s.zone)
 		if err != nil {
 			t.failed(ctx, err)
 			return true
@@ -125,10 +132,14 @@ func (t *term) do(ctx context.Context, a action) bool {
 			}
 			t.idle = 0
 		default:
+			if a.reason == "spec" { // the state names this term's schedule now
+				t.idle = 0
+				break
+			}
 			t.noProgress(ctx)
 		}
 	case actClaim:
-		r, err := t.ints(ctx, claimScript, 4, t.tok, ms(a.slot), s.cfg.MaxAttempts, s.deadline.Milliseconds(), s.cfg.History)
+		r, err := t.ints(ctx, claimScript, 4, t.tok, ms(a.slot), s.cfg.MaxAttempts, s.deadline.Milliseconds(), s.cfg.History, s.spec, s.zone)
 		if err != nil {
 			t.failed(ctx, err)
 			return true

@@ -108,12 +108,15 @@ func SlotFrom(ctx context.Context) (Slot, bool) {
 // Scheduler runs a job once per slot of a schedule while its replica leads a lease. Its state
 // is in Redis, next to the lease, so that each slot runs once across replicas and restarts.
 type Scheduler struct {
-	cfg      Config
-	sched    cron.Schedule
-	keys     []string // lease, schedule, runs
-	deadline time.Duration
-	caller   caller
-	clock    clock.Clock
+	cfg   Config
+	sched cron.Schedule
+	keys  []string // lease, schedule, runs
+	// spec and zone are what the scripts keep in the state for status: Spec on one line,
+	// and Location's name.
+	spec, zone string
+	deadline   time.Duration
+	caller     caller
+	clock      clock.Clock
 	// callTimeout bounds one Redis call; the simulator shortens it.
 	callTimeout time.Duration
 
@@ -188,7 +191,8 @@ func New(cfg Config) (*Scheduler, error) {
 	k := leasewire.KeysFor(cfg.Prefix, cfg.LeaseName)
 	return &Scheduler{
 		cfg: cfg, sched: sched, deadline: deadline,
-		keys:   []string{k.Lease, k.Schedule, k.Runs},
+		keys: []string{k.Lease, k.Schedule, k.Runs},
+		spec: strings.Join(strings.Fields(cfg.Spec), " "), zone: cfg.Location.String(),
 		caller: redisCaller{cfg.Client, lualib.For(cfg.Client)}, clock: clock.RealClock{}, callTimeout: 5 * time.Second,
 		m: newMetrics(cfg.LeaseName),
 	}, nil

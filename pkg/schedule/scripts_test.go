@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -83,7 +84,7 @@ func (f *fixture) run(sc *lualib.Script, args ...any) []int64 {
 
 func (f *fixture) claim(tok int64, slot time.Time, max int, deadline time.Duration) []int64 {
 	f.t.Helper()
-	return f.run(claimScript, tok, ms(slot), max, deadline.Milliseconds(), 100)
+	return f.run(claimScript, tok, ms(slot), max, deadline.Milliseconds(), 100, f.s.spec, f.s.zone)
 }
 
 func (f *fixture) finish(tok int64, slot time.Time, attempt int, result string, code int) int64 {
@@ -93,7 +94,7 @@ func (f *fixture) finish(tok int64, slot time.Time, attempt int, result string, 
 
 func (f *fixture) skip(tok int64, first, last time.Time, count int, reason string) int64 {
 	f.t.Helper()
-	return f.run(skipScript, tok, ms(first), ms(last), count, reason, 100)[0]
+	return f.run(skipScript, tok, ms(first), ms(last), count, reason, 100, f.s.spec, f.s.zone)[0]
 }
 
 func (f *fixture) state() state {
@@ -300,7 +301,7 @@ func TestHistoryKeepsTheNewest(t *testing.T) {
 	now := f.redisNow()
 	for i := 1; i <= 5; i++ {
 		sl := now.Add(time.Duration(i) * time.Millisecond)
-		f.run(skipScript, a.Token, ms(sl), ms(sl), 1, "r"+strings.Repeat("x", i), 3)
+		f.run(skipScript, a.Token, ms(sl), ms(sl), 1, "r"+strings.Repeat("x", i), 3, f.s.spec, f.s.zone)
 	}
 	_, missed := f.history()
 	if len(missed) != 3 || missed[0].Reason != "rxxxxx" || missed[2].Reason != "rxxx" {
@@ -349,4 +350,77 @@ func TestScriptsAsFunctions(t *testing.T) {
 	if _, derr := decodeRead(v); err != nil || derr != nil {
 		t.Errorf("read through FCALL: %v %v", err, derr)
 	}
+}
+
+// TestStateKeepsSpecAndZone: claim and skip write the term's spec and zone into the state (v2),
+// finish keeps them, and a v1 state (written before they were kept) is read, run on and
+// written as v2 by the next claim or skip; finish keeps a v1 state v1.
+func TestStateKeepsSpecAndZone(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, Config{Spec: "30  2 * * *", Location: berlin})
+	a := f.acquire("a")
+	now := f.redisNow()
+	if n := f.skip(a.Token, now, now, 0, "start"); n != 1 {
+		t.Fatal(n)
+	}
+	if st := f.state(); st.spec != "30 2 * * *" || st.zone != "Europe/Berlin" {
+		t.Errorf("state after skip: spec %q zone %q, want the spec on one line and Europe/Berlin", st.spec, st.zone)
+	}
+	// A v1 state with a run going on: finish keeps it v1 with its record.
+	v1 := fmt.Sprintf("v1\n%s\n%s\nrunning\n1\n%d\n%s\n0\n0\n%s", ms(now), ms(now), a.Token, ms(now), a)
+	f.client.Set(f.ctx, f.s.keys[1], v1, 0)
+	if n := f.finish(a.Token, now, 1, phaseDone, 0); n != 1 {
+		t.Fatalf("finish of a v1 run: %d", n)
+	}
+	v, _ := f.client.Get(f.ctx, f.s.keys[1]).Result()
+	if !strings.HasPrefix(v, "v1\n") || !strings.HasSuffix(v, "\n"+a.String()) {
+		t.Errorf("v1 state after finish: %q, want v1 with the record", v)
+	}
+	if st := f.state(); st.spec != "" || st.run.Result != phaseDone || st.run.Holder != a.String() {
+		t.Errorf("v1 state read: %+v, want no spec, the run done by %s", st, a)
+	}
+	// The next claim writes v2 with the spec; finish keeps the spec and the record.
+	slot := now.Add(time.Millisecond)
+	if r := f.claim(a.Token, slot, 3, 0); r[0] != 1 {
+		t.Fatalf("claim on a v1 state: %v", r)
+	}
+	if n := f.finish(a.Token, slot, 1, phaseFailed, 2); n != 1 {
+		t.Fatalf("finish: %d", n)
+	}
+	st := f.state()
+	if st.spec != "30 2 * * *" || st.zone != "Europe/Berlin" || st.run.Result != phaseFailed || st.run.ExitCode != 2 || st.run.Holder != a.String() {
+		t.Errorf("state after claim and finish: %+v", st)
+	}
+	if runs, _ := f.history(); len(runs) != 2 || runs[0].Holder != a.String() || runs[0].Result != phaseFailed {
+		t.Errorf("history %+v: want the failed run first, by %s", runs, a)
+	}
+	// A term with another spec rewrites it with a skip that moves nothing.
+	g := newFixtureOn(t, f.client, Config{Spec: "@hourly"})
+	if n := g.skip(a.Token, st.cursor, st.cursor, 0, "spec"); n != 2 {
+		t.Errorf("skip to the cursor: %d, want 2 (the cursor did not move)", n)
+	}
+	if st := f.state(); st.spec != "@hourly" || st.zone != "UTC" || !st.cursor.Equal(slot) || st.run.Result != phaseFailed {
+		t.Errorf("state after the new spec: %+v", st)
+	}
+	// Fenced as ever: another token writes nothing, spec or not.
+	if n := g.skip(a.Token+1, st.cursor, st.cursor, 0, "spec"); n != 0 {
+		t.Errorf("skip of another token: %d, want 0 (fenced)", n)
+	}
+}
+
+// newFixtureOn is newFixture on the client of another fixture.
+func newFixtureOn(t *testing.T, client *redis.Client, cfg Config) *fixture {
+	t.Helper()
+	if cfg.LeaseName == "" {
+		cfg.LeaseName = "job"
+	}
+	cfg.Client, cfg.Job = client, func(context.Context) error { return nil }
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{t: t, ctx: t.Context(), client: client, s: s, name: cfg.LeaseName}
 }

@@ -41,6 +41,9 @@ type Missed struct {
 type state struct {
 	cursor time.Time
 	run    Run // Run.Slot is zero before the first claim
+	// spec and zone are the schedule of the term that wrote the state last ("" in a v1 state,
+	// written before they were kept).
+	spec, zone string
 }
 
 // phases of a run record; "none" before the first claim.
@@ -72,14 +75,21 @@ func msOf(t time.Time) int64 {
 	return t.UnixMilli()
 }
 
-// parseState decodes "v1\n<cursor>\n<slot>\n<phase>\n<attempt>\n<token>\n<started>\n<ended>\n
-// <exit>\n<record>".
+// parseState decodes "v2\n<cursor>\n<slot>\n<phase>\n<attempt>\n<token>\n<started>\n<ended>\n
+// <exit>\n<spec>\n<zone>\n<record>", or the same in v1 without <spec> and <zone>.
 func parseState(v string) (state, error) {
 	f := strings.SplitN(v, "\n", 10)
-	if len(f) != 10 || f[0] != "v1" {
+	if len(f) != 10 || (f[0] != "v1" && f[0] != "v2") {
 		return state{}, fmt.Errorf("%q is not a schedule state", v)
 	}
 	var st state
+	if f[0] == "v2" {
+		g := strings.SplitN(f[9], "\n", 3)
+		if len(g) != 3 {
+			return state{}, fmt.Errorf("%q is not a schedule state", v)
+		}
+		st.spec, st.zone, f[9] = g[0], g[1], g[2]
+	}
 	var err error
 	if st.cursor, err = msTime(f[1]); err != nil {
 		return state{}, fmt.Errorf("schedule state cursor: %w", err)

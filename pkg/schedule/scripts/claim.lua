@@ -3,14 +3,17 @@
 -- and a slot that is decided (done, missed, or passed by the cursor) is never claimed again.
 --
 -- KEYS[1]  lease key     P:{NAME}:lease
--- KEYS[2]  schedule key  P:{NAME}:schedule  the state: "v1\n<cursor>\n<slot>\n<phase>\n<attempt>\n
---                        <token>\n<started>\n<ended>\n<exit>\n<record>" (times in server ms)
+-- KEYS[2]  schedule key  P:{NAME}:schedule  the state: "v2\n<cursor>\n<slot>\n<phase>\n<attempt>\n
+--                        <token>\n<started>\n<ended>\n<exit>\n<spec>\n<zone>\n<record>" (times in
+--                        server ms); "v1" lacks <spec> and <zone> (read, and written as v2)
 -- KEYS[3]  runs key      P:{NAME}:runs      the history, newest line first (finish.lua, skip.lua)
 -- ARGV[1]  token         the term's fencing token (decimal)
 -- ARGV[2]  slot          the slot's scheduled time, ms since 1970
 -- ARGV[3]  max attempts  how many attempts a slot gets (>= 1)
 -- ARGV[4]  deadline      the starting deadline in ms: a slot claimed later is missed (0: none)
 -- ARGV[5]  keep          how many lines the history keeps
+-- ARGV[6]  spec          the term's schedule (cron spec, one line): kept in the state, for status
+-- ARGV[7]  zone          the spec's time zone (IANA name, one line): kept likewise
 --
 -- The clock is Redis's (TIME): the slot must have come and the deadline not passed by the
 -- server's time, whatever the caller's clock says.
@@ -29,6 +32,7 @@ if redis.replicate_commands then redis.replicate_commands() end
 
 local token, slot = ARGV[1], tonumber(ARGV[2])
 local max, deadline, keep = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local spec, zone = ARGV[6], ARGV[7]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -58,12 +62,16 @@ local function push(line)
   redis.call('SET', KEYS[3], h)
 end
 
+if not spec or not zone or string.find(spec .. zone, '\n', 1, true) then
+  return redis.error_reply('ERR schedule spec and zone must be given, one line each')
+end
 local s = {cursor = 0, slot = 0, phase = 'none', attempt = 0, token = '', started = '0', ended = '0', exit = '0', record = ''}
 local v = redis.call('GET', KEYS[2])
 if v then
-  local c, sl, ph, at, tk, st, en, ex, rec = string.match(v,
-    '^v1\n(%d+)\n(%d+)\n(%a+)\n(%d+)\n(%d*)\n(%d+)\n(%d+)\n(%-?%d+)\n(.*)$')
-  if not c then
+  local ver, c, sl, ph, at, tk, st, en, ex, rec = string.match(v,
+    '^v([12])\n(%d+)\n(%d+)\n(%a+)\n(%d+)\n(%d*)\n(%d+)\n(%d+)\n(%-?%d+)\n(.*)$')
+  if ver == '2' then rec = string.match(rec, '^[^\n]*\n[^\n]*\n(.*)$') end
+  if not c or not rec then
     return redis.error_reply('ERR schedule key ' .. KEYS[2] .. ' does not hold a schedule state')
   end
   s = {cursor = tonumber(c), slot = tonumber(sl), phase = ph, attempt = tonumber(at), token = tk,
@@ -71,8 +79,9 @@ if v then
 end
 
 local function write()
-  redis.call('SET', KEYS[2], 'v1\n' .. num(s.cursor) .. '\n' .. num(s.slot) .. '\n' .. s.phase .. '\n' ..
-    num(s.attempt) .. '\n' .. s.token .. '\n' .. s.started .. '\n' .. s.ended .. '\n' .. s.exit .. '\n' .. s.record)
+  redis.call('SET', KEYS[2], 'v2\n' .. num(s.cursor) .. '\n' .. num(s.slot) .. '\n' .. s.phase .. '\n' ..
+    num(s.attempt) .. '\n' .. s.token .. '\n' .. s.started .. '\n' .. s.ended .. '\n' .. s.exit .. '\n' ..
+    spec .. '\n' .. zone .. '\n' .. s.record)
 end
 
 if s.phase == 'running' and s.token == token then

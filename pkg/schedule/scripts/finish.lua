@@ -3,7 +3,7 @@
 -- renewal) cannot mark a slot done that a later term may already run again.
 --
 -- KEYS[1]  lease key     P:{NAME}:lease
--- KEYS[2]  schedule key  P:{NAME}:schedule  (claim.lua describes the state)
+-- KEYS[2]  schedule key  P:{NAME}:schedule  (claim.lua describes the state; v1 stays v1)
 -- KEYS[3]  runs key      P:{NAME}:runs      the history, newest line first
 -- ARGV[1]  token         the term's fencing token (decimal)
 -- ARGV[2]  slot          the slot's scheduled time, ms since 1970, as claimed
@@ -38,7 +38,7 @@ local v = redis.call('GET', KEYS[2])
 if not v then
   return {-1, now}
 end
-local c, sl, ph, at, tk, st, rest = string.match(v, '^v1\n(%d+)\n(%d+)\n(%a+)\n(%d+)\n(%d*)\n(%d+)\n(.*)$')
+local ver, c, sl, ph, at, tk, st, rest = string.match(v, '^(v[12])\n(%d+)\n(%d+)\n(%a+)\n(%d+)\n(%d*)\n(%d+)\n(.*)$')
 if not c or tonumber(sl) ~= slot or tonumber(at) ~= attempt or tk ~= token then
   return {-1, now}
 end
@@ -48,10 +48,16 @@ if ph ~= 'running' then
   end
   return {-1, now}
 end
-local record = string.match(rest, '^%d+\n%-?%d+\n(.*)$')
+-- The tail after <exit> is kept as it is: <record> (v1), or <spec>\n<zone>\n<record> (v2).
+local tail = string.match(rest, '^%d+\n%-?%d+\n(.*)$')
+local record = tail
+if ver == 'v2' and tail then record = string.match(tail, '^[^\n]*\n[^\n]*\n(.*)$') end
+if not record then
+  return {-1, now}
+end
 local ended = string.format('%.0f', now)
-redis.call('SET', KEYS[2], 'v1\n' .. c .. '\n' .. sl .. '\n' .. result .. '\n' .. at .. '\n' .. tk .. '\n' ..
-  st .. '\n' .. ended .. '\n' .. exit .. '\n' .. record)
+redis.call('SET', KEYS[2], ver .. '\n' .. c .. '\n' .. sl .. '\n' .. result .. '\n' .. at .. '\n' .. tk .. '\n' ..
+  st .. '\n' .. ended .. '\n' .. exit .. '\n' .. tail)
 
 local line = 'run ' .. sl .. ' ' .. result .. ' ' .. at .. ' ' .. tk .. ' ' .. st .. ' ' .. ended .. ' ' .. exit .. ' ' .. record
 local h = redis.call('GET', KEYS[3])
