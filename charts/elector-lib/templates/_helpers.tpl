@@ -441,6 +441,11 @@ that renders the elector includes it once.
 {{- if and (eq (.Values.mode | default "sidecar") "sidecar") .Values.sidecar.native (semverCompare "<1.29.0-0" .Capabilities.KubeVersion.Version) }}
 {{- fail (printf "sidecar.native needs Kubernetes >= 1.29 (native sidecar containers), this is %s: set sidecar.native=false" .Capabilities.KubeVersion.Version) }}
 {{- end }}
+{{- with (.Values.schedule | default dict).spec }}
+{{- if ne ($.Values.mode | default "sidecar") "run" }}
+{{- fail (printf "schedule.spec (%q) needs mode run: a schedule is `elector run --schedule`, which runs the command on the leader; in sidecar mode every replica runs the app, which decides itself: set mode=run, or leave schedule.spec empty" .) }}
+{{- end }}
+{{- end }}
 {{- if and .Values.redis.tls.clientCertSecret (not .Values.redis.tls.enabled) }}
 {{- fail "redis.tls.clientCertSecret needs redis.tls.enabled" }}
 {{- end }}

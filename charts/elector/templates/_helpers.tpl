@@ -144,6 +144,71 @@ milliseconds.
 {{- end }}
 
 {{/*
+The flags of `elector run --schedule` when schedule.spec is set, one per line
+of a YAML list: the spec, and each option that differs from elector run's
+default (docs/CLI.md, "Flags of run").
+*/}}
+{{- define "elector.scheduleArgs" -}}
+{{- with .Values.schedule }}
+{{- if .spec }}
+- {{ printf "--schedule=%s" .spec | toJson }}
+{{- if ne .timeZone "UTC" }}
+- {{ printf "--time-zone=%s" .timeZone | toJson }}
+{{- end }}
+{{- if ne .overlap "skip" }}
+- --overlap={{ .overlap }}
+{{- end }}
+{{- if ne .catchUp "latest" }}
+- --catch-up={{ .catchUp }}
+{{- end }}
+{{- if ne (include "elector.durationNanos" .startingDeadline | int64) 0 }}
+- --starting-deadline={{ .startingDeadline }}
+{{- end }}
+{{- if ne (int64 .maxAttempts) 3 }}
+- --max-attempts={{ int64 .maxAttempts }}
+{{- end }}
+{{- if ne (include "elector.durationNanos" .retryDelay | int64) 10000000000 }}
+- --retry-delay={{ .retryDelay }}
+{{- end }}
+{{- if ne (int64 .history) 100 }}
+- --schedule-history={{ int64 .history }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The period after which ElectorScheduleNoSuccess fires, a Prometheus duration:
+metrics.prometheusRule.schedule.noSuccessFor, or twice the period of a
+descriptor spec; a five-field spec's period the chart cannot tell.
+*/}}
+{{- define "elector.scheduleNoSuccessFor" -}}
+{{- $spec := .Values.schedule.spec | trim }}
+{{- $periods := dict "@hourly" "2h" "@daily" "2d" "@midnight" "2d" "@weekly" "2w" "@monthly" "62d" "@yearly" "2y" "@annually" "2y" }}
+{{- if .Values.metrics.prometheusRule.schedule.noSuccessFor }}{{ .Values.metrics.prometheusRule.schedule.noSuccessFor }}
+{{- else if hasKey $periods $spec }}{{ get $periods $spec }}
+{{- else if hasPrefix "@every" $spec }}
+{{- include "elector.promDuration" (mul 2 (include "elector.durationNanos" (trimPrefix "@every" $spec | trim) | int64)) }}
+{{- else }}
+{{- fail (printf "metrics.prometheusRule.schedule.noSuccessFor: set it for schedule.spec %q (e.g. two periods of the schedule plus the run's length, 2d for a daily run): the chart cannot tell the period of five cron fields" .Values.schedule.spec) }}
+{{- end }}
+{{- end }}
+
+{{/*
+A Prometheus duration (1h30m, 2d, 500ms) in seconds, for a comparison in
+PromQL: an integer, or a decimal for milliseconds.
+*/}}
+{{- define "elector.promSeconds" -}}
+{{- $factors := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 "d" 86400000 "w" 604800000 "y" 31536000000 }}
+{{- $ms := 0 }}
+{{- range regexFindAll "[0-9]+(ms|s|m|h|d|w|y)" . -1 }}
+{{- $unit := regexFind "[a-z]+$" . }}
+{{- $ms = add $ms (mul (trimSuffix $unit . | int64) (get $factors $unit)) }}
+{{- end }}
+{{- if eq (mod $ms 1000) 0 }}{{ div $ms 1000 }}{{ else }}{{ div $ms 1000 }}.{{ printf "%03d" (mod $ms 1000) }}{{ end }}
+{{- end }}
+
+{{/*
 The Deployment strategy. With gateReadiness only the leader is ever Ready, so
 a rollout that waits for new pods to be Ready never ends (a new pod cannot
 lead while the old leader lives): replace the old pods without waiting.

@@ -71,6 +71,9 @@ spec:
         {{- if .Values.run.exitOnLost }}
         - --exit-on-lost
         {{- end }}
+        {{- with include "elector.scheduleArgs" . | trim }}
+        {{- . | nindent 8 }}
+        {{- end }}
         {{- with .Values.run.extraArgs }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
