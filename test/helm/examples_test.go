@@ -19,6 +19,7 @@ var examples = []struct {
 }{
 	{"sidecar.yaml", "my-app", "testdata/example-sidecar-values.yaml"},
 	{"run.yaml", "my-job", "testdata/example-run-values.yaml"},
+	{"schedule.yaml", "my-report", "testdata/example-schedule-values.yaml"},
 }
 
 // TestExamples keeps examples/kubernetes equal to what the chart renders, so
