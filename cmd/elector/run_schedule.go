@@ -81,6 +81,9 @@ func (o *scheduleOptions) validate(ro *runOptions, changed func(string) bool) er
 		return fmt.Errorf("--%s: unknown time zone %q; want an IANA name such as UTC or Europe/Berlin", flagTimeZone, o.timeZone)
 	}
 	o.loc = loc
+	if !changed(flagTimeZone) && (strings.HasPrefix(o.spec, "CRON_TZ=") || strings.HasPrefix(o.spec, "TZ=")) {
+		o.loc = nil // the spec's own zone, not the flag's default
+	}
 	switch schedule.Overlap(o.overlap) {
 	case schedule.OverlapSkip, schedule.OverlapWait, schedule.OverlapCancel:
 	default:

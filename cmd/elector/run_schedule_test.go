@@ -50,6 +50,12 @@ func TestRunScheduleFlags(t *testing.T) {
 	if o.loc == nil || o.loc.String() != "Europe/Berlin" {
 		t.Errorf("location %v, want Europe/Berlin", o.loc)
 	}
+	// A CRON_TZ= prefix names the zone when --time-zone was not set: its default is no conflict.
+	tz := scheduleOptions{spec: "CRON_TZ=Europe/Berlin 30 2 * * *", timeZone: "UTC", overlap: "skip", catchUp: "latest",
+		maxAttempts: 3, retryDelay: time.Second, history: 10}
+	if err := tz.validate(&runOptions{}, func(string) bool { return false }); err != nil {
+		t.Errorf("CRON_TZ= prefix without --time-zone: %v", err)
+	}
 	for name, def := range map[string]string{flagSchedule: "", flagTimeZone: "UTC", flagOverlap: "skip", flagCatchUp: "latest",
 		flagStartingDeadline: "0s", flagMaxAttempts: "3", flagRetryDelay: "10s", flagScheduleHistory: "100"} {
 		f := cmd.Flags().Lookup(name)
