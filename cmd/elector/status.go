@@ -54,6 +54,9 @@ type leaseStatus struct {
 	Reserved *reservedStatus `json:"reserved,omitempty"`
 	// Done is the done mark of elector run --once-per, when one holds (single-lease status only).
 	Done *doneStatus `json:"done,omitempty"`
+	// Schedule is the state of elector run --schedule on the lease, when it has one
+	// (single-lease status only).
+	Schedule *scheduleStatus `json:"schedule,omitempty"`
 }
 
 // reservedStatus is the reservation that follows a resignation (elector resign).
@@ -87,6 +90,7 @@ expired) until SIGINT or SIGTERM. Exit 0 when the lease is held, 3 when it has n
 type statusFlags struct {
 	output     string
 	all, watch bool
+	runs       uint // of the schedule's history (status_schedule.go)
 	co         commonOptions
 }
 
@@ -101,6 +105,7 @@ func (c *cli) newStatusCmd() *cobra.Command {
 		fs.StringVarP(&sf.output, flagOutput, "o", "text", "output `format`: text, json or yaml")
 		fs.BoolVar(&sf.all, flagAll, false, "list every held lease under --key-prefix (for election.Group) instead of one --lease-name")
 		fs.BoolVarP(&sf.watch, flagWatch, "w", false, "after the status, print a line per change (acquired, released, expired) as it happens, until interrupted")
+		addScheduleStatusFlags(fs, &sf.runs)
 	})
 	sf.co.addObserverFlags(cmd)
 	addKlogFlags(cmd)
@@ -136,6 +141,9 @@ func (c *cli) status(ctx context.Context, cmd *cobra.Command, args []string, sf 
 		return c.statusWatch(ctx, who, co, client, l, output)
 	}
 	out, err := readStatus(ctx, co, l)
+	if err == nil {
+		out.Schedule, err = readScheduleStatus(ctx, co, client, output, sf.runs)
+	}
 	if err != nil {
 		return c.runtimeError(who, err)
 	}
@@ -257,7 +265,10 @@ func validateOutput(format string) error {
 // writeStatus writes s in format (text, json or yaml).
 func writeStatus(w io.Writer, format string, s leaseStatus) error {
 	if format == "text" {
-		return printStatus(w, s)
+		if err := printStatus(w, s); err != nil {
+			return err
+		}
+		return printSchedule(w, s.Schedule)
 	}
 	return encode(w, format, s)
 }
