@@ -2,10 +2,13 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -199,6 +202,35 @@ func TestRunScheduleThreeReplicas(t *testing.T) {
 			t.Errorf("slot %v neither done nor recorded missed", time.UnixMilli(slot).UTC())
 		}
 	}
+
+	// elector status shows the schedule the replicas ran: its spec, next slot and runs, as
+	// Redis's history holds them (the replicas stopped: the lease is free, exit 3).
+	code, text, stderr := runElector(t, 10*time.Second, nil, "status", "--redis-addr", srv.Addr(), "--lease-name", name)
+	if code != 3 || !strings.Contains(text, "\nschedule:     @every 2s (time zone UTC)\n") ||
+		!regexp.MustCompile(`(?m)^next slot:    \S+Z \(`).MatchString(text) ||
+		!regexp.MustCompile(`(?m)^runs:         5 of \d+ kept\n  SLOT +BY +TOKEN +ATTEMPT +RESULT +EXIT +DURATION\n(  \S+Z +r[012] +\d+ +\d +\w+ +-?\d+ +\S+\n){5}`).MatchString(text) {
+		t.Errorf("elector status: exit %d, want 3, the spec and the last 5 runs:\n%s%s", code, text, stderr)
+	}
+	code, js, stderr := runElector(t, 10*time.Second, nil, "status", "--redis-addr", srv.Addr(), "--lease-name", name, "-o", "json")
+	var st struct {
+		Schedule struct {
+			Spec string
+			Runs []struct {
+				Holder, Result string
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(js), &st); err != nil || code != 3 {
+		t.Fatalf("elector status -o json: exit %d, %v: %s%s", code, err, js, stderr)
+	}
+	shown := map[string]int{}
+	for _, r := range st.Schedule.Runs {
+		shown[r.Result]++
+	}
+	if st.Schedule.Spec != "@every 2s" || !maps.Equal(shown, results) {
+		t.Errorf("elector status -o json: spec %q, results %v: want @every 2s and every run of the history %v", st.Schedule.Spec, shown, results)
+	}
+	t.Logf("elector status:\n%s", text)
 
 	// /bin/true's exec floor, measured now on the same machine.
 	var floor []time.Duration
