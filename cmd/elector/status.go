@@ -90,7 +90,6 @@ expired) until SIGINT or SIGTERM. Exit 0 when the lease is held, 3 when it has n
 type statusFlags struct {
 	output     string
 	all, watch bool
-	runs       uint // of the schedule's history (status_schedule.go)
 	co         commonOptions
 }
 
@@ -105,7 +104,6 @@ func (c *cli) newStatusCmd() *cobra.Command {
 		fs.StringVarP(&sf.output, flagOutput, "o", "text", "output `format`: text, json or yaml")
 		fs.BoolVar(&sf.all, flagAll, false, "list every held lease under --key-prefix (for election.Group) instead of one --lease-name")
 		fs.BoolVarP(&sf.watch, flagWatch, "w", false, "after the status, print a line per change (acquired, released, expired) as it happens, until interrupted")
-		addScheduleStatusFlags(fs, &sf.runs)
 	})
 	sf.co.addObserverFlags(cmd)
 	addKlogFlags(cmd)
@@ -142,7 +140,7 @@ func (c *cli) status(ctx context.Context, cmd *cobra.Command, args []string, sf 
 	}
 	out, err := readStatus(ctx, co, l)
 	if err == nil {
-		out.Schedule, err = readScheduleStatus(ctx, co, client, output, sf.runs)
+		out.Schedule, err = readScheduleStatus(ctx, co, client, output)
 	}
 	if err != nil {
 		return c.runtimeError(who, err)

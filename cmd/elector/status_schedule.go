@@ -8,17 +8,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/spf13/pflag"
 
 	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/pkg/schedule"
 )
 
-const (
-	flagRuns = "runs"
-	// textRuns is how many runs and missed ranges the text shows when --runs is 0.
-	textRuns = 5
-)
+// textRuns is how many of the last runs and missed ranges the text shows; JSON and YAML show
+// every one the history keeps.
+const textRuns = 5
 
 // scheduleStatus is the schedule of elector run --schedule on the lease, as its state in Redis
 // holds it (PREFIX:{NAME}:schedule and :runs); docs/CLI.md documents its JSON form.
@@ -33,12 +30,12 @@ type scheduleStatus struct {
 	Cursor *time.Time `json:"cursor,omitempty"`
 	// Current is the run that goes on, if any.
 	Current *scheduleRun `json:"current,omitempty"`
-	// Runs are the last ended runs, newest first (--runs of them); RunsKept is how many the
-	// history holds.
+	// Runs are the last ended runs, newest first (textRuns of them in text); RunsKept is how
+	// many the history holds.
 	Runs     []scheduleRun `json:"runs"`
 	RunsKept int           `json:"runsKept"`
-	// Missed are the last ranges of missed slots, newest first (--runs of them); MissedKept is
-	// how many the history holds.
+	// Missed are the last ranges of missed slots, newest first (textRuns of them in text);
+	// MissedKept is how many the history holds.
 	Missed     []scheduleMissed `json:"missed"`
 	MissedKept int              `json:"missedKept"`
 }
@@ -66,14 +63,9 @@ type scheduleMissed struct {
 	Reason string    `json:"reason"`
 }
 
-// addScheduleStatusFlags registers the flag of status's schedule part.
-func addScheduleStatusFlags(fs *pflag.FlagSet, runs *uint) {
-	fs.UintVar(runs, flagRuns, 0, "show the last `N` runs and missed ranges of the lease's schedule (0: 5 in text, all kept in json and yaml)")
-}
-
 // readScheduleStatus reads the schedule state of the lease (nil when it has none), with the
-// last runs of its history: runs of them (0: textRuns in text, all in json and yaml).
-func readScheduleStatus(ctx context.Context, co *commonOptions, client redis.UniversalClient, output string, runs uint) (*scheduleStatus, error) {
+// last runs of its history: textRuns of them in text, all in json and yaml.
+func readScheduleStatus(ctx context.Context, co *commonOptions, client redis.UniversalClient, output string) (*scheduleStatus, error) {
 	ctx, cancel := context.WithTimeout(ctx, co.lease.callTimeout())
 	defer cancel()
 	st, found, err := schedule.ReadStatus(ctx, client, co.lease.prefix, co.lease.name)
@@ -83,8 +75,8 @@ func readScheduleStatus(ctx context.Context, co *commonOptions, client redis.Uni
 	if !found {
 		return nil, nil
 	}
-	n := int(runs)
-	if n == 0 && output == "text" {
+	n := 0
+	if output == "text" {
 		n = textRuns
 	}
 	return newScheduleStatus(st, n), nil
@@ -168,7 +160,7 @@ func printSchedule(w io.Writer, s *scheduleStatus) error {
 		fmt.Fprintf(w, "%-14sslot %s, attempt %d, by %s (token %d), for %v\n", "running:", at(r.Slot), r.Attempt, r.Holder, r.Token,
 			now.Sub(r.Started).Round(time.Millisecond))
 	}
-	fmt.Fprintf(w, "%-14s%d of %d kept\n", "runs:", len(s.Runs), s.RunsKept)
+	fmt.Fprintf(w, "%-14s%d of %d kept%s\n", "runs:", len(s.Runs), s.RunsKept, more(len(s.Runs), s.RunsKept))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if len(s.Runs) > 0 {
 		fmt.Fprintf(tw, "  SLOT\tBY\tTOKEN\tATTEMPT\tRESULT\tEXIT\tDURATION\n")
@@ -183,7 +175,7 @@ func printSchedule(w io.Writer, s *scheduleStatus) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "%-14s%d of %d kept\n", "missed:", len(s.Missed), s.MissedKept)
+	fmt.Fprintf(w, "%-14s%d of %d kept%s\n", "missed:", len(s.Missed), s.MissedKept, more(len(s.Missed), s.MissedKept))
 	if len(s.Missed) > 0 {
 		fmt.Fprintf(tw, "  FIRST\tLAST\tCOUNT\tREASON\n")
 		for _, m := range s.Missed {
@@ -191,4 +183,12 @@ func printSchedule(w io.Writer, s *scheduleStatus) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// more says where the entries the text leaves out are.
+func more(shown, kept int) string {
+	if shown < kept {
+		return " (-o json lists them all)"
+	}
+	return ""
 }

@@ -208,7 +208,7 @@ func TestRunScheduleThreeReplicas(t *testing.T) {
 	code, text, stderr := runElector(t, 10*time.Second, nil, "status", "--redis-addr", srv.Addr(), "--lease-name", name)
 	if code != 3 || !strings.Contains(text, "\nschedule:     @every 2s (time zone UTC)\n") ||
 		!regexp.MustCompile(`(?m)^next slot:    \S+Z \(`).MatchString(text) ||
-		!regexp.MustCompile(`(?m)^runs:         5 of \d+ kept\n  SLOT +BY +TOKEN +ATTEMPT +RESULT +EXIT +DURATION\n(  \S+Z +r[012] +\d+ +\d +\w+ +-?\d+ +\S+\n){5}`).MatchString(text) {
+		!regexp.MustCompile(`(?m)^runs:         5 of \d+ kept \(-o json lists them all\)\n  SLOT +BY +TOKEN +ATTEMPT +RESULT +EXIT +DURATION\n(  \S+Z +r[012] +\d+ +\d +\w+ +-?\d+ +\S+\n){5}`).MatchString(text) {
 		t.Errorf("elector status: exit %d, want 3, the spec and the last 5 runs:\n%s%s", code, text, stderr)
 	}
 	code, js, stderr := runElector(t, 10*time.Second, nil, "status", "--redis-addr", srv.Addr(), "--lease-name", name, "-o", "json")
