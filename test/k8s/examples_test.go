@@ -29,7 +29,9 @@ func (e *env) redisSecret(t *testing.T, ctx context.Context, ns string) {
 	if _, err := e.c.Kubectl(ctx, "-n", ns, "create", "secret", "generic", "redis-auth", "--from-literal=password=e2e-unused"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = e.c.Kubectl(context.Background(), "-n", ns, "delete", "secret", "redis-auth", "--ignore-not-found") })
+	t.Cleanup(func() {
+		_, _ = e.c.Kubectl(context.Background(), "-n", ns, "delete", "secret", "redis-auth", "--ignore-not-found")
+	})
 }
 
 // TestLibraryChart (issue 48): examples/chart-with-sidecar, a chart of its own with the
