@@ -17,12 +17,13 @@ import (
 )
 
 var (
-	lineRe = regexp.MustCompile(`@user_script:(\d+)`)
+	// lineRe finds the line of a script (EVAL) or of the function library's text (FCALL).
+	lineRe = regexp.MustCompile(`@user_(script|function):(\d+)`)
 	callRe = regexp.MustCompile(`redis\.p?call\(\s*'([A-Za-z]+)'`)
 )
 
-// Explain returns err wrapped with the name of the command that the script source runs at the
-// line the error points to, when Redis refused it for lack of permission, or with the advice
+// Explain returns err wrapped with the name of the command that source (a script's, or the
+// function library's text for an error inside a function) runs at the line the error points to, when Redis refused it for lack of permission, or with the advice
 // to allow the keys when Redis refused the script a key; otherwise err.
 func Explain(source string, err error) error {
 	if err != nil && strings.Contains(err.Error(), "can't access at least one of the keys") {
@@ -35,7 +36,7 @@ func Explain(source string, err error) error {
 	if m == nil {
 		return err
 	}
-	n, _ := strconv.Atoi(m[1])
+	n, _ := strconv.Atoi(m[2])
 	lines := strings.Split(source, "\n")
 	if n < 1 || n > len(lines) {
 		return err
@@ -45,5 +46,5 @@ func Explain(source string, err error) error {
 		return err
 	}
 	cmd := strings.ToUpper(c[1])
-	return fmt.Errorf("%w (the Redis user may not run %s inside the script: grant +%s)", err, cmd, strings.ToLower(cmd))
+	return fmt.Errorf("%w (the Redis user may not run %s inside the %s: grant +%s)", err, cmd, m[1], strings.ToLower(cmd))
 }

@@ -17,6 +17,8 @@ func TestExplain(t *testing.T) {
 	}{
 		{refused("2"), "may not run GET inside the script: grant +get"},
 		{refused("3"), "may not run PEXPIRE inside the script: grant +pexpire"},
+		{errors.New("ERR The user executing the script can't run this command or subcommand script: elector_v_renew, on @user_function:3."),
+			"may not run PEXPIRE inside the function: grant +pexpire"}, // FCALL: src is then the library's text
 		{refused("4"), ""},  // no command on that line
 		{refused("99"), ""}, // no such line
 		{errors.New("WRONGTYPE Operation against a key holding the wrong kind of value script: abc, on @user_script:2."), ""},

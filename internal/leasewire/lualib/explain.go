@@ -2,16 +2,9 @@ package lualib
 
 import (
 	"fmt"
-	"regexp"
-	"strconv"
 	"strings"
 
 	"github.com/elector/elector/internal/luaerr"
-)
-
-var (
-	functionLineRe = regexp.MustCompile(`@user_function:(\d+)`)
-	callRe         = regexp.MustCompile(`redis\.p?call\(\s*'([A-Za-z]+)'`)
 )
 
 // Explain adds to err, an error of a call of s, what to do about it when that is known: for a
@@ -41,23 +34,9 @@ func (s *Script) Explain(err error) error {
 // explainFunctionLine is luaerr.Explain for an error inside a function, whose line number is
 // that of the library's text.
 func explainFunctionLine(err error) error {
-	if !strings.Contains(err.Error(), "can't run this command") {
-		return err
-	}
-	m := functionLineRe.FindStringSubmatch(err.Error())
 	_, text, lerr := Library()
-	if m == nil || lerr != nil {
+	if lerr != nil {
 		return err
 	}
-	n, _ := strconv.Atoi(m[1])
-	lines := strings.Split(text, "\n")
-	if n < 1 || n > len(lines) {
-		return err
-	}
-	c := callRe.FindStringSubmatch(lines[n-1])
-	if c == nil {
-		return err
-	}
-	cmd := strings.ToUpper(c[1])
-	return fmt.Errorf("%w (the Redis user may not run %s inside the function: grant +%s)", err, cmd, strings.ToLower(cmd))
+	return luaerr.Explain(text, err)
 }
