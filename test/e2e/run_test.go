@@ -102,10 +102,12 @@ func TestRunThreeReplicas(t *testing.T) {
 	// leader's next renew fails, it stops its worker with --stop-signal and campaigns again;
 	// when the other term's lease expires, some replica leads with a new token.
 	const other = "v1:1:0123456789abcdef:intruder"
+	// Redis starts the 2s when the SET arrives, after taken and before the reply: a lower
+	// bound of the expiry is taken + 2s, whatever the reply's delay on a loaded machine.
+	taken := time.Now()
 	if err := client.Set(ctx, leaseKey(name), other, 2*time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
-	taken := time.Now()
 	log.waitEvent(t, idx+1, 5*time.Second, "SIGTERM to the worker whose lease was taken", func(ev workerEvent) bool {
 		return ev.Ev == "signal" && ev.PID == third.PID && ev.Sig == "terminated"
 	})
