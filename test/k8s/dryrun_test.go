@@ -1,9 +1,11 @@
 package k8s
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 )
@@ -31,10 +33,11 @@ func TestEveryCombinationDryRun(t *testing.T) {
 		{"--set", "workload.kind=StatefulSet"},
 	}
 	forms := map[string][]string{
-		"native":   nil,
-		"plain":    {"--set", "sidecar.native=false"},
-		"run":      {"--set", "mode=run", "--set", "app.command[0]=sleep", "--set", "app.args[0]=infinity"},
-		"schedule": {"--set", "mode=run", "--set", "app.command[0]=true", "--set", "schedule.spec=@hourly"},
+		"native": nil,
+		"plain":  {"--set", "sidecar.native=false"},
+		// run mode's kill grace within the bound of the e2e's short lease (4s - 3s - 42ms).
+		"run":      {"--set", "mode=run", "--set", "run.killGrace=500ms", "--set", "app.command[0]=sleep", "--set", "app.args[0]=infinity"},
+		"schedule": {"--set", "mode=run", "--set", "run.killGrace=500ms", "--set", "app.command[0]=/bin/true", "--set", "schedule.spec=@hourly"},
 	}
 	chart := filepath.Join(e.repo, "charts", "elector")
 	dir := t.TempDir()
@@ -49,13 +52,17 @@ func TestEveryCombinationDryRun(t *testing.T) {
 				}
 			}
 			name := fmt.Sprintf("%s-set%02d", form, set)
-			manifest, err := e.helmCmd(ctx, args...)
+			// stdout only: helm logs to stderr (a symbolic link's INFO line), not YAML.
+			cmd := exec.CommandContext(ctx, e.helm, args...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			manifest, err := cmd.Output()
 			if err != nil {
-				t.Errorf("%s: %v", name, err)
+				t.Errorf("%s: helm template: %v: %s", name, err, stderr.String())
 				continue
 			}
 			p := filepath.Join(dir, name+".yaml")
-			if err := os.WriteFile(p, []byte(manifest), 0o644); err != nil {
+			if err := os.WriteFile(p, manifest, 0o644); err != nil {
 				t.Fatal(err)
 			}
 			if out, err := e.c.Kubectl(ctx, "apply", "--dry-run=server", "-n", ns, "-f", p); err != nil {
