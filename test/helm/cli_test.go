@@ -435,14 +435,27 @@ func testCertificates(t *testing.T) (caPEM, certPEM, keyPEM string) {
 // environment.
 func startReplica(t *testing.T, bin string, c *corev1.Container, podName, redisAddr string) *replica {
 	t.Helper()
+	var wrap func(child string) []string
+	if _, ok := wrappedCommand(c); ok {
+		wrap = func(child string) []string {
+			return []string{"sh", "-c", `echo "$ELECTOR_FENCING_TOKEN $ELECTOR_IDENTITY $ELECTOR_LEASE_NAME" > "$0"; exec sleep 600`, child}
+		}
+	}
+	return startReplicaWith(t, bin, c, podName, redisAddr, wrap)
+}
+
+// startReplicaWith is startReplica with wrap giving the command that replaces the app's
+// (nil: none, sidecar mode); its argument is a file of the replica's own (replica.child).
+func startReplicaWith(t *testing.T, bin string, c *corev1.Container, podName, redisAddr string, wrap func(child string) []string) *replica {
+	t.Helper()
 	files, status := podFiles(t)
 	r := &replica{name: podName, status: status, logs: &syncBuffer{}, done: make(chan error, 1)}
 	port := freePort(t)
 	r.httpBase = fmt.Sprintf("http://127.0.0.1:%d", port)
 	var wrapped []string
-	if _, ok := wrappedCommand(c); ok {
+	if wrap != nil {
 		r.child = filepath.Join(t.TempDir(), "child")
-		wrapped = []string{"sh", "-c", `echo "$ELECTOR_FENCING_TOKEN $ELECTOR_IDENTITY $ELECTOR_LEASE_NAME" > "$0"; exec sleep 600`, r.child}
+		wrapped = wrap(r.child)
 	}
 	args := localArgs(t, c.Args, redisAddr, port, files, wrapped)
 	r.cmd = exec.Command(bin, args...)

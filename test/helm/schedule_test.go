@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -284,28 +282,11 @@ metrics: {prometheusRule: {enabled: true}}`})
 	exe := installLike(t, bin, spec)
 	lease := mustFlag(t, c, "lease-name")
 
-	files, _ := podFiles(t)
-	dir := t.TempDir()
+	// Each run appends its slot, attempt and fencing token.
 	start := func(name string) *replica {
-		r := &replica{name: name, logs: &syncBuffer{}, done: make(chan error, 1), child: filepath.Join(dir, name)}
-		port := freePort(t)
-		r.httpBase = fmt.Sprintf("http://127.0.0.1:%d", port)
-		// Each run appends its slot, attempt and fencing token.
-		wrapped := []string{"sh", "-c", `echo "$ELECTOR_SLOT $ELECTOR_ATTEMPT $ELECTOR_FENCING_TOKEN" >> "$0"`, r.child}
-		r.cmd = exec.Command(exe, localArgs(t, c.Args, addr, port, files, wrapped)...)
-		r.cmd.Env = podEnv(c, name)
-		r.cmd.Stdout, r.cmd.Stderr = r.logs, r.logs
-		if err := r.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { r.done <- r.cmd.Wait() }()
-		t.Cleanup(func() {
-			if !r.exited() {
-				_ = r.cmd.Process.Kill()
-				<-r.done
-			}
+		return startReplicaWith(t, exe, c, name, addr, func(child string) []string {
+			return []string{"sh", "-c", `echo "$ELECTOR_SLOT $ELECTOR_ATTEMPT $ELECTOR_FENCING_TOKEN" >> "$0"`, child}
 		})
-		return r
 	}
 	a, b := start("schedule-pod-a"), start("schedule-pod-b")
 
