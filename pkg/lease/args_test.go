@@ -15,7 +15,7 @@ import (
 // TestOneLeaseFromManyGoroutines uses one Lease from several goroutines at once, as
 // pkg/election does (a renewal beside a release), with a TTL that changes from call to call
 // so that the boxed TTL is replaced while other calls send it, and a second Lease contending.
-// Under -race it proves that the argument slices and boxes of args.go are not written while
+// Under -race it proves that the argument slices and boxes of lease.go (argBoxes) are not written while
 // another call's command still holds them; and every call must get a well-formed reply: a
 // wrong argument in the wrong place would be a script error or a wrong record.
 func TestOneLeaseFromManyGoroutines(t *testing.T) {
