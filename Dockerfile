@@ -11,11 +11,16 @@
 # The compile step is hack/build.sh, the same command line as `make build`, so
 # that CI, which has no Docker engine, builds and checks what this image ships.
 
-ARG GO_VERSION=1.26
+# Both base images are pinned by digest (the multi-platform index the tag pointed
+# to), so a rebuild gets the same bases until someone moves them on purpose:
+#
+#   (cd hack/image && go run ./pin ../../Dockerfile)   # re-resolve each tag, rewrite the digests
+#
+# then rebuild and commit the Dockerfile. hack/image's tests refuse a FROM without a digest.
 
 # Build on the builder's own platform and cross-compile (CGO is off), which is
 # much faster than emulating the target platform.
-FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS build
+FROM --platform=$BUILDPLATFORM golang:1.26.8@sha256:2dbae744204892730b7032501f5973360ce57cfe118a194b338a97b5aa2d40cc AS build
 WORKDIR /src
 # Dependencies first: this layer stays cached until go.mod or go.sum change.
 COPY go.mod go.sum ./
@@ -33,7 +38,7 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     hack/build.sh /out/elector \
  && hack/check-static.sh /out/elector
 
-FROM gcr.io/distroless/static:nonroot
+FROM gcr.io/distroless/static:nonroot@sha256:e2e927ec666bae08560abb3c55d0659eceabb657f56b6782ab500a9fc7f555e3
 COPY --from=build /out/elector /elector
 # 65532 is distroless's "nonroot"; numeric so that runAsNonRoot can verify it.
 USER 65532:65532

@@ -62,6 +62,7 @@ func parseDockerfile(t *testing.T, p string) dockerfileStage {
 			if len(fields) >= 4 && strings.EqualFold(fields[len(fields)-2], "AS") {
 				st.base = fields[len(fields)-3]
 			}
+			st.base, _, _ = strings.Cut(st.base, "@") // the digest pins the tag named here
 			if b, ok := baseImages[st.base]; ok {
 				st.user, st.workdir = b.user, b.workdir
 			}
