@@ -230,9 +230,14 @@ func (r *recorder) startTerm(ev simEvent) {
 	}
 	resumed := r.last != nil && r.last.token == t.token && r.last.instance == t.instance
 	if t.token < r.maxToken || (t.token == r.maxToken && !resumed) {
-		if t.dataLoss || (r.last != nil && r.lastDataLoss.After(r.last.start)) {
+		switch {
+		case t.dataLoss || (r.last != nil && r.lastDataLoss.After(r.last.start)):
 			r.except("data loss", "token %d after token %d", t.token, r.maxToken)
-		} else {
+		case r.beyond[t.replica]:
+			// A clock slower than the bound lets an acquire's late reply look in time: the
+			// term starts after its lease expired and a newer one began, as with an overlap.
+			r.except("drift beyond the bound", "token %d (r%d) after token %d, its clock off by more than %d ppm", t.token, t.replica, r.maxToken, simDriftBound)
+		default:
 			r.fail("fencing token %d (r%d) after token %d (r%d)", t.token, t.replica, r.maxToken, r.last.replica)
 		}
 	}
