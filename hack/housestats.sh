@@ -2,7 +2,8 @@
 # hack/housestats.sh [COMMIT]: the size of the house at COMMIT (default: the work tree's HEAD),
 # as the renovation measures it: lines of product code (Go outside _test.go files, and Lua;
 # no tests, testdata, docs or examples) per top-level folder, the packages under internal/,
-# mutation switches left in product code, the docs' lines and each command's --help length.
+# mutation switches left in product code, the files of one Elector term, the docs' lines and
+# each command's --help length.
 #
 #   hack/housestats.sh 000558e; hack/housestats.sh
 set -euo pipefail
@@ -28,6 +29,10 @@ pkgs() { product "$1" | grep '\.go$' | xargs -r -n1 dirname | sort -u; }
 echo "== packages under internal/: $(pkgs internal | grep -vc '^internal/testing' || true) shared, $(pkgs internal | grep -c '^internal/testing' || true) test support"
 echo "== mutation switch sites in product code: $(product . | grep -v mutant_o | xargs -r grep -hoE '\bmutant[A-Za-z]*\(' | wc -l)"
 echo "== cmd/elector: $(product cmd/elector -maxdepth 1 | xargs -r cat | wc -l) lines in package main, $(product cmd/elector/internal | xargs -r cat | wc -l) in cmd/elector/internal"
+# The files one Elector term is read in (Run, campaign, acquire, lead, renew, release): a fixed
+# list, each checked to exist at $rev.
+term=(pkg/election/elector.go pkg/election/term.go internal/leasekit/lease.go pkg/lease/lease.go)
+echo "== files to follow one Elector term: ${#term[@]}: ${term[*]}$(for f in "${term[@]}"; do [[ -f $f ]] || printf ' (%s missing)' "$f"; done)"
 echo "== docs/*.md: $(cat docs/*.md | wc -l) lines; README.md: $(wc -l <README.md)"
 echo "== --help lines per command"
 go build -o "$work/elector" ./cmd/elector 2>/dev/null || { echo "(does not build here)"; exit 0; }

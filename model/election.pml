@@ -21,7 +21,7 @@
  * MUTANT_SUB_DROP_ACQUIRE, MUTANT_TOKEN_NO_TIME, MUTANT_ONE_SLOT, MUTANT_ERR_FORGETS_KNOWN
  * (see docs/MODEL.md).
  *
- * Released records (termGuard, pkg/election/core.go): a replica retires the token of every
+ * Released records (termGuard, pkg/election/term.go): a replica retires the token of every
  * record it sends a release for, whatever the outcome (ret[i], the largest), and never starts a
  * term on a won record whose token is not above it: such a release may still run later and
  * delete the key under the term. With RERUNS a returned Run may run again (the same Elector),
@@ -287,7 +287,7 @@ inline relout(i) {
 #endif
 }
 
-/* leaseTiming.followerWait (core.go) with the timer of campaign (jitter is inside DRIFT) */
+/* leaseTiming.followerWait (term.go) with the timer of campaign (jitter is inside DRIFT) */
 inline followerwait(i, ttl) {
 	if
 #ifdef ANYWAKE

@@ -447,8 +447,8 @@ func TestKubeEventsOfATerm(t *testing.T) {
 	}
 }
 
-// TestStopReason: the reason and type of StoppedLeading for each end of a term, as the
-// elector words the cause (lead.go: "%w: %s" of ErrLeadershipLost and the logged reason).
+// TestStopReason: the reason and type of StoppedLeading for each end of a term, as the elector
+// words the cause (pkg/election/term.go: "%w: %s" of ErrLeadershipLost and the logged reason).
 func TestStopReason(t *testing.T) {
 	for _, tc := range []struct {
 		cause       error

@@ -100,7 +100,7 @@ type Elector struct {
 
 	mu       sync.Mutex
 	leader   string       // last observed leader identity, "" when none is known
-	core     leaseCore    // what this replica knows of the lease's terms and holder (core.go)
+	core     leaseCore    // what this replica knows of the lease's terms and holder (term.go)
 	term     lease.Record // this replica's term while it leads
 	ctl      *termControl // how Resign reaches the current term's lead loop
 	leading  bool
@@ -110,7 +110,7 @@ type Elector struct {
 	errs   errorLog
 	evict  evictionState                       // Redis's eviction policy, as checkEviction found it (eviction.go)
 	rand   func(n time.Duration) time.Duration // the jitter's source in the simulator; nil: math/rand
-	twin   twinWatch                           // another process with this identity (campaign.go)
+	twin   twinWatch                           // another process with this identity (term.go)
 	// startBy is when Run gives up without a reply from Redis (Config.StartTimeout); zero once
 	// one came, or without a bound. Run's goroutine only.
 	startBy time.Time
@@ -436,6 +436,10 @@ type backoff struct {
 	min, max, cur time.Duration
 }
 
+// newBackoff is the backoff of the calls to a lease after a failure: from 50ms to ceiling
+// (RetryPeriod).
+func newBackoff(ceiling time.Duration) backoff { return backoff{min: 50 * time.Millisecond, max: ceiling} }
+
 func (b *backoff) next() time.Duration {
 	if b.cur == 0 {
 		b.cur = b.min
@@ -491,6 +495,11 @@ func (s redisStore) subscribe(ctx context.Context) (subscription, error) {
 		return nil, err // not a typed nil in an interface
 	}
 	return sub, nil
+}
+
+func (s redisStore) resign(ctx context.Context, term lease.Record, target string, holdOff, timeout time.Duration) error {
+	_, err := s.l.RequestResign(ctx, leasekit.ResignRequest{Target: target, HoldOff: holdOff, Timeout: timeout, Term: term})
+	return err
 }
 
 // contextTimeoutOff reports whether client is a go-redis client whose socket reads ignore

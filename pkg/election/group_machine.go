@@ -59,7 +59,7 @@ type groupLease struct {
 	relErr   bool         // notifying: the release failed, so the record may still be in Redis
 	cancel   func()       // cancels OnStartedLeading's ctx
 
-	core *leaseCore // what this replica knows of the lease (core.go), kept by the Group across Runs and Remove/Add
+	core *leaseCore // what this replica knows of the lease (term.go), kept by the Group across Runs and Remove/Add
 
 	wakeStop chan struct{} // closed to let the term's goroutine run OnStoppedLeading (groupRun's)
 }
@@ -161,7 +161,7 @@ func newGroupMachine(cfg *GroupConfig, clk clock.PassiveClock, fx groupEffects, 
 	return &groupMachine{
 		cfg: cfg, clock: clk, jitter: jitter, fx: fx, view: view, logger: logger, newLease: newLease, instance: instance,
 		leases: map[string]*groupLease{}, held: map[*groupLease]struct{}{}, cores: map[string]*leaseCore{},
-		retry: backoff{min: 50 * time.Millisecond, max: cfg.RetryPeriod},
+		retry: newBackoff(cfg.RetryPeriod),
 		live:  1,
 	}
 }

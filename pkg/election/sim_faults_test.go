@@ -262,7 +262,7 @@ func (d *simDriver) stall() {
 
 // stallLog blocks every log line of a replica (the leader, two times in three) for up to two
 // lease durations: its stderr is a pipe that nobody reads. The term must still end at its
-// renew deadline (lead.go, trustGuard), whichever log call the lead loop is blocked in.
+// renew deadline (term.go, trustGuard), whichever log call the lead loop is blocked in.
 func (d *simDriver) stallLog() {
 	r := d.pick()
 	for _, x := range d.replicas {

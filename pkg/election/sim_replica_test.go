@@ -221,7 +221,7 @@ func (r *simReplica) dying() string {
 
 // checkPanicReleased: OnStoppedLeading panicked, and Config.OnStoppedLeading promises that "a
 // panic still releases": a term that ended so as to be released (a resignation, or Run
-// cancelled with ReleaseOnCancel; lead.go's loop) had its release sent before the panic left
+// cancelled with ReleaseOnCancel; term.go's loop) had its release sent before the panic left
 // Run. The reason comes from the "Stopped leading" log line; without it nothing is checked.
 func (r *simReplica) checkPanicReleased() {
 	d := r.d

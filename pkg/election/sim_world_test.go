@@ -148,7 +148,7 @@ func (f *featureTally) String() string {
 }
 
 // reasonSink is the logger of an Elector's Run in the simulator: it keeps the reason of the
-// last "Stopped leading" line (lead.go stepDown), which says whether the term is released
+// last "Stopped leading" line (term.go stepDown), which says whether the term is released
 // (resigned; stopped with ReleaseOnCancel), and discards everything else. Under the
 // stalled-log fault every line blocks its writer until the stall ends, as a write to a stderr
 // pipe that nobody reads blocks until the reader comes back. Writers take turns, as klog's
