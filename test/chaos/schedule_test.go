@@ -281,7 +281,9 @@ func (h *schedHarness) slotAt(t time.Time) time.Time {
 func sleepUntil(t time.Time) { time.Sleep(time.Until(t)) }
 
 // midRun sleeps until 300ms after the next slot: inside its run.
-func (h *schedHarness) midRun() { sleepUntil(h.slotAt(time.Now()).Add(h.period + 300*time.Millisecond)) }
+func (h *schedHarness) midRun() {
+	sleepUntil(h.slotAt(time.Now()).Add(h.period + 300*time.Millisecond))
+}
 
 // betweenRuns sleeps until 900ms after a slot, when its 700ms run has ended.
 func (h *schedHarness) betweenRuns() time.Time {
