@@ -60,10 +60,11 @@ func (c *cli) newCommand(use, short, long string, body func(ctx context.Context,
 func (c *cli) commands() []*cobra.Command {
 	run, _ := c.newRunCmd()
 	return []*cobra.Command{run, c.newSidecarCmd(), c.newStatusCmd(), c.newResignCmd(), c.newDemoCmd(),
-		c.newVersionCmd(), c.newInstallCmd(), c.newFunctionsCmd(), c.newCompletionCmd()}
+		c.newVersionCmd(), c.newInstallCmd(), c.newFunctionsCmd()}
 }
 
-// newRoot returns the command `elector` with the subcommands cmds and `elector help`.
+// newRoot returns the command `elector` with the subcommands cmds, then cobra's `elector
+// completion` and `elector help`.
 func (c *cli) newRoot(cmds ...*cobra.Command) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "elector",
@@ -78,18 +79,43 @@ func (c *cli) newRoot(cmds ...*cobra.Command) *cobra.Command {
 		PersistentPreRunE: c.prepare,
 		SilenceErrors:     true,
 		SilenceUsage:      true,
-		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		// cobra's suggestions (SuggestionsFor): a prefix, or two edits at most.
+		SuggestionsMinimumDistance: 2,
 	}
 	root.SetOut(c.stdout)
 	root.SetErr(c.stderr)
 	root.SetFlagErrorFunc(flagError)
-	root.SetHelpFunc(func(cmd *cobra.Command, _ []string) { fmt.Fprint(cmd.OutOrStdout(), helpText(cmd)) })
+	root.SetHelpTemplate(helpTemplate)
 	root.AddCommand(cmds...)
 	for _, cmd := range cmds {
 		addValueCompletions(cmd)
 	}
-	root.SetHelpCommand(newHelpCmd())
+	root.InitDefaultCompletionCmd()
+	root.InitDefaultHelpCmd()
+	for _, cmd := range root.Commands() {
+		switch cmd.Name() {
+		case "completion":
+			c.adaptCompletionCmd(cmd)
+		case "help":
+			cmd.Use, cmd.Short, cmd.Long = "help [COMMAND]", "show help for elector or one command", "Show the help of elector, or of COMMAND."
+			cmd.Args = helpArgs
+		}
+	}
 	return root
+}
+
+// helpArgs refuses what `elector help` has no help for, as a usage error.
+func helpArgs(cmd *cobra.Command, args []string) error {
+	root := cmd.Root()
+	if len(args) > 1 {
+		return fmt.Errorf("unexpected argument %q: want elector help [COMMAND]", args[1])
+	}
+	if len(args) == 1 && args[0] != "help" {
+		if sub, _, err := root.Find(args); err != nil || sub == root || !sub.IsAvailableCommand() {
+			return errUnknownCommand(root, args[0])
+		}
+	}
+	return nil
 }
 
 // addGroup registers the flags that add registers on cmd, under the help heading title;
@@ -229,7 +255,7 @@ func errPasswordFlag(name string) error {
 		name, env, file)
 }
 
-// errUnknownCommand returns the error for an unknown command name, with the closest command.
+// errUnknownCommand returns the error for an unknown command name, with cobra's suggestion.
 func errUnknownCommand(root *cobra.Command, name string) error {
 	var names []string
 	for _, cmd := range root.Commands() {
@@ -237,10 +263,9 @@ func errUnknownCommand(root *cobra.Command, name string) error {
 			names = append(names, cmd.Name())
 		}
 	}
-	names = append(names, "help")
-	list := strings.Join(names, ", ")
-	if s := envflag.Closest(name, names); s != "" {
-		return fmt.Errorf("unknown command %q; did you mean %q? commands: %s", name, s, list)
+	list := strings.Join(append(names, "help"), ", ")
+	if s := root.SuggestionsFor(name); len(s) > 0 {
+		return fmt.Errorf("unknown command %q; did you mean %q? commands: %s", name, s[0], list)
 	}
 	return fmt.Errorf("unknown command %q; commands: %s", name, list)
 }

@@ -24,42 +24,32 @@ var flagValues = map[string][]string{
 	flagResignEndpoint:   {resignLoopback, resignAny, resignOff},
 }
 
-// newCompletionCmd returns `elector completion SHELL`. The scripts are cobra's: they ask the
-// binary (its hidden __complete command) for the words, so they follow the flags of each
-// command as it is.
-func (c *cli) newCompletionCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:       "completion " + strings.Join(completionShells, "|"),
-		Short:     "print a shell completion script for bash, zsh, fish or PowerShell",
-		ValidArgs: completionShells,
-		Long: `Print a script that completes elector's commands, flags and flag values:
+// adaptCompletionCmd gives cobra's `elector completion` (its bash, zsh, fish and powershell
+// subcommands write the scripts, which ask the binary's hidden __complete command for the
+// words) elector's synopsis, help and usage errors.
+func (c *cli) adaptCompletionCmd(cmd *cobra.Command) {
+	cmd.Use = "completion " + strings.Join(completionShells, "|")
+	cmd.Short = "print a shell completion script for bash, zsh, fish or PowerShell"
+	cmd.Long = `Print a script that completes elector's commands, flags and flag values:
   bash        source <(elector completion bash)   or save it in /etc/bash_completion.d/elector
   zsh         source <(elector completion zsh)    or save it as _elector in a dir of $fpath
   fish        elector completion fish > ~/.config/fish/completions/elector.fish
-  powershell  elector completion powershell | Out-String | Invoke-Expression`,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) != 1 {
-				return fmt.Errorf("want exactly one shell: %s", strings.Join(completionShells, ", "))
-			}
-			var err error
-			root, out := cmd.Root(), cmd.OutOrStdout()
-			switch args[0] {
-			case "bash":
-				err = root.GenBashCompletionV2(out, true)
-			case "zsh":
-				err = root.GenZshCompletion(out)
-			case "fish":
-				err = root.GenFishCompletion(out, true)
-			case "powershell":
-				err = root.GenPowerShellCompletionWithDesc(out)
-			default:
-				return fmt.Errorf("unknown shell %q; allowed: %s", args[0], strings.Join(completionShells, ", "))
-			}
-			if err != nil {
+  powershell  elector completion powershell | Out-String | Invoke-Expression`
+	cmd.Args = cobra.ArbitraryArgs
+	cmd.RunE = func(_ *cobra.Command, args []string) error { // a shell is a subcommand: args name none
+		if len(args) != 1 {
+			return fmt.Errorf("want exactly one shell: %s", strings.Join(completionShells, ", "))
+		}
+		return fmt.Errorf("unknown shell %q; allowed: %s", args[0], strings.Join(completionShells, ", "))
+	}
+	for _, shell := range cmd.Commands() {
+		write := shell.RunE
+		shell.RunE = func(cmd *cobra.Command, args []string) error { // a failed write is a runtime error
+			if err := write(cmd, args); err != nil {
 				return exitStatus(c.runtimeError("elector completion", err))
 			}
 			return nil
-		},
+		}
 	}
 }
 

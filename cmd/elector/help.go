@@ -1,7 +1,7 @@
 package main
 
 import (
-	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -10,9 +10,6 @@ import (
 
 // docsURL is the reference of every command; each command's help links to its section.
 const docsURL = "https://github.com/elector/elector/blob/main/docs/CLI.md"
-
-// maxHelpLines bounds a command's help: what does not fit is in the documentation.
-const maxHelpLines = 40
 
 // exitCodesHelp is the exit code table shared by `elector help` and docs/CLI.md.
 const exitCodesHelp = `Exit codes:
@@ -26,150 +23,89 @@ const exitCodesHelp = `Exit codes:
      the elector got SIGTERM/SIGINT (128+S when signal S killed it)
 `
 
-// envHelp ends the help of every command that has flags.
-const envHelp = "Every flag can also be set from the environment as ELECTOR_<FLAG> (--redis-addr is\n" +
-	"ELECTOR_REDIS_ADDR, -v is ELECTOR_V); the command line wins; unknown ELECTOR_* are refused.\n"
+// helpTemplate is the help of elector (the command list and exit codes) and of each command
+// (its synopsis, paragraph, flag groups and documentation link), as cobra renders it.
+const helpTemplate = `{{if not .HasParent}}elector: {{.Short}}.
 
-// helpText returns the help of cmd: the command list for elector itself.
-func helpText(cmd *cobra.Command) string {
-	if !cmd.HasParent() {
-		return mainHelp(cmd)
-	}
-	head := fmt.Sprintf("Usage: elector %s\n\n%s\n", cmd.Use, strings.TrimSpace(cmd.Long))
-	foot := "\n  -h, --help   show this help\n\n"
-	groups := flagGroups(cmd)
-	if len(groups) > 0 {
-		foot += envHelp
-	}
-	foot += "Documentation, every flag in full: " + docsURL + "#" + docsAnchor(cmd.Name()) + "\n"
-	budget := maxHelpLines - strings.Count(head, "\n") - strings.Count(foot, "\n")
-	return head + renderGroups(groups, budget) + foot
-}
+Usage: elector COMMAND [flags]
 
-// docsAnchor is the section of docs/CLI.md about the command name.
-func docsAnchor(name string) string {
-	switch name {
-	case "version", "install", "help":
-		return "elector-version-install-help"
-	}
-	return "elector-" + name
-}
-
-// mainHelp is the text of `elector help`.
-func mainHelp(root *cobra.Command) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "elector: %s.\n\nUsage: elector COMMAND [flags]\n\nCommands:\n", root.Short)
-	cmds := append(root.Commands(), newHelpCmd())
-	width := 0
-	for _, cmd := range cmds {
-		width = max(width, len(cmd.Name()))
-	}
-	for _, cmd := range cmds {
-		if cmd.IsAvailableCommand() || cmd.Name() == "help" {
-			fmt.Fprintf(&b, "  %-*s  %s\n", width, cmd.Name(), cmd.Short)
-		}
-	}
-	b.WriteString(`
+Commands:
+{{range .Commands}}{{if or .IsAvailableCommand (eq .Name "help")}}  {{rpad .Name .NamePadding}}  {{.Short}}
+{{end}}{{end}}
 Try it without Redis: elector demo
 
 Every flag can also be set from the environment as ELECTOR_<FLAG> (--redis-addr is
 ELECTOR_REDIS_ADDR); flags on the command line win. The Redis password comes only from the
 REDIS_PASSWORD environment variable or --redis-password-file, never from a flag.
 
-`)
-	b.WriteString(exitCodesHelp)
-	fmt.Fprintf(&b, "\nRun 'elector help COMMAND' or 'elector COMMAND --help' for the flags of a command.\nDocumentation: %s\n", docsURL)
-	return b.String()
+` + exitCodesHelp + `
+Run 'elector help COMMAND' or 'elector COMMAND --help' for the flags of a command.
+Documentation: ` + docsURL + `
+{{else}}Usage: {{.Parent.CommandPath}} {{.Use}}
+
+{{trim .Long}}
+{{$groups := flagGroups .}}{{range $groups}}
+{{.}}{{end}}
+  -h, --help   show this help
+
+{{if and $groups (index .Annotations "` + envAnnotation + `")}}Every flag can also be set from the environment as ELECTOR_<FLAG> (--redis-addr is
+ELECTOR_REDIS_ADDR, -v is ELECTOR_V); the command line wins; unknown ELECTOR_* are refused.
+{{end}}Documentation, every flag in full: ` + docsURL + `#{{docsAnchor .}}
+{{end}}`
+
+// briefGroups are the flag groups that a command's help lists by name only: they are shared
+// by several commands, and in full the help of run would not fit in 40 lines (TestHelpShort).
+var briefGroups = []string{leaseGroup, redisGroup, kubeGroup, scheduleGroup, endpointGroup}
+
+func init() {
+	cobra.AddTemplateFunc("flagGroups", flagGroups)
+	cobra.AddTemplateFunc("docsAnchor", func(cmd *cobra.Command) string { return docsAnchor(topCommand(cmd).Name()) })
 }
 
-// flagGroup is the visible flags of one help heading.
-type flagGroup struct {
-	title   string
-	flags   []*pflag.Flag
-	summary bool // listed by name only
-}
-
-// flagGroups returns the visible flags of cmd by heading, in the order they were added.
-func flagGroups(cmd *cobra.Command) []*flagGroup {
-	var groups []*flagGroup
-	byTitle := map[string]*flagGroup{}
+// flagGroups returns the visible flags of cmd by heading (their "group" annotation), in the
+// order they were added: each with the first clause of its usage, or by name only for the
+// briefGroups. Flags without a heading are under "Flags".
+func flagGroups(cmd *cobra.Command) []string {
+	var titles []string
+	sets := map[string]*pflag.FlagSet{}
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		title := f.Annotations[groupAnnotation]
-		if f.Hidden || len(title) == 0 {
+		if f.Hidden || f.Name == "help" {
 			return
 		}
-		g := byTitle[title[0]]
-		if g == nil {
-			g = &flagGroup{title: title[0]}
-			byTitle[title[0]] = g
-			groups = append(groups, g)
+		title := "Flags"
+		if g := f.Annotations[groupAnnotation]; len(g) > 0 {
+			title = g[0]
 		}
-		g.flags = append(g.flags, f)
+		if sets[title] == nil {
+			titles = append(titles, title)
+			sets[title] = pflag.NewFlagSet(title, pflag.ContinueOnError)
+			sets[title].SortFlags = false
+		}
+		short := *f
+		short.Usage = firstClause(f.Usage)
+		sets[title].AddFlag(&short)
 	})
+	groups := make([]string, len(titles))
+	for i, title := range titles {
+		groups[i] = title + ":\n" + sets[title].FlagUsagesWrapped(0)
+		if slices.Contains(briefGroups, title) {
+			groups[i] = wrapNames(title+":", sets[title])
+		}
+	}
 	return groups
 }
 
-// renderGroups lists the flags of each group, one line each with the first clause of its
-// usage; while that takes more than budget lines, the largest group but the first (the
-// command's own flags) is listed by name only.
-func renderGroups(groups []*flagGroup, budget int) string {
-	for {
-		var b strings.Builder
-		for _, g := range groups {
-			b.WriteString(g.render())
-		}
-		var largest *flagGroup
-		for _, g := range groups[min(1, len(groups)):] {
-			if !g.summary && (largest == nil || len(g.flags) > len(largest.flags)) {
-				largest = g
-			}
-		}
-		if strings.Count(b.String(), "\n") <= budget || largest == nil {
-			return b.String()
-		}
-		largest.summary = true
-	}
-}
-
-// render returns the group's heading and flags.
-func (g *flagGroup) render() string {
-	if g.summary {
-		return "\n" + wrapWords(g.title+":", flagNames(g.flags), 100)
-	}
-	fs := pflag.NewFlagSet(g.title, pflag.ContinueOnError)
-	fs.SortFlags = false
-	for _, f := range g.flags {
-		short := *f
-		short.Usage = firstClause(f.Usage)
-		fs.AddFlag(&short)
-	}
-	return "\n" + g.title + ":\n" + fs.FlagUsagesWrapped(0)
-}
-
-// flagNames returns --name (-v for a one-letter name) of each flag.
-func flagNames(flags []*pflag.Flag) []string {
-	names := make([]string, len(flags))
-	for i, f := range flags {
-		names[i] = "--" + f.Name
-		if len(f.Name) == 1 {
-			names[i] = "-" + f.Name
-		}
-	}
-	return names
-}
-
-// wrapWords returns title and words on lines of at most width bytes, continuation lines
-// indented by two spaces.
-func wrapWords(title string, words []string, width int) string {
+// wrapNames returns title and the flags of fs by name on lines of at most 100 bytes.
+func wrapNames(title string, fs *pflag.FlagSet) string {
 	var b strings.Builder
 	line := title
-	for _, w := range words {
-		if len(line)+1+len(w) > width {
+	fs.VisitAll(func(f *pflag.Flag) {
+		if len(line)+3+len(f.Name) > 100 {
 			b.WriteString(line + "\n")
 			line = " "
 		}
-		line += " " + w
-	}
+		line += " --" + f.Name
+	})
 	return b.String() + line + "\n"
 }
 
@@ -194,37 +130,19 @@ func firstClause(usage string) string {
 	return usage
 }
 
-// newHelpCmd returns `elector help [COMMAND]`.
-func newHelpCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "help [COMMAND]",
-		Short: "show help for elector or one command",
-		Long:  "Show the help of elector, or of COMMAND.",
-		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
-			var names []string
-			for _, sub := range cmd.Root().Commands() {
-				if len(args) == 0 && sub.IsAvailableCommand() && strings.HasPrefix(sub.Name(), toComplete) {
-					names = append(names, sub.Name())
-				}
-			}
-			return names, cobra.ShellCompDirectiveNoFileComp
-		},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			root := cmd.Root()
-			if len(args) > 1 {
-				return fmt.Errorf("unexpected argument %q: want elector help [COMMAND]", args[1])
-			}
-			if len(args) == 0 || args[0] == "help" {
-				fmt.Fprint(cmd.OutOrStdout(), helpText(root))
-				return nil
-			}
-			for _, sub := range root.Commands() {
-				if sub.Name() == args[0] && sub.IsAvailableCommand() {
-					fmt.Fprint(cmd.OutOrStdout(), helpText(sub))
-					return nil
-				}
-			}
-			return errUnknownCommand(root, args[0])
-		},
+// topCommand is the command under elector that cmd is or belongs to.
+func topCommand(cmd *cobra.Command) *cobra.Command {
+	for cmd.HasParent() && cmd.Parent().HasParent() {
+		cmd = cmd.Parent()
 	}
+	return cmd
+}
+
+// docsAnchor is the section of docs/CLI.md about the command name.
+func docsAnchor(name string) string {
+	switch name {
+	case "version", "install", "help":
+		return "elector-version-install-help"
+	}
+	return "elector-" + name
 }

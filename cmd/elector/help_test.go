@@ -1,11 +1,27 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
+
+// maxHelpLines bounds a command's help: what does not fit is in the documentation.
+const maxHelpLines = 40
+
+// helpText returns the help of cmd, as --help prints it.
+func helpText(cmd *cobra.Command) string {
+	var b bytes.Buffer
+	cmd.SetOut(&b)
+	if err := cmd.Help(); err != nil {
+		return err.Error()
+	}
+	return b.String()
+}
 
 // TestHelpHeadingsOnce: every heading of a command's help appears once (run printed "Redis
 // flags:" twice, status "Status flags:" twice), and status lists no flag it ignores.

@@ -95,7 +95,8 @@ func (c *cli) main(ctx context.Context, args []string) int {
 	root := c.newRoot(c.commands()...)
 	switch {
 	case len(args) == 0:
-		fmt.Fprint(c.stderr, helpText(root))
+		root.SetOut(c.stderr)
+		_ = root.Help() // a failed write to stderr cannot be reported
 		return exitUsage
 	case args[0] == "--version":
 		args = append([]string{"version"}, args[1:]...)

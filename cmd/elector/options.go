@@ -151,9 +151,10 @@ func (o *commonOptions) validateAck() error {
 
 // Headings of the flags shared by several commands.
 const (
-	leaseGroup = "Lease flags"
-	redisGroup = "Redis flags"
-	kubeGroup  = "Kubernetes flags"
+	leaseGroup    = "Lease flags"
+	redisGroup    = "Redis flags"
+	kubeGroup     = "Kubernetes flags"
+	endpointGroup = "Endpoint flags"
 )
 
 // addFlags registers the lease and Redis flags, each in its group.

@@ -201,7 +201,7 @@ func (c *cli) newRunCmd() (*cobra.Command, *runConfig) {
 		})
 	addGroup(cmd, "Run flags", rc.run.addFlags)
 	addGroup(cmd, scheduleGroup, rc.run.sched.addFlags)
-	addGroup(cmd, "Endpoint flags", func(fs *pflag.FlagSet) { rc.serve.addFlags(fs, "") })
+	addGroup(cmd, endpointGroup, func(fs *pflag.FlagSet) { rc.serve.addFlags(fs, "") })
 	rc.common.addFlags(cmd)
 	rc.common.addElectionFlags(cmd)
 	addGroup(cmd, kubeGroup, rc.kube.addFlags)
