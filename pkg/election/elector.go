@@ -438,7 +438,9 @@ type backoff struct {
 
 // newBackoff is the backoff of the calls to a lease after a failure: from 50ms to ceiling
 // (RetryPeriod).
-func newBackoff(ceiling time.Duration) backoff { return backoff{min: 50 * time.Millisecond, max: ceiling} }
+func newBackoff(ceiling time.Duration) backoff {
+	return backoff{min: 50 * time.Millisecond, max: ceiling}
+}
 
 func (b *backoff) next() time.Duration {
 	if b.cur == 0 {
