@@ -5,7 +5,7 @@ export GOFLAGS
 
 .PHONY: test test-deps lint build check-static helm-test bench-quick adapters-test fuzz-smoke demo ci \
 	ci-tests ci-lane \
-	test-under-load model compat k8s-e2e check-adapters flake-hunt mutants
+	test-under-load model compat k8s-e2e check-adapters flake-hunt mutants conformance python-test
 
 ## test: install redis-server/sentinel/cli if missing (as root, with apt-get), then run every
 ## test of the main module with the race detector against real Redis processes. The test
@@ -82,6 +82,16 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzPasswordNeverPrinted$$' -fuzztime $(FUZZTIME) ./internal/redisclient
 	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./cmd/elector/internal/envflag
 
+## conformance: the Python client's pytest suite (clients/python) and the conformance suite
+## (test/conformance: the Go library and the Python client in mixed elections with Go replicas;
+## its deliberately broken clients must fail). make test runs test/conformance too (./...), so
+## ci-tests adds only python-test. PYTHON: an interpreter with redis-py and pytest.
+PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import redis, pytest' 2>/dev/null && { echo $$p; break; }; done)
+python-test: test-deps
+	cd clients/python && $(or $(PYTHON),python3) -m pytest -q -p no:cacheprovider
+conformance: python-test
+	ELECTOR_PYTHON=$(PYTHON) $(GO) test -count=1 -timeout 10m -v -run . ./test/conformance | grep -E '^(---|ok|FAIL|PASS)|FIGURES|caught|^\s+--- '; exit $${PIPESTATUS[0]}
+
 ## test-under-load: the timing-sensitive packages (election and Group, lease, the e2e tests)
 ## under the race detector while two busy loops load both cores (hack/under-load.sh; in CI,
 ## while its builds lane still runs, the lane is the load instead: UNDER_LOAD_LANE).
@@ -148,6 +158,6 @@ demo:
 ## and not needed by ci-tests (the fuzz targets, the spin models, the simulator's seeds), so
 ## that it fills the cores the timing tests leave idle.
 ci: ci-tests fuzz-smoke
-ci-tests: lint test build adapters-test check-adapters helm-test bench-quick
+ci-tests: lint test python-test build adapters-test check-adapters helm-test bench-quick
 ci-lane: SIM_REDIS = 0
 ci-lane: fuzz-smoke model sim mutants
