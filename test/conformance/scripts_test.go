@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/elector/elector/internal/leasewire/lualib"
 )
 
 // protocolScripts are the scripts a client of the election runs: the normative text of the
@@ -38,5 +40,34 @@ func TestPythonScriptsAreTheGoScripts(t *testing.T) {
 		if !strings.Contains(core, want) {
 			t.Errorf("clients/python/elector/core.py: SCRIPT_SHA1 must hold %s", want)
 		}
+	}
+}
+
+// TestProtocolDocNamesTheScripts: docs/PROTOCOL.md references the scripts as the protocol's
+// normative text by their SHA1s and the function library by its version; a changed script
+// must change the document (and, for the election's scripts, the protocol version).
+func TestProtocolDocNamesTheScripts(t *testing.T) {
+	doc := string(read(t, "docs/PROTOCOL.md"))
+	lines := strings.Split(doc, "\n")
+	files := []string{"pkg/fence/fence.lua", "pkg/election/scripts/members.lua"}
+	for _, dir := range []string{"pkg/lease/scripts", "pkg/schedule/scripts"} {
+		m, _ := filepath.Glob(filepath.Join(repoRoot, dir, "*.lua"))
+		for _, f := range m {
+			files = append(files, dir+"/"+filepath.Base(f))
+		}
+	}
+	for _, f := range files {
+		sum := sha1.Sum(read(t, f))
+		row := "`" + f + "` | `" + hex.EncodeToString(sum[:]) + "`"
+		found := false
+		for _, l := range lines {
+			found = found || strings.Contains(l, row)
+		}
+		if !found {
+			t.Errorf("docs/PROTOCOL.md, \"Version and scripts\": want the row %s", row)
+		}
+	}
+	if want := "`elector_" + lualib.Version + "`"; !strings.Contains(doc, want) {
+		t.Errorf("docs/PROTOCOL.md must name the function library %s", want)
 	}
 }

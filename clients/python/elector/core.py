@@ -273,7 +273,7 @@ class Elector:
     # ----- timing helpers ---------------------------------------------------------------
 
     def _until_expiry(self, ttl):
-        """R12: min(ttl, LeaseDuration); RetryPeriod for a key without expiry."""
+        """R10: min(ttl, LeaseDuration); RetryPeriod for a key without expiry."""
         if ttl < 0:
             return self.retry_period
         return min(ttl, self.lease_duration)
@@ -301,7 +301,7 @@ class Elector:
             return max(d, self._known_at - now)
         return d
 
-    # ----- subscription (R12) -----------------------------------------------------------
+    # ----- subscription (R11, R12) ---------------------------------------------------
 
     def _subscribed(self):
         return self._sub is not None
@@ -481,7 +481,7 @@ class Elector:
                 listening = self._subscribed()
                 d = self._follower_wait(ttl, listening)
                 return d, d != self._follower_wait(ttl, True)
-        if giving_up or late:  # won, but not started: release it (R9), retry
+        if giving_up or late:  # won, but not started: release it (R8), retry (R2, R6)
             self._release(rec)
             wait = 0 if giving_up else self._retry_after(now, max(backoff, BACKOFF_MIN))
             return wait, False
