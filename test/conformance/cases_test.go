@@ -3,6 +3,8 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -114,7 +116,10 @@ func handovers(t *testing.T, c client) *world {
 	if prev == nil {
 		t.Fatal("nobody leads after 5 s")
 	}
-	const rounds = 24
+	rounds := 24
+	if n, err := strconv.Atoi(os.Getenv("ELECTOR_CONFORMANCE_ROUNDS")); err == nil && n > 0 {
+		rounds = n // for figures: ELECTOR_CONFORMANCE_ROUNDS=96
+	}
 	n := 0
 	for i := range rounds {
 		action, target := "resign", "client"
@@ -157,7 +162,7 @@ func handovers(t *testing.T, c client) *world {
 	for dir, ds := range byDir {
 		fmt.Fprintf(&b, " %s: %d, median %v, max %v;", dir, len(ds), median(ds).Round(time.Microsecond), maxDur(ds).Round(time.Microsecond))
 	}
-	t.Logf("FIGURES %s: %d handovers (3 by kill -9); stopped→started by direction:%s", c.name, n, b.String())
+	t.Logf("FIGURES %s: %d handovers (%d by kill -9); stopped→started by direction:%s", c.name, n, rounds/8, b.String())
 	return w
 }
 
