@@ -19,7 +19,7 @@ run() {
 	shift 3
 	local d="$work/$name"
 	mkdir -p "$d"
-	cp "$root/model/$model" "$d/"
+	cp "${MODEL_SRC:-$root/model}/$model" "$d/"
 	local start=$SECONDS
 	local safety=-DSAFETY panflags=-E depthlimit=${DEPTH:-3000000}
 	if [ "$kind" = live ]; then safety=; panflags="-a -f -N L1"; kind=pass; fi
@@ -42,7 +42,7 @@ run() {
 			echo "FAIL $name ($model $*): violation found; trail:"
 			grep -E "assertion violated|pan:" "$d/pan.out" | head -5
 			(cd "$d" && spin -t -p -k "$model.trail" "$@" "$model" 2>&1 |
-				grep -E '^ *[0-9]+:.*proc +[0-9]+ \((Replica|Redis|Clock|Env|Lease|Monitor)' |
+				grep -E '^ *[0-9]+:.*proc +[0-9]+ \((Replica|Redis|Clock|Env|Lease|Monitor|Term|Notice)' |
 				grep -v -E '\[(\(1\)|goto|\.\(goto\)|DO|IF|else|sub-sequence)\]' | tail -150)
 			fail=1
 		else
@@ -89,6 +89,27 @@ run mutant mutant-group-loop-block    group.pml -DL=2 -DMUTANT_LOOP_BLOCK
 # request that may execute late (STALE=1); the mutant undoes the fix.
 run pass   finding-group-stale-release group.pml -DL=1 -DSTALE=1
 run mutant mutant-group-trust-stale-resume group.pml -DL=1 -DSTALE=1 -DMUTANT_TRUST_STALE_RESUME
+
+# The slot protocol of pkg/schedule (issue 45): terms by token against Redis's clock and the
+# claim, finish and skip scripts. SC0-SC4 in model/schedule.pml's header. Its mutants are
+# patches of the model (test/mutants/model-schedule-*.patch, header line "Model: FLAGS"),
+# applied to a copy; hack/mutants.sh runs them through TestScheduleModel as well.
+S_PAUSE="-DT=2 -DPAUSES=1 -DSTALE=1 -DGIVEUPS=1 -DFAILS=1"
+S_CRASH="-DT=2 -DPAUSES=0 -DCRASHES=1 -DRESTARTS=1 -DSTALE=1 -DGIVEUPS=1 -DFAILS=0"
+S_LOSS="-DT=2 -DPAUSES=0 -DLOSSES=1 -DSTALE=1 -DGIVEUPS=1 -DFAILS=0"
+S_THREE="-DT=3 -DNS=1 -DPAUSES=1 -DLOSSES=1 -DSTALE=0 -DGIVEUPS=0 -DFAILS=0"
+run pass   schedule-pause-stale       schedule.pml $S_PAUSE
+run pass   schedule-crash-restart     schedule.pml $S_CRASH
+run pass   schedule-data-loss         schedule.pml $S_LOSS
+run pass   schedule-three-terms       schedule.pml $S_THREE
+for p in "$root"/test/mutants/model-schedule-*.patch; do
+	name=$(basename "$p" .patch)
+	mkdir -p "$work/src-$name/model"
+	cp "$root/model/schedule.pml" "$work/src-$name/model/"
+	(cd "$work/src-$name" && git apply "$p") || { echo "FAIL $name: the patch does not apply"; fail=1; continue; }
+	# shellcheck disable=SC2046 # the header's flags are words
+	MODEL_SRC="$work/src-$name/model" run mutant "$name" schedule.pml $(sed -n 's/^Model: //p' "$p" | head -1)
+done
 
 # Issue 23 item 3: two releases whose outcome is unknown (the ReleaseOnCancel release of R, left
 # on the wire, and Elector.Release of an older token), then the same Elector runs again and
