@@ -15,8 +15,9 @@ import (
 )
 
 // scheduleJob is the command of TestScheduleMode, in the busybox image (no date +%N): it
-// appends "pod slot attempt token start|end uptime" to the Redis list $KEY with RPUSH sent
-// through nc, at its start and after 700ms of work. /proc/uptime (10ms) is the node's, one
+// appends "pod slot attempt token start|end|stop uptime" to the Redis list $KEY with RPUSH sent
+// through nc, at its start, after 700ms of work, or when elector run stops it (SIGTERM: a
+// handover), which it must before it releases the lease. /proc/uptime (10ms) is the node's, one
 // clock for every pod of this one-node cluster.
 const scheduleJob = `rec() {
   read up idle < /proc/uptime
@@ -24,7 +25,9 @@ const scheduleJob = `rec() {
   printf '*3\r\n$5\r\nRPUSH\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n*1\r\n$4\r\nQUIT\r\n' ${#KEY} "$KEY" ${#L} "$L" | nc "$REDIS_HOST" "$REDIS_PORT" >/dev/null
 }
 rec start
-sleep 0.7
+trap 'rec stop; exit 143' TERM INT
+sleep 0.7 &
+wait $!
 rec end`
 
 // TestScheduleMode: the chart's schedule (run mode with schedule.spec '@every 10s') on three
@@ -160,6 +163,7 @@ func TestScheduleMode(t *testing.T) {
 		slot       time.Time
 		attempt    int
 		start, end time.Duration
+		stopped    bool
 	}
 	byKey := map[string]*run{}
 	var runs []*run
@@ -169,28 +173,30 @@ func TestScheduleMode(t *testing.T) {
 		case "start":
 			x := &run{pod: c.pod, slot: c.slot, attempt: c.attempt, start: c.up}
 			byKey[k], runs = x, append(runs, x)
-		case "end":
+		case "end", "stop":
 			if x := byKey[k]; x != nil {
-				x.end = c.up
+				x.end, x.stopped = c.up, c.what == "stop"
 			}
 		}
 	}
 	concurrent, cut, retries := 0, 0, 0
 	for i, a := range runs {
-		if a.end == 0 {
+		if a.end == 0 || a.stopped {
 			cut++
 		}
 		if a.attempt > 1 {
 			retries++
 		}
+		// A run without an end nor a stop record was SIGKILLed before its work ended: it
+		// ended before its natural end, 700ms of work and a record later.
 		aEnd := a.end
 		if aEnd == 0 {
-			aEnd = a.start + 3*time.Second // cut by the kill: at most the kill's few seconds
+			aEnd = a.start + time.Second
 		}
 		for _, b := range runs[i+1:] {
 			bEnd := b.end
 			if bEnd == 0 {
-				bEnd = b.start + 3*time.Second
+				bEnd = b.start + time.Second
 			}
 			if a.start < bEnd && b.start < aEnd {
 				concurrent++
