@@ -224,10 +224,7 @@ func restarts(t *testing.T, c client, keep bool) *world {
 		if lp, _ := w.waitLeader(3*w.timing.lease, nil); lp == nil {
 			t.Fatalf("round %d: nobody leads", i)
 		}
-		// Every follower has heard the holder and listens: the protocol promises no overlap
-		// after a data loss only then (docs/MODEL.md, S4); a replica that never heard of the
-		// holder may win the emptied Redis before the holder's next renew.
-		time.Sleep(2 * w.timing.retry)
+		w.waitFollowers(2)
 		w.srv.Restart()
 		time.Sleep(w.timing.lease + 500*time.Millisecond)
 	}
@@ -250,7 +247,7 @@ func rule6(t *testing.T, c client) *world {
 		t.Fatal("go1 does not lead")
 	}
 	w.start(c, "client", "client")
-	time.Sleep(w.timing.retry + 200*time.Millisecond) // the client follows, subscribed
+	w.waitFollowers(1)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*w.timing.retry)
 	defer cancel()
 	if err := waitEvent(ctx, w.rdb, w.lease, "renewed"); err != nil {
@@ -260,6 +257,28 @@ func rule6(t *testing.T, c client) *world {
 	time.Sleep(w.timing.lease + time.Second)
 	w.exitAll()
 	return w
+}
+
+// waitFollowers waits until n followers (and the harness) listen on the lease's channel, and
+// then a RetryPeriod for their first acquire (sent after they subscribed, R11): every follower
+// has heard of the holder and listens. The protocol promises no overlap after a data loss only
+// then (docs/MODEL.md, S4): a replica that never heard of the holder (a process still
+// starting) may win the emptied Redis before the holder's next renew tells it its term ended.
+func (w *world) waitFollowers(n int) {
+	w.t.Helper()
+	ch := "elector:{" + w.lease + "}:events"
+	end := time.Now().Add(10 * time.Second)
+	for {
+		m, err := w.rdb.PubSubNumSub(context.Background(), ch).Result()
+		if err == nil && m[ch] >= int64(n+1) {
+			break
+		}
+		if time.Now().After(end) {
+			w.t.Fatalf("%d followers not subscribed within 10 s (%v, %v)", n, m, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(w.timing.retry)
 }
 
 // waitEvent waits for an event of kind on the lease's channel.
