@@ -36,6 +36,7 @@ var simScenarios = []simScenario{
 	{"failed release of an older token", scenarioFailedReleases},
 	{"rollback to a released record", scenarioRollback},
 	{"restart without data while a follower that polled listens again", scenarioListenerAtRestart},
+	{"cancel while the log line after a won acquire blocks", scenarioCancelInLogStall},
 }
 
 // scenarioWorld draws a world for a scenario: 2 or 3 replicas that recampaign, a that releases
@@ -160,6 +161,39 @@ func scenarioFailedReleases(d *simDriver, a *simReplica) bool {
 	a.startRun()
 	d.settle(d.dur(2*d.timing.lease, 4*d.timing.lease))
 	return true
+}
+
+// scenarioCancelInLogStall (mutant election-won-term-dropped-at-cancel): a's acquires fail
+// for a while, so its next success writes "Redis calls succeed again"; that write blocks (a
+// stalled stderr) right after the acquire won, and Run is cancelled meanwhile. Run must
+// release the won term (checkLeftHeld), not drop it: followers would wait out the lease.
+func scenarioCancelInLogStall(d *simDriver, a *simReplica) bool {
+	gs := &gatedStore{simStore: a.e.store.(*simStore)}
+	a.e.store = gs
+	d.w.Tracef("scenario: cut %s from Redis, run it", a.node.Name())
+	d.w.Cut(a.node, true)
+	a.startRun()
+	d.settle(d.dur(d.timing.retry, 2*d.timing.retry)) // failed acquires: the errors are logged
+	sent, _ := gs.state()
+	won := func() int { gs.simStore.mu.Lock(); defer gs.simStore.mu.Unlock(); return len(gs.simStore.won) }
+	d.w.Tracef("scenario: heal %s", a.node.Name())
+	d.w.Heal(a.node)
+	if !d.waitFor(2*d.timing.lease, func() bool { n, _ := gs.state(); return n > sent }) {
+		return false
+	}
+	// The acquire is on its way: its success's log line will block.
+	d.w.Tracef("scenario: the log of %s stalls", a.node.Name())
+	a.reasons.stall(time.Now().Add(4 * d.timing.lease))
+	if !d.waitFor(d.timing.lease, func() bool { return won() > 0 }) || a.e.IsLeader() {
+		return false
+	}
+	d.settle(d.dur(0, d.timing.retry/4))
+	d.w.Tracef("scenario: cancel Run of %s while its log is stalled", a.node.Name())
+	a.cancel()
+	startOthers(d, a)
+	d.waitFor(6*d.timing.lease, func() bool { return !a.running })
+	d.settle(d.dur(d.timing.lease, 2*d.timing.lease))
+	return !a.running
 }
 
 // scenarioRollback (mutant 9): a leads R1, Redis is snapshotted, a's Run is cancelled (R1

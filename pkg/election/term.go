@@ -160,7 +160,13 @@ func (f *follower) attempt(ctx context.Context) (attempt, bool) {
 		}
 	case d.verdict == verdictStart:
 		f.replied()
-		e.errs.succeeded(f.logger)
+		e.errs.succeeded(f.logger) // may write a log line, which may block
+		if ctx.Err() != nil {
+			// Cancelled while that line was written: Run returns without starting the term,
+			// so it releases it, as it does a term won by an acquire in flight at the cancel.
+			e.release(base, f.logger, st.Record)
+			break
+		}
 		a.term, a.won = st.Record, true
 	case d.verdict == verdictReserved:
 		f.replied()
