@@ -64,7 +64,7 @@ func TestProtocolDocNamesTheScripts(t *testing.T) {
 			found = found || strings.Contains(l, row)
 		}
 		if !found {
-			t.Errorf("docs/PROTOCOL.md, \"Version and scripts\": want the row %s", row)
+			t.Errorf("docs/PROTOCOL.md, \"Version and scripts\": want the row %s (a script changed: update its row there, and the library version)", row)
 		}
 	}
 	if want := "`elector_" + lualib.Version + "`"; !strings.Contains(doc, want) {
