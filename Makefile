@@ -5,7 +5,8 @@ export GOFLAGS
 
 .PHONY: test test-deps lint build check-static helm-test bench-quick adapters-test fuzz-smoke demo ci \
 	ci-tests ci-lane \
-	test-under-load model compat k8s-e2e check-adapters flake-hunt mutants conformance python-test
+	test-under-load model compat k8s-e2e check-adapters flake-hunt mutants conformance python-test \
+	schedule-chaos
 
 ## test: install redis-server/sentinel/cli if missing (as root, with apt-get), then run every
 ## test of the main module with the race detector against real Redis processes. The test
@@ -118,6 +119,11 @@ compat: test-deps
 ## installed with helm, failed over and rolled (own Go module, test/k8s).
 k8s-e2e:
 	hack/k8s-e2e.sh
+
+## schedule-chaos: 300 slots of elector run --schedule on 3 replicas and Redis with AOF through
+## kills, rollouts, Redis restarts and clock steps (test/chaos, TestScheduleChaos), ~11 min.
+schedule-chaos: test-deps
+	hack/schedule-chaos.sh
 
 ## sim: the deterministic simulator (docs/MODEL.md, "Deterministic simulator"): SEEDS seeds of
 ## the production Elector and GROUP_SEEDS seeds of the production Group against a simulated
