@@ -95,7 +95,9 @@ func ReadStatus(ctx context.Context, c redis.UniversalClient, prefix, name strin
 			out.Location = loc
 		}
 	}
-	if out.Spec != "" && out.Location != nil && has {
+	if d, ok := parseOnceSpec(out.Spec); ok && has {
+		out.Next = onceNext(out, d)
+	} else if out.Spec != "" && out.Location != nil && has {
 		if sched, err := parseSpec(out.Spec, out.Location); err == nil {
 			if n := sched.Next(out.Decided); !n.IsZero() {
 				out.Next = n.UTC()
@@ -103,6 +105,16 @@ func ReadStatus(ctx context.Context, c redis.UniversalClient, prefix, name strin
 		}
 	}
 	return out, true, nil
+}
+
+// onceNext is the next slot of a --once-per state (period d): the period after the start of its
+// last run when that run is done or goes on (the done mark's expiry), else due at once (the
+// cursor). A done mark deleted by hand makes it due earlier: the mark decides, not this.
+func onceNext(st Status, d time.Duration) time.Time {
+	if r := st.Current; r != nil && (r.Result == phaseDone || r.Result == phaseRunning) {
+		return r.Started.Add(d)
+	}
+	return st.Decided
 }
 
 // decodeStatus decodes the replies of GET of the schedule and runs keys; has says whether
