@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/pkg/lease"
+	"github.com/elector/elector/pkg/schedule"
 )
 
 // Flag names of elector run --once-per (docs/DESIGN.md, "Once per period").
@@ -35,10 +37,14 @@ func (o *runOptions) validateOnce() error {
 	return nil
 }
 
-// oncePeriod is --once-per: the done mark that a successful run writes and that every term
-// reads before it runs the command.
+// oncePeriod is --once-per on the slot machinery of --schedule (pkg/schedule's OncePer): every
+// run claims a slot of its own at Redis's time, fenced by the term's token, and its end is
+// recorded by finish.lua (PREFIX:{NAME}:schedule and :runs, shown by elector status); a
+// successful run's finish also writes the done mark, which every term reads before it runs
+// the command.
 type oncePeriod struct {
-	l          *leasekit.Lease
+	l          *leasekit.Lease // the done mark's reads
+	slots      *schedule.OncePer
 	period     time.Duration // --once-per
 	exitIfDone bool          // --exit-if-done
 	recheck    time.Duration // how often a leader that waits for a mark re-reads it: --lease-duration
@@ -61,23 +67,19 @@ func newOncePeriod(rc *runConfig, client redis.UniversalClient) (*oncePeriod, er
 	if err != nil {
 		return nil, err
 	}
-	return &oncePeriod{l: l, period: rc.run.oncePer, exitIfDone: rc.run.exitIfDone, force: rc.run.force,
+	slots, err := schedule.NewOncePer(schedule.OnceConfig{Client: client, LeaseName: lo.name, Prefix: lo.prefix, Period: rc.run.oncePer})
+	if err != nil {
+		return nil, err
+	}
+	return &oncePeriod{l: l, slots: slots, period: rc.run.oncePer, exitIfDone: rc.run.exitIfDone, force: rc.run.force,
 		recheck: lo.leaseDuration, retry: lo.retryPeriod, call: lo.callTimeout(), markFor: lo.leaseDuration}, nil
 }
 
-// check reads the done mark for the term under --once-per (and first the term's record, which
-// the fenced mark write needs): evDue when the command is due, evMarkHolds while a mark holds,
-// evTermEnded when the term ended first.
+// check reads the done mark for the term under --once-per and, when none holds, claims the
+// term's run (a slot at Redis's time): evDue when the command is due, evMarkHolds while a
+// mark holds, evTermEnded when the term ended first.
 func (t *term) check() runInput {
 	o := t.s.once
-	if t.record.Token == 0 {
-		rec, ok := o.termRecord(t.ctx, t.token, t.s.identity)
-		if !ok {
-			<-t.ctx.Done()
-			return runInput{ev: evTermEnded, cause: context.Cause(t.ctx)}
-		}
-		t.record = rec
-	}
 	if t.ctx.Err() != nil {
 		return runInput{ev: evTermEnded, cause: context.Cause(t.ctx)}
 	}
@@ -88,6 +90,12 @@ func (t *term) check() runInput {
 	case wait > 0:
 		return runInput{ev: evMarkHolds, wait: wait}
 	}
+	slot, ok := o.claim(t.ctx, t.token)
+	if !ok {
+		<-t.ctx.Done()
+		return runInput{ev: evTermEnded, cause: context.Cause(t.ctx)}
+	}
+	t.onceRun = slot
 	return runInput{ev: evDue}
 }
 
@@ -99,23 +107,23 @@ func (t *term) waitUntil(until time.Time) runInput {
 	return runInput{ev: evRecheck}
 }
 
-// termRecord reads the record of the term with token, which the fenced mark write needs;
-// false when the term ended first (or ctx did).
-func (o *oncePeriod) termRecord(ctx context.Context, token int64, identity string) (lease.Record, bool) {
+// claim claims the run of the term with token; false when the term ended first (or ctx did).
+// Redis errors are retried: the command is not run unclaimed.
+func (o *oncePeriod) claim(ctx context.Context, token int64) (schedule.Slot, bool) {
 	for {
-		cctx, cancel := context.WithTimeout(ctx, o.call)
-		st, err := o.l.Get(cctx)
-		cancel()
-		if err == nil {
-			if st.Held && st.Record.Token == token && st.Record.Identity == identity {
-				return st.Record, true
-			}
-			klog.InfoS("The term ended before its done mark was read; not running the command", "token", token)
-			return lease.Record{}, false
+		slot, err := o.slots.Claim(ctx, token)
+		switch {
+		case err == nil:
+			return slot, true
+		case errors.Is(err, schedule.ErrFenced):
+			klog.InfoS("The term ended before its run was claimed; not running the command", "token", token)
+			return schedule.Slot{}, false
+		case ctx.Err() != nil:
+			return schedule.Slot{}, false
 		}
-		klog.ErrorS(err, "Cannot read the lease before the done mark; retrying", "token", token)
+		klog.ErrorS(err, "Cannot claim the run; retrying before running the command", "token", token)
 		if !sleepCtx(ctx, o.retry) {
-			return lease.Record{}, false
+			return schedule.Slot{}, false
 		}
 	}
 }
@@ -161,37 +169,56 @@ func (o *oncePeriod) judge(d *leasekit.Done) time.Duration {
 	return max(wait, time.Millisecond)
 }
 
-// markDone writes the done mark of term, fenced, to expire one period after started: on
-// Redis errors it retries for markFor, also after the term ended (the fence refuses a
-// write once another term holds the lease). A mark that could not be written means that the
-// next leader runs the command again: at least once per period, not at most once.
-func (o *oncePeriod) markDone(term lease.Record, started time.Time) {
+// markDone records the run done and writes the done mark in the same step (finish.lua),
+// fenced, to expire one period after the run's start by Redis's clock: on Redis errors it
+// retries for markFor, also after the term ended (the fence refuses a write once another term
+// holds the lease). A mark that could not be written means that the next leader runs the
+// command again: at least once per period, not at most once.
+func (o *oncePeriod) markDone(run schedule.Slot) {
 	o.mu.Lock()
 	o.force = false
 	o.mu.Unlock()
 	give := time.Now().Add(o.markFor)
 	for {
-		ttl := (o.period - time.Since(started)).Truncate(time.Millisecond)
-		if ttl < time.Millisecond {
-			klog.InfoS("The command ran longer than --once-per: no done mark, it is due again", "token", term.Token, "oncePer", o.period)
-			return
-		}
 		cctx, cancel := context.WithTimeout(context.Background(), o.call)
-		ok, err := o.l.MarkDone(cctx, leasekit.Done{Term: term, Finished: time.Now(), TTL: ttl})
+		recorded, mark, err := o.slots.Finish(cctx, run, "done", 0)
 		cancel()
 		switch {
-		case err == nil && ok:
-			klog.InfoS("Wrote the done mark: no replica runs the command again until it expires", "key", o.l.Keys().Done, "token", term.Token, "expires", time.Now().Add(ttl).UTC().Format(time.RFC3339))
+		case err == nil && recorded && mark > 0:
+			klog.InfoS("Wrote the done mark: no replica runs the command again until it expires", "key", o.l.Keys().Done, "token", run.Token, "expires", time.Now().Add(mark).UTC().Format(time.RFC3339))
+			return
+		case err == nil && recorded:
+			klog.InfoS("The command ran longer than --once-per: no done mark, it is due again", "token", run.Token, "oncePer", o.period)
 			return
 		case err == nil:
-			klog.InfoS("The term ended before the done mark was written: the next leader runs the command again (at-least-once)", "token", term.Token)
+			klog.InfoS("The run's record is gone (the schedule key was deleted): no done mark, the next leader runs the command again", "token", run.Token)
+			return
+		case errors.Is(err, schedule.ErrFenced):
+			klog.InfoS("The term ended before the done mark was written: the next leader runs the command again (at-least-once)", "token", run.Token)
 			return
 		case time.Now().After(give):
-			klog.ErrorS(err, "Cannot write the done mark; giving up: the next leader runs the command again (at-least-once)", "token", term.Token)
+			klog.ErrorS(err, "Cannot write the done mark; giving up: the next leader runs the command again (at-least-once)", "token", run.Token)
 			return
 		}
-		klog.ErrorS(err, "Cannot write the done mark; retrying", "token", term.Token)
+		klog.ErrorS(err, "Cannot write the done mark; retrying", "token", run.Token)
 		time.Sleep(o.retry)
+	}
+}
+
+// ended records a run that did not succeed: failed (CMD's exit code) or lost (stopped as the
+// term ended), in one attempt: a run left unrecorded is recorded lost by the next claim.
+func (o *oncePeriod) ended(run schedule.Slot, result string, code int) {
+	if run.Token == 0 {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), o.call)
+	defer cancel()
+	recorded, _, err := o.slots.Finish(cctx, run, result, code)
+	switch {
+	case err != nil && !errors.Is(err, schedule.ErrFenced):
+		klog.ErrorS(err, "Cannot record the end of the run; the next claim records it lost", "token", run.Token, "result", result)
+	case recorded:
+		klog.V(2).InfoS("Recorded the end of the run", "token", run.Token, "result", result, "exitCode", code)
 	}
 }
 

@@ -18,7 +18,6 @@ import (
 	"github.com/elector/elector/cmd/elector/internal/child"
 	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/pkg/election"
-	"github.com/elector/elector/pkg/lease"
 	"github.com/elector/elector/pkg/schedule"
 )
 
@@ -215,8 +214,8 @@ type term struct {
 	ctx     context.Context
 	token   int64
 	proc    *child.Process
-	record  lease.Record // --once-per: the term's record, for the fenced mark; zero before read
-	started time.Time    // --once-per: when the command last started
+	onceRun schedule.Slot // --once-per: the run claimed (zero: none to record)
+	started time.Time     // --once-per: when the command last started
 	// --schedule: the job's ctx (derived from ctx; nil outside a job) and its slot.
 	job     context.Context
 	slot    time.Time
@@ -271,7 +270,8 @@ func (t *term) do(a runAction) (in runInput, ok bool) {
 	case actCheck:
 		return t.check(), true
 	case actMarkDone:
-		s.once.markDone(t.record, t.started)
+		s.once.markDone(t.onceRun)
+		t.onceRun = schedule.Slot{}
 	case actWaitMark:
 		return t.waitUntil(time.Now().Add(min(a.wait, s.once.recheck))), true
 	case actWaitPeriod:
@@ -280,6 +280,9 @@ func (t *term) do(a runAction) (in runInput, ok bool) {
 		return t.waitUntil(until), true
 	case actEnd:
 		t.logEnd(a)
+		if s.once != nil && (a.end == endExited || a.end == endStartFailed) {
+			s.once.ended(t.onceRun, "failed", max(a.status.ExitCode(), 1))
+		}
 		s.perform([]runAction{a})
 	default:
 		s.perform([]runAction{a})
@@ -361,6 +364,9 @@ func (t *term) stop(a runAction) runInput {
 	klog.InfoS("Stopping the command", "pid", p.CommandPid(), "signal", a.sig, "reason", a.reason, "killGrace", t.s.spec.KillGrace)
 	es := p.StopWith(context.Background(), a.sig)
 	klog.InfoS("The command stopped", "pid", p.CommandPid(), "status", es.String(), "token", t.token)
+	if t.s.once != nil && !errors.Is(es.Err, child.ErrSurvivors) {
+		t.s.once.ended(t.onceRun, "lost", es.ExitCode())
+	}
 	return runInput{ev: evStopped, status: es}
 }
 

@@ -11,7 +11,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/pkg/lease"
+	"github.com/elector/elector/pkg/schedule"
 )
 
 // doneKey is the done mark of a lease with the default prefix.
@@ -173,6 +176,11 @@ func TestRunOncePerFailedJob(t *testing.T) {
 	if n := log.checkWorkers(t); n != 2 {
 		t.Errorf("the job ran %d times, want twice (the failure is retried); worker log:\n%s", n, log.dump(t))
 	}
+	// Both runs are recorded as a schedule's are: a's failed with its exit code, then b's done.
+	st, found, err := schedule.ReadStatus(context.Background(), client, "", name)
+	if err != nil || !found || len(st.Runs) != 2 || st.Runs[0].Result != "done" || st.Runs[1].Result != "failed" || st.Runs[1].ExitCode != 5 {
+		t.Errorf("schedule status %+v, %v, %v; want b's done run after a's failed one (exit 5)", st, found, err)
+	}
 }
 
 // TestRunOncePerMarkWriteFails is the documented failure case of a job that succeeded but
@@ -189,7 +197,8 @@ func TestRunOncePerMarkWriteFails(t *testing.T) {
 	const name = "once-acl"
 	rules := []any{"ACL", "SETUSER", "nodone", "on", ">pw", "resetkeys", "resetchannels", "&elector:*", "+@all",
 		"~elector:{" + name + "}:lease", "~elector:{" + name + "}:token", "~elector:{" + name + "}:terms",
-		"~elector:{" + name + "}:resign", "%R~elector:{" + name + "}:done"}
+		"~elector:{" + name + "}:resign", "~elector:{" + name + "}:schedule", "~elector:{" + name + "}:runs",
+		"%R~elector:{" + name + "}:done"}
 	if err := client.Do(context.Background(), rules...).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -225,4 +234,79 @@ func TestRunOncePerMarkWriteFails(t *testing.T) {
 	waitFor(t, 10*time.Second, "b's mark", func() bool { return markTTL(t, client, name) > 0 })
 	b.signal(syscall.SIGTERM)
 	b.wait(10 * time.Second)
+}
+
+// TestRunOncePerMarkCompat checks that --once-per on the slot machinery keeps the done mark of
+// before: a mark written by the code before (leasekit.MarkDone, done.lua) stops a rerun; the
+// documented reset (DEL of the done key) makes the job due; the mark the new code writes reads
+// as before (leasekit.GetDone, the reader of every elector since --once-per), and elector
+// status shows it beside the run the schedule state records.
+func TestRunOncePerMarkCompat(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	log := workerLog(filepath.Join(dir, "worker.log"))
+	lock := filepath.Join(dir, "lock")
+	const name = "once-compat"
+	old, err := leasekit.New(client, name, lease.Options{Identity: "old"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok, st, err := old.Acquire(ctx, time.Minute)
+	if err != nil || !ok {
+		t.Fatalf("acquire as old: %v %v", ok, err)
+	}
+	if ok, err := old.MarkDone(ctx, leasekit.Done{Term: st.Record, Finished: time.Now(), TTL: time.Minute}); err != nil || !ok {
+		t.Fatalf("the old writer's MarkDone = %v, %v", ok, err)
+	}
+	if _, err := old.Release(ctx, st.Record); err != nil {
+		t.Fatal(err)
+	}
+	flags := []string{"--once-per", "1m", "--exit-if-done"}
+	a := runReplica(t, srv.Addr(), name, "a", log, lock, flags, "-exit-after", "100ms", "-exit-code", "0")
+	if code := a.wait(15 * time.Second); code != 0 {
+		t.Fatalf("a exited with %d, want 0 (done already by the old mark)", code)
+	}
+	if n := log.checkWorkers(t); n != 0 {
+		t.Fatalf("the job ran %d times under an old mark; worker log:\n%s", n, log.dump(t))
+	}
+	if !strings.Contains(a.stderr.String(), `"Not running the command: it succeeded in this period already (--once-per)" doneBy="old"`) {
+		t.Errorf("a does not log the old mark; stderr:\n%s", a.stderr.String())
+	}
+
+	if err := client.Del(ctx, doneKey(name)).Err(); err != nil { // the documented reset
+		t.Fatal(err)
+	}
+	b := runReplica(t, srv.Addr(), name, "b", log, lock, flags, "-exit-after", "100ms", "-exit-code", "0")
+	if code := b.wait(15 * time.Second); code != 0 {
+		t.Fatalf("b exited with %d, want 0 after its job succeeded", code)
+	}
+	if n := log.checkWorkers(t); n != 1 {
+		t.Fatalf("the job ran %d times after the reset, want once; worker log:\n%s", n, log.dump(t))
+	}
+	d, err := old.GetDone(ctx)
+	if err != nil || d == nil || d.Term.Identity != "b" || d.ExitCode != 0 || d.TTL <= 50*time.Second || d.Finished.IsZero() {
+		t.Fatalf("the new mark reads %+v, %v; want b's, about 1m", d, err)
+	}
+
+	_, out, _ := runElector(t, 10*time.Second, nil, "status", "--redis-addr", srv.Addr(), "--lease-name", name, "-o", "json")
+	var status struct {
+		Done *struct {
+			Holder string `json:"holder"`
+		} `json:"done"`
+		Schedule *struct {
+			Spec string `json:"spec"`
+			Next string `json:"next"`
+			Runs []struct {
+				Holder string `json:"holder"`
+				Result string `json:"result"`
+			} `json:"runs"`
+		} `json:"schedule"`
+	}
+	if err := json.Unmarshal([]byte(out), &status); err != nil || status.Done == nil || status.Done.Holder != "b" ||
+		status.Schedule == nil || status.Schedule.Spec != "@once-per 1m0s" || status.Schedule.Next == "" ||
+		len(status.Schedule.Runs) != 1 || status.Schedule.Runs[0].Holder != "b" || status.Schedule.Runs[0].Result != "done" {
+		t.Errorf("status -o json = %s (%v); want b's mark and its done run under @once-per 1m0s", out, err)
+	}
 }
