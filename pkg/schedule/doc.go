@@ -77,7 +77,12 @@
 // The simulator (sim_test.go) checks these under faults: no two runs at once, the runs of a slot
 // ordered by term, none before its slot, every slot recorded, none done twice.
 //
-// --once-per D fits the same machinery as a schedule whose next slot is the last run's start
-// plus D (a Schedule counted from the state's run record rather than from the epoch): the same
-// keys, scripts and status.
+// # --once-per
+//
+// OncePer is elector run --once-per D on the same keys, scripts and status: a rolling schedule
+// whose every run claims a slot of its own at Redis's time of the claim (after the cursor), so
+// a slot is never retried and MaxAttempts never marks a run missed. The period is the done mark
+// PREFIX:{NAME}:done (its value as before --once-per used slots), which finish.lua writes in the
+// step that records a run done, to expire D after the run's start by Redis's clock; a term
+// runs only while no mark holds, so DEL of the mark still resets the period.
 package schedule
