@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The server matrix (issue #18): builds Redis 7.2 and Valkey 8 from the source archives in
+# The server matrix: builds Redis 7.2 and Valkey 8 from the source archives in
 # ../shared/servers (relative to the repository root: CI runs in a fresh clone with shared/
 # beside it) with TLS, caches the binaries outside the repository keyed by server and version
 # (${XDG_CACHE_HOME:-~/.cache}/elector-compat/<server>-<version>/bin, reused while the archive's

@@ -90,7 +90,7 @@ run mutant mutant-group-loop-block    group.pml -DL=2 -DMUTANT_LOOP_BLOCK
 run pass   finding-group-stale-release group.pml -DL=1 -DSTALE=1
 run mutant mutant-group-trust-stale-resume group.pml -DL=1 -DSTALE=1 -DMUTANT_TRUST_STALE_RESUME
 
-# The slot protocol of pkg/schedule (issue 45): terms by token against Redis's clock and the
+# The slot protocol of pkg/schedule: terms by token against Redis's clock and the
 # claim, finish and skip scripts. SC0-SC4 in model/schedule.pml's header. Its mutants are
 # patches of the model (test/mutants/model-schedule-*.patch, header line "Model: FLAGS"),
 # applied to a copy; hack/mutants.sh runs them through TestScheduleModel as well.
@@ -111,7 +111,7 @@ for p in "$root"/test/mutants/model-schedule-*.patch; do
 	MODEL_SRC="$work/src-$name/model" run mutant "$name" schedule.pml $(sed -n 's/^Model: //p' "$p" | head -1)
 done
 
-# Issue 23 item 3: two releases whose outcome is unknown (the ReleaseOnCancel release of R, left
+# Two releases whose outcome is unknown (the ReleaseOnCancel release of R, left
 # on the wire, and Elector.Release of an older token), then the same Elector runs again and
 # resumes R. The fix (termGuard: no term at or below a retired token) must hold; the mutant
 # (the old single poisoned slot, overwritten by the second failure) must break S1. The full

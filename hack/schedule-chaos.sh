@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The long chaos run of `elector run --schedule` (issue 45's proof): 3 replicas of the built
+# The long chaos run of `elector run --schedule` (the proof of the slot promise): 3 replicas of the built
 # binary, a redis-server with AOF, ≥ 300 slots of '@every 2s' through SIGKILLs of the leader,
 # rollouts, Redis restarts, steps of Redis's clock and outages (test/chaos/schedule_test.go).
 # It prints the figures and keeps the logs.

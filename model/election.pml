@@ -83,7 +83,7 @@
 #ifndef URELS
 #define URELS 0           /* Elector.Release of an older token after Run returned */
 #endif
-/* POISONSCEN: the review's scenario of issue 23 item 3, to keep the search small: only replica
+/* POISONSCEN: the scenario of two releases of unknown outcome, to keep the search small: only replica
  * 0 is cancelled, runs again and calls Release; only releases time out or lose their reply. */
 #ifdef POISONSCEN
 #define CALLGU false      /* acquires and renewals never give up */

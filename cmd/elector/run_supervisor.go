@@ -359,7 +359,7 @@ func (t *term) run() runInput {
 // is gone: evStopped.
 func (t *term) stop(a runAction) runInput {
 	p := a.proc
-	// The signal goes out before the log, which may block on a stalled stderr (issue 42).
+	// The signal goes out before the log, which may block on a stalled stderr.
 	p.BeginStop(a.sig)
 	klog.InfoS("Stopping the command", "pid", p.CommandPid(), "signal", a.sig, "reason", a.reason, "killGrace", t.s.spec.KillGrace)
 	es := p.StopWith(context.Background(), a.sig)

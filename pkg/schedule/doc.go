@@ -1,5 +1,5 @@
 // Package schedule runs a job once per slot of a calendar schedule across the replicas of an
-// election (issue 45): only the leader runs, each slot at most once at a time, and what ran,
+// election: only the leader runs, each slot at most once at a time, and what ran,
 // failed or was missed is recorded in Redis beside the lease.
 //
 //	s, _ := schedule.New(schedule.Config{Client: c, LeaseName: "report", Spec: "30 2 * * *",

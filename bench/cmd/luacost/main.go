@@ -1,5 +1,5 @@
 // Command luacost measures what each piece of pkg/lease/scripts/acquire.lua costs Redis itself
-// (issue 27 item 3): INFO commandstats usec per EVALSHA for the script as it ships, for copies
+// INFO commandstats usec per EVALSHA for the script as it ships, for copies
 // with one piece removed, and for scripts that do one piece alone, interleaved in rounds against
 // one redis-server that it starts, pipelined 100 at a time so that Redis is busy throughout.
 //
