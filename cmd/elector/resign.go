@@ -25,6 +25,9 @@ const (
 	flagResignEndpoint = "resign-endpoint"
 )
 
+// exitRefused: resign refused before anything was written (docs/CLI.md, "Exit codes").
+const exitRefused = 5
+
 // Defaults of elector resign.
 const (
 	defaultHoldOff       = leasekit.DefaultResignHoldOff
@@ -37,6 +40,7 @@ type resignOptions struct {
 	holdOff time.Duration
 	timeout time.Duration
 	output  string
+	force   bool
 }
 
 func (o *resignOptions) addFlags(fs *pflag.FlagSet) {
@@ -44,6 +48,7 @@ func (o *resignOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.holdOff, flagHoldOff, defaultHoldOff, "after the release, only --to (or anyone but the old holder) may acquire for this `duration`; then anyone may")
 	fs.DurationVar(&o.timeout, flagTimeout, defaultResignTimeout, "give up (exit 1) if no new term began within this `duration`")
 	fs.StringVarP(&o.output, flagOutput, "o", "text", "output `format` of the new holder: text, json or yaml")
+	fs.BoolVar(&o.force, flagForce, false, "resign even when --to is no live candidate of the lease, or no candidate but the holder is live (nobody may lead during --hold-off)")
 }
 
 // validate checks the flags; every error names the flag.
@@ -68,8 +73,10 @@ func (o *resignOptions) validate() error {
 // reservation and what each exit code says.
 const resignLong = `Ask the holder of the lease to step down, for a planned switchover, and wait until a new
 term begins; print the new holder as elector status does. For --hold-off only --to (or anyone
-but the old holder) may acquire. Exit 0 when a new term began, 3 when nobody holds the lease,
-1 when --timeout passed. Needs the Redis user of run and sidecar, not the observer's.`
+but the old holder) may acquire. Refused, before anything is written, when --to is no live
+candidate of the lease (elector status lists them) or no candidate but the holder is live,
+unless --force. Exit 0 when a new term began, 3 when nobody holds the lease, 5 when refused, 1
+when --timeout passed. Needs the Redis user of run and sidecar, not the observer's.`
 
 // newResignCmd returns `elector resign`: ask the holder to step down and wait for the next term.
 func (c *cli) newResignCmd() *cobra.Command {
@@ -200,14 +207,38 @@ func (r *resigner) request(ctx context.Context, first election.Change) (int, err
 	return exitOK, nil
 }
 
-// checkSuccessor refuses a request nobody could follow and says what will happen when that
-// cannot be known. Every campaigning elector follows the lease on its events channel while it
-// does not lead, so the subscribers of the channel, this command's own excepted, are the
-// replicas that can take over (and any status --watch); their identities are not known.
+// checkSuccessor refuses a request nobody could follow, before anything is written: with the
+// lease's candidate registry, --to must be a live candidate and, without --to, some candidate
+// but the holder must be live (--force goes ahead with a warning). When the holder is not in
+// the registry (electors that predate it) or it cannot be read, it falls back to counting the
+// subscribers of the events channel, which cannot tell replicas from status --watch.
 func (r *resigner) checkSuccessor(ctx context.Context) (int, error) {
 	if r.ro.to != "" && r.ro.to == r.old.Identity {
 		return exitOK, nil // the request is refused: ErrTargetIsHolder
 	}
+	c, err := r.l.ReadCandidates(ctx)
+	if err != nil {
+		klog.V(2).InfoS("Cannot read the candidate registry; counting the followers instead", "lease", r.co.lease.name, "err", err)
+	}
+	if err != nil || !c.Has(r.old.Identity) {
+		return r.checkFollowers(ctx)
+	}
+	err = leasekit.CheckSuccessor(c, r.old.Identity, r.ro.to)
+	switch {
+	case err == nil:
+		return exitOK, nil
+	case r.ro.force:
+		fmt.Fprintf(r.warn, "warning: %v; resigning anyway (--%s)\n", err, flagForce)
+		return exitOK, nil
+	}
+	return exitRefused, fmt.Errorf("refused, nothing was written: lease %q: %v (--%s resigns anyway)", r.co.lease.name, err, flagForce)
+}
+
+// checkFollowers is checkSuccessor without the registry: every campaigning elector follows
+// the lease on its events channel while it does not lead, so the subscribers of the channel,
+// this command's own excepted, are the replicas that can take over (and any status --watch);
+// their identities are not known.
+func (r *resigner) checkFollowers(ctx context.Context) (int, error) {
 	n, err := r.followers(ctx)
 	if err != nil {
 		klog.V(2).InfoS("Cannot count the replicas that follow the lease; resigning anyway", "lease", r.co.lease.name, "err", err)
@@ -216,14 +247,14 @@ func (r *resigner) checkSuccessor(ctx context.Context) (int, error) {
 	n-- // this command's own subscription
 	name, holder := r.co.lease.name, r.old.Identity
 	switch {
-	case n <= 0 && r.ro.to != "":
-		return exitError, fmt.Errorf("no replica but the holder %q follows lease %q (nobody else is subscribed to its events channel), so --%s %q cannot take over: nothing written. Start %q first",
+	case n <= 0 && r.ro.to != "" && !r.ro.force:
+		return exitRefused, fmt.Errorf("no replica but the holder %q follows lease %q (nobody else is subscribed to its events channel), so --%s %q cannot take over: nothing written. Start %q first",
 			holder, name, flagTo, r.ro.to, r.ro.to)
 	case n <= 0:
 		fmt.Fprintf(r.warn, "warning: no replica but the holder %q follows lease %q (nobody else is subscribed to its events channel): after it steps down nobody leads until --%s %v has passed and it takes the lease again\n",
 			holder, name, flagHoldOff, r.ro.holdOff)
 	case r.ro.to != "":
-		fmt.Fprintf(r.warn, "note: %d other process(es) follow lease %q, but their identities are not recorded, so whether --%s %q is one of them cannot be checked: if it is not, nobody leads until --%s %v after the release\n",
+		fmt.Fprintf(r.warn, "note: %d other process(es) follow lease %q, but the replicas do not advertise themselves in its candidate registry (electors older than this one), so whether --%s %q is one of them cannot be checked: if it is not, nobody leads until --%s %v after the release\n",
 			n, name, flagTo, r.ro.to, flagHoldOff, r.ro.holdOff)
 	}
 	return exitOK, nil

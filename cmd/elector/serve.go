@@ -486,6 +486,8 @@ func startReplica(co *commonOptions, so *serveOptions, cb election.Callbacks, ex
 		l.close()
 		return nil, err
 	}
+	// The candidate registry lists this replica with elector's own version (the binary's).
+	leasekit.SetCandidate(l.elector, "elector "+version.Get().Version, 0)
 	if so.statusFile != "" {
 		l.status = newStatusFile(so.statusFile, l.elector.Status, co.lease)
 		if err := writeFileAtomic(so.statusFile, []byte(statusFollower+"\n"), 0o644); err != nil {
@@ -680,20 +682,27 @@ func resignHandler(e *election.Elector, policy resignPolicy, followers followerC
 			http.Error(w, why, code)
 			return
 		}
-		to := r.URL.Query().Get("to")
+		to, force := r.URL.Query().Get("to"), r.URL.Query().Get("force") == "1"
 		warning, refuse := checkTarget(r.Context(), e, to, followers)
-		if refuse {
-			http.Error(w, warning, http.StatusConflict)
+		if refuse && !force {
+			http.Error(w, warning+" (force=1 resigns anyway)", http.StatusConflict)
 			return
 		}
 		token := e.Status().Token
 		ctx, cancel := context.WithTimeout(r.Context(), resignTimeoutHTTP)
 		defer cancel()
+		if force {
+			ctx = election.ForceResign(ctx) // no candidate check: nobody may lead during the hold-off
+		}
 		err := e.ResignTo(ctx, to)
 		status := http.StatusOK
 		switch {
 		case errors.Is(err, election.ErrNotLeader):
 			http.Error(w, "not the leader: "+err.Error(), http.StatusConflict)
+			return
+		case errors.Is(err, leasekit.ErrNotCandidate), errors.Is(err, leasekit.ErrNoSuccessor):
+			klog.InfoS("Refused a resign request: nobody could take over", "remote", r.RemoteAddr, "to", to, "why", err)
+			http.Error(w, err.Error()+" (force=1 resigns anyway)", http.StatusConflict)
 			return
 		case errors.Is(err, leasekit.ErrTargetIsHolder), to != "" && leasewire.ValidateIdentity(to) != nil:
 			http.Error(w, "bad ?to: "+err.Error(), http.StatusBadRequest)
@@ -726,6 +735,9 @@ func checkTarget(ctx context.Context, e *election.Elector, to string, followers 
 	st := e.Status()
 	if followers == nil || !st.IsLeader || to == st.Identity || (to != "" && leasewire.ValidateIdentity(to) != nil) {
 		return "", false
+	}
+	if len(st.Candidates) > 0 {
+		return "", false // the candidate registry is in use: ResignTo checks the target against it
 	}
 	n, err := followers(ctx)
 	switch {

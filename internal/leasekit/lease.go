@@ -37,6 +37,7 @@ type internals interface {
 	Counter(ctx context.Context, l *lease.Lease, key, what string) (int64, error)
 	Resign(ctx context.Context, l *lease.Lease, args ...any) ([]any, error)
 	Done(ctx context.Context, l *lease.Lease, args ...any) (int64, error)
+	Candidate(ctx context.Context, l *lease.Lease, args ...any) ([]any, error)
 	PTTL(ms int64) time.Duration
 	DurationTTL(d time.Duration) time.Duration
 	BatchAcquire(l *lease.Lease, ttl time.Duration) (*lualib.Op, func(*redis.Cmd) (bool, lease.Status, []any, error), error)

@@ -28,6 +28,9 @@ type Keys struct {
 	Schedule string
 	// Runs keeps the schedule's last runs and missed ranges, newest first (pkg/schedule).
 	Runs string
+	// Candidates is the candidate registry: a string listing the replicas that campaign for or lead
+	// the lease, each with its expiry, version and priority (candidate.lua).
+	Candidates string
 
 	base string // PREFIX:{NAME}:
 }
@@ -49,6 +52,8 @@ func KeysFor(prefix, name string) Keys {
 
 		Schedule: base + "schedule",
 		Runs:     base + "runs",
+
+		Candidates: base + "candidates",
 	}
 }
 
@@ -60,7 +65,7 @@ func (k Keys) Other(suffix string) string { return k.base + suffix }
 // under prefix, and only those: PREFIX:{*}:events, with the glob characters of the prefix
 // (* ? [ ] \) escaped by a backslash, as LeaseKeyPattern does for SCAN. Unescaped, the prefix
 // "jobs?" would also match the channels of the prefix "jobs1", and a Group would take another
-// prefix's events for its own leases' (issue 23). Redis compares a PSUBSCRIBE pattern with an
+// prefix's events for its own leases'. Redis compares a PSUBSCRIBE pattern with an
 // ACL channel rule literally, so the rule to grant is &EventsPattern(prefix) exactly as
 // returned; for a prefix without glob characters it is &PREFIX:{*}:events.
 func EventsPattern(prefix string) string { return globEscape(prefix) + ":{*}:events" }

@@ -104,7 +104,11 @@ type Elector struct {
 	term     lease.Record // this replica's term while it leads
 	ctl      *termControl // how Resign reaches the current term's lead loop
 	leading  bool
-	lastRenw time.Time // send time of the last successful acquire or renew of the current term
+	lastRenw time.Time           // send time of the last successful acquire or renew of the current term
+	cands    leasekit.Candidates // the candidate registry as the last heartbeat found it (candidates.go)
+	// candVersion and candPriority are what this replica advertises there (leasekit.SetCandidate).
+	candVersion  string
+	candPriority int64
 
 	notify *notifier
 	errs   errorLog
@@ -131,7 +135,7 @@ func New(cfg Config) (*Elector, error) {
 		return nil, fmt.Errorf("new elector %q: %w", cfg.LeaseName, err)
 	}
 	warnContextTimeout(&cfg)
-	e := &Elector{cfg: cfg, lease: l, store: redisStore{l}, clock: clock.RealClock{}}
+	e := &Elector{cfg: cfg, lease: l, store: redisStore{l}, clock: clock.RealClock{}, candVersion: buildVersion()}
 	if cfg.Metrics != nil {
 		cfg.Metrics.add(e)
 	}
@@ -171,6 +175,7 @@ func (e *Elector) Run(ctx context.Context) error {
 
 	e.notify = startNotifier(e.cfg.Callbacks.OnNewLeader)
 	defer e.notify.stop()
+	defer e.startAdvertising(ctx)() // the candidate registry, off the election's path (candidates.go)
 	w := &watch{clock: e.clock, every: e.cfg.RetryPeriod, subscribe: e.subscribe}
 	defer w.wait()
 
@@ -405,13 +410,20 @@ type Status struct {
 	Token int64 `json:"token"`
 	// LastRenew is the send time of the last successful renew of this replica's term.
 	LastRenew *time.Time `json:"lastRenew,omitempty"`
+	// Candidates are the identities of the lease's live candidates, sorted, this replica's
+	// included: the replicas whose Elector (or elector run, sidecar) runs for the lease, as
+	// this replica's last heartbeat in the candidate registry found them (at most a third of
+	// LeaseDuration old while Run runs; none before its first heartbeat or after Run
+	// returned). Advisory: a replica that crashed stays listed until its entry expires,
+	// LeaseDuration after its last heartbeat. ResignTo's target must be one of them.
+	Candidates []string `json:"candidates,omitempty"`
 }
 
 // Status returns a consistent snapshot of the elector's state.
 func (e *Elector) Status() Status {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	s := Status{Name: e.leader, Identity: e.cfg.Identity, IsLeader: e.leading, Lease: e.cfg.LeaseName}
+	s := Status{Name: e.leader, Identity: e.cfg.Identity, IsLeader: e.leading, Lease: e.cfg.LeaseName, Candidates: e.cands.Identities()}
 	if e.leading {
 		s.Token = e.term.Token
 		t := e.lastRenw
@@ -468,6 +480,8 @@ type store interface {
 	subscribe(ctx context.Context) (subscription, error)
 	// resign is leasekit.Lease.RequestResign for this replica's own term.
 	resign(ctx context.Context, term lease.Record, target string, holdOff, timeout time.Duration) error
+	// advertise is leasekit.Lease.Advertise: a heartbeat in the candidate registry, or leave.
+	advertise(ctx context.Context, ttl time.Duration, priority int64, version string, leave bool) (leasekit.Candidates, error)
 }
 
 // subscription is what a follower uses of a *leasekit.Subscription.

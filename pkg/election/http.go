@@ -39,6 +39,7 @@ func (e *Elector) LeaderHandler() http.Handler {
 // Redis's eviction policy.
 type leaderBody struct {
 	Status
+	CandidateCount int           `json:"candidateCount,omitempty"` // len(Candidates): 0 (absent) before the first heartbeat
 	RedisError     *redisFailure `json:"redisError,omitempty"`
 	EvictionPolicy string        `json:"evictionPolicy,omitempty"`
 	EvictionRisk   *bool         `json:"evictionRisk,omitempty"`
@@ -47,6 +48,7 @@ type leaderBody struct {
 // newLeaderBody returns e's leaderBody now.
 func newLeaderBody(e *Elector) leaderBody {
 	b := leaderBody{Status: e.Status(), RedisError: e.redisError()}
+	b.CandidateCount = len(b.Candidates)
 	if v := e.evict.get(); v.policy != "" {
 		risky := v.risky()
 		b.EvictionPolicy, b.EvictionRisk = v.policy, &risky

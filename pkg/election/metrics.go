@@ -28,6 +28,7 @@ type Metrics struct {
 	groupBatches *prometheus.HistogramVec
 	evictionG    *prometheus.GaugeVec
 	logDrops     *prometheus.CounterVec
+	candidates   *prometheus.GaugeVec
 
 	mu       sync.Mutex
 	electors map[string]*Elector
@@ -55,6 +56,8 @@ type Metrics struct {
 //	elector_group_shed_total{group}              leases a Group released to rebalance
 //	elector_group_batch_duration_seconds{group,op}  round trips of a Group's batches (op: acquire, renew)
 //	elector_log_lines_dropped_total{name}        log lines a Group dropped because its logger blocked
+//	elector_candidates{name}                     live entries of the lease's candidate registry, as this
+//	                                             replica's last heartbeat found them (this one included)
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		masterStatus: gaugeVec("leader_election_master_status",
@@ -103,10 +106,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		logDrops: counterVec("elector_log_lines_dropped_total",
 			"Log lines the named Group dropped because its logger did not take them in time (it blocked).",
 			"name"),
+		candidates: gaugeVec("elector_candidates",
+			"Live candidates of the named election (replicas that campaign or lead, this one included), as this replica's last heartbeat in the candidate registry found them.",
+			"name"),
 		electors: map[string]*Elector{},
 	}
 	for _, c := range []prometheus.Collector{m.masterStatus, m.isLeader, m.transitions, m.renewLatency, m.errors, m.redisUpG, m.token,
-		(*sinceRenewCollector)(m), m.groupLeases, m.groupTerms, m.groupSheds, m.groupBatches, m.evictionG, m.logDrops} {
+		(*sinceRenewCollector)(m), m.groupLeases, m.groupTerms, m.groupSheds, m.groupBatches, m.evictionG, m.logDrops, m.candidates} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register elector metrics: %w", err)
 		}
@@ -233,4 +239,12 @@ func (m *Metrics) logDropped(name string) {
 		return
 	}
 	m.logDrops.WithLabelValues(name).Inc()
+}
+
+// setCandidates sets elector_candidates{name}.
+func (m *Metrics) setCandidates(name string, n int) {
+	if m == nil {
+		return
+	}
+	m.candidates.WithLabelValues(name).Set(float64(n))
 }

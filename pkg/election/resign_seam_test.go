@@ -16,6 +16,10 @@ func (s *fakeStore) resign(ctx context.Context, term lease.Record, _ string, _, 
 	return s.do(ctx, "resign", term).err
 }
 
+func (s *fakeStore) advertise(context.Context, time.Duration, int64, string, bool) (leasekit.Candidates, error) {
+	return leasekit.Candidates{}, errNoRegistry
+}
+
 // slowWork makes OnStartedLeading wait, after its ctx was cancelled, until the test closes
 // unblock; log records the order of what happened.
 type slowWork struct {

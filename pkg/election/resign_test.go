@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/elector/elector/internal/testing/redistest"
 	"github.com/elector/elector/pkg/election"
 )
 
@@ -96,20 +96,50 @@ func TestResignToEachFollower(t *testing.T) {
 	c.tl.checkNoOverlap(t)
 }
 
-// ResignTo an identity that is not running: nobody leads during the hold-off (the server
-// refuses everyone else, the resigning one included), then somebody does.
+// ResignTo a target that is no live candidate (a typo, a watcher's name) and Resign with no
+// other live candidate are refused before anything is written (issue 46): the error names
+// the live candidates (and the near miss), the leader keeps its term, and no hold-off begins.
 func TestResignToAbsent(t *testing.T) {
-	const hold = 1500 * time.Millisecond
-	c := newCluster(t, 3, withHoldOff(hold))
-	_, _, from, before := resignLeader(t, c, "absent")
-	next, _ := c.tl.waitFor(t, from, hold+20*testLease, "a term after the hold-off", func(ev event) bool { return ev.kind == "start" })
-	// The reservation began at the release, after before; Redis expires keys to the ms, on
-	// the wall clock, so the gap is measured there (redistest.WallClock; with it 5 ms/s
-	// ahead, the hold-off looked 7 ms short on the monotonic clock).
-	if gap := redistest.WallClock(next.at).Sub(redistest.WallClock(before)); gap < hold-5*time.Millisecond {
-		t.Fatalf("%s led %v after ResignTo(absent), within the hold-off %v; timeline:\n%s", next.who, gap, hold, c.tl)
+	c := newCluster(t, 3, withHoldOff(holdOff))
+	old, oldStart, from := currentLeader(t, c)
+	// Every replica advertised itself at its Run's start; wait until the leader's view has all.
+	deadline := time.Now().Add(10 * testLease)
+	for len(old.e.Status().Candidates) < 3 && time.Now().Before(deadline) {
+		time.Sleep(testLease / 10)
 	}
-	c.tl.checkNoOverlap(t)
+	err := old.e.ResignTo(context.Background(), "pod-9")
+	if err == nil || !strings.Contains(err.Error(), "not a live candidate") || !strings.Contains(err.Error(), "did you mean") {
+		t.Fatalf("ResignTo(pod-9) = %v; want a refusal with a did-you-mean", err)
+	}
+	t.Logf("ResignTo(pod-9): %v", err)
+	time.Sleep(3 * testLease)
+	if st := old.e.Status(); !st.IsLeader || st.Token != oldStart.token {
+		t.Fatalf("after a refused ResignTo the leader's status is %+v; want its term %d unmoved", st, oldStart.token)
+	}
+	for _, ev := range c.tl.snapshot()[from:] {
+		if ev.kind == "start" || ev.kind == "end" {
+			t.Fatalf("a refused ResignTo moved leadership: %+v; timeline:\n%s", ev, c.tl)
+		}
+	}
+}
+
+// A single replica's Resign is refused (nobody could take over): it keeps its term, with no
+// hold-off outage.
+func TestResignAlone(t *testing.T) {
+	c := newCluster(t, 1, withHoldOff(holdOff))
+	old, oldStart, _ := currentLeader(t, c)
+	deadline := time.Now().Add(10 * testLease)
+	for len(old.e.Status().Candidates) < 1 && time.Now().Before(deadline) {
+		time.Sleep(testLease / 10)
+	}
+	err := old.e.Resign(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "no other live candidate") {
+		t.Fatalf("Resign alone = %v; want a refusal", err)
+	}
+	time.Sleep(2 * testLease)
+	if st := old.e.Status(); !st.IsLeader || st.Token != oldStart.token {
+		t.Fatalf("after a refused Resign: %+v; want term %d unmoved", st, oldStart.token)
+	}
 }
 
 // A callback that takes seconds to return after its ctx was cancelled: the lease is renewed

@@ -135,6 +135,20 @@ func (s *simStore) resign(ctx context.Context, term lease.Record, target string,
 	return nil
 }
 
+func (s *simStore) advertise(ctx context.Context, ttl time.Duration, priority int64, version string, leave bool) (leasekit.Candidates, error) {
+	args := leasekit.CandidateArgs(s.owner, ttl, priority, version, leave)
+	sargs := make([]string, len(args))
+	for i, a := range args {
+		sargs[i] = fmt.Sprint(a)
+	}
+	v, err := s.node.Call(ctx, "candidate", s.scripts.Candidate, []string{s.keys.Candidates}, sargs)
+	if err != nil {
+		return leasekit.Candidates{}, fmt.Errorf("candidate: %w", err)
+	}
+	reply, _ := v.([]any)
+	return leasekit.ParseCandidateReply(reply)
+}
+
 func (s *simStore) subscribe(ctx context.Context) (subscription, error) {
 	ss := &simSub{events: make(chan leasekit.Event, 16)}
 	sub, err := s.node.Subscribe(ctx, s.keys.Events, ss.deliver, ss.broken)

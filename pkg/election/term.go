@@ -971,9 +971,16 @@ func newTermControl() *termControl {
 func (e *Elector) Resign(ctx context.Context) error { return e.ResignTo(ctx, "") }
 
 // ResignTo is Resign with a successor: during the hold-off only the replica with identity
-// may acquire the lease. If it does not (it is absent, or it is an older elector that does
-// not know the protocol), nobody leads until the hold-off ends; then anyone may. identity
-// must not be this replica's own.
+// may acquire the lease. If it does not (it crashed meanwhile, or it is an older elector that
+// does not know the protocol), nobody leads until the hold-off ends; then anyone may.
+// identity must not be this replica's own.
+//
+// Before anything is written, Resign and ResignTo check the lease's candidate registry (see
+// Status.Candidates): ResignTo refuses an identity that is no live candidate, and Resign
+// refuses when no live candidate but this replica exists (nobody could take over, and nobody
+// would lead during the hold-off). The error names the live candidates, and for a near miss
+// the one meant; the term goes on. When the registry cannot be read, or ctx comes from
+// ForceResign, they go ahead.
 func (e *Elector) ResignTo(ctx context.Context, identity string) error {
 	if identity != "" {
 		if err := leasewire.ValidateIdentity(identity); err != nil {
@@ -988,6 +995,9 @@ func (e *Elector) ResignTo(ctx context.Context, identity string) error {
 	e.mu.Unlock()
 	if !leading {
 		return fmt.Errorf("resign lease %q: %w", e.cfg.LeaseName, ErrNotLeader)
+	}
+	if err := e.checkSuccessor(ctx, identity); err != nil {
+		return fmt.Errorf("resign lease %q: refused, nothing changed: %w", e.cfg.LeaseName, err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, e.callTimeout())
 	err := e.store.resign(rctx, term, identity, e.cfg.ResignHoldOff, e.cfg.LeaseDuration)

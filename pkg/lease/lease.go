@@ -61,6 +61,8 @@ var (
 	resignSource string
 	//go:embed scripts/done.lua
 	doneSource string
+	//go:embed scripts/candidate.lua
+	candidateSource string
 )
 
 // The scripts are immutable values (source, SHA1, function name); sharing them is not shared
@@ -72,6 +74,9 @@ var (
 	releaseScript = lualib.Register("release", releaseSource, true)
 	resignScript  = lualib.Register("resign", resignSource, true)
 	doneScript    = lualib.Register("done", doneSource, true)
+	// candidate.lua writes only the advisory registry: a replica need not advertise itself
+	// above maxmemory, so its FCALL is refused there (like fence's) rather than grow memory.
+	candidateScript = lualib.Register("candidate", candidateSource, false)
 )
 
 // Options configure a Lease. The zero value is usable for an observer that never acquires.

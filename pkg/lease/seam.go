@@ -147,3 +147,10 @@ func (internals) LoadBatchScripts(ctx context.Context, client redis.UniversalCli
 	}
 	return nil
 }
+
+// Candidate runs scripts/candidate.lua on l's candidates key with args; its error is
+// explained.
+func (internals) Candidate(ctx context.Context, l *Lease, args ...any) ([]any, error) {
+	reply, err := l.run(ctx, l.client, candidateScript, boxKeys(l.keys.Candidates), args...).Slice()
+	return reply, candidateScript.Explain(err)
+}

@@ -109,11 +109,33 @@ func TestResignSidecars(t *testing.T) {
 	if l, _ := old.leader(t); !l.IsLeader || l.Token != tok {
 		t.Fatalf("the holder changed after a refused request: %+v", l)
 	}
-	// --to an absent identity: exit 1 at --timeout naming what did not happen; nobody leads
-	// during the hold-off; then someone does.
+	// --to an identity that is no live candidate (issue 46): refused before anything is
+	// written, exit 5, naming the live candidates, with a did-you-mean for a near miss.
+	waitFor(t, 20*time.Second, "the three candidates", func() bool {
+		return candidateCount(old) == 3
+	})
+	for _, to := range []string{"absent", "s9"} {
+		code, _, stderr = resignCLI(t, srv.Addr(), name, 30*time.Second, "--to", to)
+		hint := !strings.Contains(stderr, "did you mean")
+		if to == "s9" {
+			hint = !hint
+		}
+		if code != 5 || !strings.Contains(stderr, `not a live candidate: "`+to+`"`) || !strings.Contains(stderr, "the live candidates but the holder") || !hint {
+			t.Fatalf("elector resign --to %s: exit %d, stderr %q; want 5 naming the live candidates (did-you-mean only for s9)", to, code, stderr)
+		}
+		t.Logf("elector resign --to %s: exit %d, %s", to, code, strings.TrimSpace(stderr))
+	}
+	if l, _ := old.leader(t); !l.IsLeader || l.Token != tok {
+		t.Fatalf("the holder changed after a refused request: %+v", l)
+	}
+	if n := srv.Client(t).Exists(t.Context(), "elector:{"+name+"}:resign").Val(); n != 0 {
+		t.Fatalf("a refused request was written")
+	}
+	// --to an absent identity with --force: exit 1 at --timeout naming what did not happen;
+	// nobody leads during the hold-off; then someone does.
 	const hold = 3 * time.Second
 	before := time.Now()
-	code, _, stderr = resignCLI(t, srv.Addr(), name, time.Second, "--to", "absent", "--hold-off", hold.String(), "--timeout", "1s")
+	code, _, stderr = resignCLI(t, srv.Addr(), name, time.Second, "--to", "absent", "--force", "--hold-off", hold.String(), "--timeout", "1s")
 	if code != 1 || !strings.Contains(stderr, `--to "absent" did not take over`) {
 		t.Fatalf("elector resign --to absent: exit %d, stderr %q; want 1 naming the absent target", code, stderr)
 	}
@@ -384,11 +406,16 @@ func TestResignRunEndpoint(t *testing.T) {
 	if next.ID != other || next.Token <= first.Token {
 		t.Fatalf("after POST /resign on %s: worker of %s, token %d after %d\nworker log:\n%s", first.ID, next.ID, next.Token, first.Token, log.dump(t))
 	}
-	// ResignTo an absent identity over HTTP is refused by nobody: nobody runs the command
-	// for the hold-off (the lease duration, 1s, for POST /resign), then someone does.
+	// ResignTo an identity that is no live candidate over HTTP is refused (issue 46): 409
+	// naming the live candidates; nothing moves. With force=1 it goes ahead: nobody runs the
+	// command for the hold-off (the lease duration, 1s, for POST /resign), then someone does.
+	if code, body := httpDo(http.MethodPost, "http://"+addrs[other]+"/resign?to=absent"); code != http.StatusConflict ||
+		!strings.Contains(body, `not a live candidate: "absent"`) || !strings.Contains(body, `the live candidates but the holder "`+other+`": `+first.ID) {
+		t.Fatalf("POST /resign?to=absent: %d %q; want 409 naming the live candidates", code, body)
+	}
 	before := time.Now()
-	if code, body := httpDo(http.MethodPost, "http://"+addrs[other]+"/resign?to=absent"); code != http.StatusOK {
-		t.Fatalf("POST /resign?to=absent: %d %q", code, body)
+	if code, body := httpDo(http.MethodPost, "http://"+addrs[other]+"/resign?to=absent&force=1"); code != http.StatusOK {
+		t.Fatalf("POST /resign?to=absent&force=1: %d %q", code, body)
 	}
 	later, _ := log.waitEvent(t, idx+1, 20*time.Second, "a worker after the hold-off", isStart)
 	if gap := later.time().Sub(before); gap < time.Second-5*time.Millisecond {
@@ -492,11 +519,11 @@ func waitFollowers(t *testing.T, client *redis.Client, name string, n int64) {
 	})
 }
 
-// TestResignToAbsentTarget (issue 28 item 5): with a single replica, `elector resign --to
-// nobody` is refused (exit 1, nothing written: the replica keeps leading) instead of leaving
-// the lease without a leader for the whole hold-off; POST /resign?to=nobody answers 409 naming
-// the known candidates (none). A replica resigning alone is warned about (the outage lasts the
-// hold-off). Once a second replica follows, --to it is allowed and it takes over; resign
+// TestResignToAbsentTarget (issue 28 item 5, issue 46): with a single replica, `elector resign
+// --to nobody` is refused (exit 5, nothing written: the replica keeps leading) instead of
+// leaving the lease without a leader for the whole hold-off; POST /resign?to=nobody answers 409
+// naming the live candidates (none). A replica resigning alone is refused too, and with --force
+// warned about (the outage lasts the hold-off). Once a second replica follows, --to it is allowed and it takes over; resign
 // prints the new term with its transitions, as elector status does.
 func TestResignToAbsentTarget(t *testing.T) {
 	srv := redistest.Start(t)
@@ -505,9 +532,12 @@ func TestResignToAbsentTarget(t *testing.T) {
 	const name = "resign-absent"
 	s1 := startSidecar(t, srv.Addr(), name, "s1", dir, nil)
 	_, tok := waitLeader(t, []*sidecar{s1})
+	waitFor(t, 20*time.Second, "s1 in the candidate registry", func() bool {
+		return candidateCount(s1) == 1
+	})
 	code, _, stderr := resignCLI(t, srv.Addr(), name, 10*time.Second, "--to", "nobody")
-	if code != 1 || !strings.Contains(stderr, `--to "nobody" cannot take over: nothing written`) {
-		t.Fatalf("elector resign --to nobody with one replica: exit %d, stderr %q; want 1, refused", code, stderr)
+	if code != 5 || !strings.Contains(stderr, `not a live candidate: "nobody"; the live candidates but the holder "s1": none`) {
+		t.Fatalf("elector resign --to nobody with one replica: exit %d, stderr %q; want 5, refused", code, stderr)
 	}
 	if n := admin.Exists(t.Context(), "elector:{"+name+"}:resign").Val(); n != 0 {
 		t.Fatalf("a refused request was written")
@@ -522,16 +552,25 @@ func TestResignToAbsentTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	body := readBody(t, resp)
-	if resp.StatusCode != http.StatusConflict || !strings.Contains(body, "known candidates: none") {
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(body, `the live candidates but the holder "s1": none`) {
 		t.Fatalf("POST /resign?to=nobody with one replica: %d %q; want 409 naming the known candidates", resp.StatusCode, body)
 	}
 	if l, _ := s1.leader(t); !l.IsLeader || l.Token != tok {
 		t.Fatalf("s1 after refused requests: %+v, want still leading with token %d", l, tok)
 	}
-	// Alone, without --to: allowed, with a warning; s1 takes the lease again after the hold-off.
-	code, out, stderr := resignCLI(t, srv.Addr(), name, 20*time.Second, "--hold-off", "500ms", "--timeout", "20s")
-	if code != 0 || out.Holder != "s1" || out.Token <= tok || !strings.Contains(stderr, "warning: no replica but the holder") {
-		t.Fatalf("elector resign alone: exit %d, %+v, stderr %q; want 0, s1 again, and a warning", code, out, stderr)
+	// Alone, without --to: refused (issue 46: nobody could take over; no hold-off outage), exit
+	// 5, s1 keeps its term.
+	code, _, stderr = resignCLI(t, srv.Addr(), name, 10*time.Second)
+	if code != 5 || !strings.Contains(stderr, `no other live candidate than the holder "s1"`) {
+		t.Fatalf("elector resign alone: exit %d, stderr %q; want 5, refused", code, stderr)
+	}
+	if l, _ := s1.leader(t); !l.IsLeader || l.Token != tok {
+		t.Fatalf("s1 after a refused resign: %+v, want still leading with token %d", l, tok)
+	}
+	// With --force: allowed, with a warning; s1 takes the lease again after the hold-off.
+	code, out, stderr := resignCLI(t, srv.Addr(), name, 20*time.Second, "--force", "--hold-off", "500ms", "--timeout", "20s")
+	if code != 0 || out.Holder != "s1" || out.Token <= tok || !strings.Contains(stderr, "resigning anyway (--force)") {
+		t.Fatalf("elector resign --force alone: exit %d, %+v, stderr %q; want 0, s1 again, and a warning", code, out, stderr)
 	}
 	// A second replica: --to it is allowed, and it takes over.
 	startSidecar(t, srv.Addr(), name, "s2", dir, nil)
@@ -544,16 +583,14 @@ func TestResignToAbsentTarget(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(stdout), &next) != nil || next.Holder != "s2" || next.Transitions == nil || *next.Transitions != 3 {
 		t.Fatalf("elector resign --to s2: exit %d, %q; want s2 and transitions 3; stderr:\n%s", code, stdout, stderr)
 	}
-	// Others follow, but their identities are not recorded: --to nobody cannot be refused, and
-	// resign says before it writes what will happen if nobody is not among them.
+	// Others follow, and they advertise themselves (issue 46): --to nobody is refused, naming
+	// the live candidate s1 (before the registry, their identities were not recorded: resign
+	// could only note that it could not check, and nobody led for the hold-off).
 	waitFollowers(t, admin, name, 1) // s1, once it follows again
+	waitFor(t, 20*time.Second, "s1 back in the candidate registry", func() bool { return candidateCount(s1) == 2 })
 	code, _, stderr = resignCLI(t, srv.Addr(), name, 10*time.Second, "--to", "nobody", "--hold-off", "500ms", "--timeout", "10s")
-	note := `note: 1 other process(es) follow lease "` + name + `", but their identities are not recorded, so whether --to "nobody" is one of them cannot be checked: if it is not, nobody leads until --hold-off 500ms after the release`
-	if code != 1 || !strings.Contains(stderr, note) || !strings.Contains(stderr, `not --to "nobody"`) {
-		t.Fatalf("elector resign --to nobody with a follower: exit %d, stderr %q; want the note first, then exit 1 naming who took over instead", code, stderr)
-	}
-	if i, j := strings.Index(stderr, note), strings.Index(stderr, `not --to "nobody"`); i > j {
-		t.Errorf("the note came after the outcome: %q", stderr)
+	if code != 5 || !strings.Contains(stderr, `not a live candidate: "nobody"; the live candidates but the holder "s2": s1`) {
+		t.Fatalf("elector resign --to nobody with a follower: exit %d, stderr %q; want 5 naming s1", code, stderr)
 	}
 }
 
@@ -565,4 +602,18 @@ func readBody(t *testing.T, resp *http.Response) string {
 		t.Fatal(err)
 	}
 	return b.String()
+}
+
+// candidateCount is /leader's candidateCount: the live candidates as the sidecar's last
+// heartbeat in the lease's candidate registry found them (-1 when unreadable).
+func candidateCount(s *sidecar) int {
+	code, body := httpGet(s.base + "/leader")
+	var l struct {
+		CandidateCount *int     `json:"candidateCount"`
+		Candidates     []string `json:"candidates"`
+	}
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &l) != nil || l.CandidateCount == nil || *l.CandidateCount != len(l.Candidates) {
+		return -1
+	}
+	return *l.CandidateCount
 }

@@ -97,13 +97,17 @@ func (g *seqGen) next() []op {
 		}
 		return []op{{script: g.s.Resign, keys: []string{g.k.Lease, g.k.Resign}, args: args, short: short || hshort}}
 	case 7:
+		if g.rng.IntN(2) == 0 { // the candidate registry: heartbeats, leaves, odd versions
+			args := []string{owner, ttl, g.pick("0", "5", "-3"), g.pick("", "v1.2", "x\ty"), g.pick("", "", "leave")}
+			return []op{{script: g.s.Candidate, keys: []string{g.k.Candidates}, args: args, short: short}}
+		}
 		args := []string{owner, ttl}
 		if g.rng.IntN(4) == 0 {
 			args = append(args, "leave")
 		}
 		return []op{{script: g.s.Members, keys: []string{g.k.Members}, args: args, short: short}}
 	case 8, 9:
-		return []op{{args: []string{g.pick("GET", "PTTL"), g.pick(g.k.Lease, g.k.Resign, g.k.Token, g.k.Terms, g.k.Members, g.k.Done)}}}
+		return []op{{args: []string{g.pick("GET", "PTTL"), g.pick(g.k.Lease, g.k.Resign, g.k.Token, g.k.Terms, g.k.Members, g.k.Done, g.k.Candidates)}}}
 	case 10:
 		return []op{{args: []string{"DEL", g.pick(g.k.Lease, g.k.Resign, g.k.Members, g.k.Terms)}}}
 	case 11: // wrong types and hand-written values
@@ -132,6 +136,9 @@ func (g *seqGen) pick3(a, b, c op) op { return []op{a, b, c}[g.rng.IntN(3)] }
 
 var recordRE = regexp.MustCompile(`v1:(\d+):`)
 
+// msRE matches a server time in milliseconds (the candidate registry's), written as MS.
+var msRE = regexp.MustCompile(`\b1\d{12}\b`)
+
 // normalize turns a go-redis result into the simulator's reply form, with fencing tokens taken
 // from a server clock (below baseToken) written as T.
 func normalize(v any, err error) any {
@@ -152,6 +159,7 @@ func normReply(v any) any {
 	case Status:
 		return string(v)
 	case string:
+		v = msRE.ReplaceAllString(v, "MS")
 		return recordRE.ReplaceAllStringFunc(v, func(m string) string {
 			n, _ := strconv.ParseInt(m[3:len(m)-1], 10, 64)
 			if n > 1_000_000_000 && n < baseToken {
