@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"k8s.io/klog/v2"
 
 	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/lease"
@@ -92,11 +93,14 @@ func ParseEvent(payload string) (Event, error) {
 // unanswered for as long again. Observers subscribe again after that, and poll meanwhile,
 // as package election does: events published while nobody listens are lost.
 type Subscription struct {
-	ps     *redis.PubSub
-	events chan Event
-	done   chan struct{}
-	once   sync.Once
-	wg     sync.WaitGroup
+	ps      *redis.PubSub
+	channel string
+	events  chan Event
+	done    chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup
+	logger  klog.Logger
+	broken  map[string]bool // the kinds of event already logged as breaking the protocol
 }
 
 // Subscribe subscribes to the lease's channel and returns once Redis confirmed the
@@ -107,7 +111,7 @@ func (l *Lease) Subscribe(ctx context.Context) (*Subscription, error) {
 		_ = ps.Close()
 		return nil, fmt.Errorf("subscribe to events of lease %q: %w", l.Name(), err)
 	}
-	s := &Subscription{ps: ps, events: make(chan Event, 16), done: make(chan struct{})}
+	s := &Subscription{ps: ps, channel: l.Keys().Events, events: make(chan Event, 16), done: make(chan struct{}), logger: klog.FromContext(ctx)}
 	s.wg.Add(1)
 	go s.receive()
 	return s, nil
@@ -165,6 +169,7 @@ func (s *Subscription) receive() {
 		}
 		ev, err := ParseEvent(m.Payload)
 		if err != nil {
+			s.dropped(m.Payload, err)
 			continue
 		}
 		select {
@@ -173,4 +178,26 @@ func (s *Subscription) receive() {
 			return
 		}
 	}
+}
+
+// dropped logs, once per kind of event per subscription, a message of a known kind that does
+// not parse: a client outside the protocol publishes on the lease's channel. Messages of kinds
+// this version does not know are dropped silently, for a newer protocol's sake.
+func (s *Subscription) dropped(payload string, err error) {
+	word, _, _ := strings.Cut(payload, " ")
+	known := false
+	for _, w := range eventWords {
+		known = known || (w != "" && w == word)
+	}
+	if !known || s.broken[word] {
+		return
+	}
+	if s.broken == nil {
+		s.broken = map[string]bool{}
+	}
+	s.broken[word] = true
+	if len(payload) > 200 {
+		payload = payload[:200]
+	}
+	s.logger.Error(err, "Dropped a message on the lease channel that breaks the protocol (docs/PROTOCOL.md, Events)", "channel", s.channel, "payload", payload)
 }

@@ -2,10 +2,14 @@ package leasekit_test
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/redis/go-redis/v9"
+	"k8s.io/klog/v2"
 
 	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/testing/faultproxy"
@@ -84,4 +88,61 @@ func TestSubscriptionPingsWhenIdleAndEndsWhenUnanswered(t *testing.T) {
 	proxy.Blackhole(true)
 	took := expectClosed(t, sub, 4*timing.HealthInterval)
 	t.Logf("silent connection detected after %v (health interval %v)", took, timing.HealthInterval)
+}
+
+// A message of a known kind that does not parse is dropped and logged once per kind (a client
+// outside the protocol); an unknown kind is dropped silently (a newer protocol); the events
+// after them are delivered.
+func TestSubscriptionLogsMessagesThatBreakTheProtocol(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	l := newLease(t, c, "job", "pod-a")
+	var mu sync.Mutex
+	var lines []string
+	logger := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, args)
+	}, funcr.Options{})
+	ctx := klog.NewContext(context.Background(), logger)
+	sub, err := l.Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	ch := l.Keys().Events
+	for _, p := range []string{"acquired x v1:5:i:a", "acquired 10 garbage", "renewed 10 v1:x", "future 1 v1:5:i:a"} {
+		if err := c.Publish(ctx, ch, p).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Publish(ctx, ch, "released 0 v1:7:inst:pod-b").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-sub.Events():
+		if ev.Kind != leasekit.Released || ev.Record.Token != 7 {
+			t.Fatalf("first event delivered: %+v, want the release of token 7", ev)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the valid event after the broken ones was not delivered")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var acquired, renewed, other int
+	for _, l := range lines {
+		switch {
+		case !strings.Contains(l, "breaks the protocol"):
+			other++
+		case strings.Contains(l, `"payload"="acquired`):
+			acquired++
+		case strings.Contains(l, `"payload"="renewed`):
+			renewed++
+		default:
+			t.Errorf("logged: %s", l)
+		}
+	}
+	if acquired != 1 || renewed != 1 {
+		t.Errorf("logged %d acquired and %d renewed lines, want one of each (once per kind):\n%s", acquired, renewed, strings.Join(lines, "\n"))
+	}
 }

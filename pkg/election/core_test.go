@@ -83,6 +83,23 @@ func TestCoreReply(t *testing.T) {
 
 // TestCoreReplyNotListening: a follower that does not hear releases polls at most every
 // RetryPeriod, and says so (poll), so that it re-arms to the known expiry when it listens again.
+// TestCoreReplyTokenBelowSeen: a held record whose token is below one a reply showed before is
+// still followed (Redis may have lost writes), and the decision says so for the log.
+func TestCoreReplyTokenBelowSeen(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := &leaseCore{}
+	if d := c.reply(coreTiming, now, acquireReply{sent: now, rec: lease.Record{Token: 30}, ttl: time.Second}, false, nil, true); d.verdict != verdictHeld || d.below != 0 {
+		t.Fatalf("first held reply: %+v", d)
+	}
+	d := c.reply(coreTiming, now, acquireReply{sent: now, rec: lease.Record{Token: 12}, ttl: time.Second}, false, nil, true)
+	if d.verdict != verdictHeld || d.below != 30 {
+		t.Fatalf("held below the floor: verdict %v below %d, want held below 30", d.verdict, d.below)
+	}
+	if d := c.reply(coreTiming, now, acquireReply{sent: now, rec: lease.Record{Token: 31}, ttl: time.Second}, false, nil, true); d.below != 0 {
+		t.Fatalf("a newer token is not below: %+v", d)
+	}
+}
+
 func TestCoreReplyNotListening(t *testing.T) {
 	now := time.Unix(1000, 0)
 	c := &leaseCore{}

@@ -47,6 +47,7 @@ type follower struct {
 	retry       backoff
 	timer       clock.Timer
 	resubscribe <-chan time.Time // set while the subscription is down between attempts
+	warnedBelow int64            // the last held record logged for a token below one seen before
 	polling     bool             // the timer is a poll, sooner than known: set while not listening
 	start       clock.Timer      // fires at Elector.startBy (Config.StartTimeout); nil without a bound
 	lastErr     error            // the error of the last failed attempt, for StartTimeout's error
@@ -179,6 +180,11 @@ func (f *follower) attempt(ctx context.Context) (attempt, bool) {
 		f.retry.reset()
 		e.observe(st.Record, false)
 		f.logger.V(4).Info("Lease is held", "holder", st.Record.Identity, "token", st.Record.Token, "ttl", st.TTL)
+		if d.below != 0 && st.Record.Token != f.warnedBelow {
+			f.warnedBelow = st.Record.Token // once per record
+			f.logger.Info("Warning: the lease is held by a term whose token is below one seen before: Redis lost writes (a restart or failover), or a client outside the protocol resumed an old record (docs/PROTOCOL.md, client rules)",
+				"holder", st.Record.Identity, "instance", st.Record.Instance, "token", st.Record.Token, "seen", d.below)
+		}
 		e.twin.saw(f.logger, e.errs.names.Identity, e.cfg.Identity, e.lease.Instance(), st.Record, st.TTL, false, a.sent, e.clock.Now())
 	}
 	return a, ctx.Err() == nil
@@ -495,6 +501,9 @@ type decision struct {
 	wait    time.Duration // until the next attempt (all but verdictStart; verdictDecline: if late)
 	poll    bool          // verdictHeld: wait is a poll, sooner than the expiry, as the follower does not listen
 	late    bool          // verdictDecline: the reply was late, rather than given up
+	// below is, for verdictHeld, the newest token a reply showed before when the holder's token
+	// is lower (else 0): Redis lost writes, or a client outside the protocol resumed an old record.
+	below int64
 }
 
 // reply records an acquire reply r, read at now, and decides what it means. giveUp is true
@@ -517,6 +526,7 @@ func (c *leaseCore) reply(t leaseTiming, now time.Time, r acquireReply, giveUp b
 		d = c.known.retryAfter(now, d)
 		return decision{verdict: verdictFailed, wait: d}
 	}
+	floor := c.guard.floor
 	trusted := c.guard.reply(r.rec, r.won)
 	late := t.overdue(r.sent, now)
 	switch {
@@ -536,8 +546,12 @@ func (c *leaseCore) reply(t leaseTiming, now time.Time, r acquireReply, giveUp b
 		return decision{verdict: verdictReserved, wait: t.followerWait(r.reservation.TTL, listening)}
 	default:
 		c.known.heard(r.rec.Token, now, r.ttl, t.leaseDuration)
-		d := t.followerWait(r.ttl, listening)
-		return decision{verdict: verdictHeld, wait: d, poll: d != t.followerWait(r.ttl, true)}
+		d := decision{verdict: verdictHeld, wait: t.followerWait(r.ttl, listening)}
+		d.poll = d.wait != t.followerWait(r.ttl, true)
+		if r.rec.Token < floor {
+			d.below = floor
+		}
+		return d
 	}
 }
 
