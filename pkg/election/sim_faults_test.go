@@ -17,7 +17,7 @@ func (d *simDriver) tick() {
 	faults := []func(){
 		d.cutOne, d.cutAll, func() { d.breakSubs(func() *sim.Node { return d.pick().node }) }, d.restartRedis, d.restoreSnapshot,
 		d.crash, d.cancelRun, d.resign, d.resign, d.release, d.network, d.network, d.stall, d.stall,
-		d.resignRequest, d.stallLog,
+		d.resignRequest, d.stallLog, d.ghostCandidate,
 	}
 	faults[d.rng.IntN(len(faults))]()
 	d.after(d.dur(time.Millisecond, d.timing.lease), "tick", d.tick)
@@ -151,8 +151,8 @@ func (d *simDriver) cancelRun() {
 	})
 }
 
-// resign calls Resign or ResignTo (another replica, an absent one, itself) on the leader, or
-// on anyone.
+// resign calls Resign or ResignTo (another replica, an absent one, a ghost candidate, itself)
+// on the leader, or on anyone; the candidate registry refuses some (candidates.go).
 func (d *simDriver) resign() {
 	r := d.pick()
 	for _, x := range d.replicas {
@@ -164,15 +164,18 @@ func (d *simDriver) resign() {
 		return
 	}
 	target := ""
-	switch d.rng.IntN(4) {
+	switch d.rng.IntN(5) {
 	case 1:
 		target = d.pick().identity
 	case 2:
 		target = "absent"
+	case 3: // a ghost candidate's (sim_candidates_test.go), maybe gone already
+		target = fmt.Sprintf("ghost%d", max(d.cliN, 1))
 	}
 	name := fmt.Sprintf("%s.ResignTo(%q)", r.node.Name(), target)
 	d.w.Tracef("user: %s", name)
 	d.goOp(r, name, func(ctx context.Context) error { return r.e.ResignTo(ctx, target) })
+	d.ops[len(d.ops)-1].after = d.countResign
 }
 
 // release calls Release with the replica's current, an old or an unknown token.

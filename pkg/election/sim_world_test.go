@@ -219,14 +219,15 @@ var errNoHolder = errors.New("lease has no holder: nothing to resign")
 // resignRequest is `elector resign` (cmd/elector resign.go) as an actor of the world: a client
 // of its own reads the holder's record, then writes the request naming that term, as
 // lease.RequestResign with Term does (resign.lua), with a target that is present (a running
-// replica), absent (no such replica), late (a replica that is down now and comes back later)
-// or none, and a hold-off within the replicas' own. One time in three the request goes out
+// replica), absent (no such replica), late (a replica that is down now and comes back later),
+// vanishing (a live replica that crashes right after the registry check) or none, and a
+// hold-off within the replicas' own; the registry refuses some, as `elector resign` does. One time in three the request goes out
 // late, up to two lease durations after the read: the term it names may have ended.
 func (d *simDriver) resignRequest() {
 	d.cliN++
 	node := d.w.NewNode(fmt.Sprintf("cli%d", d.cliN))
 	target, kind := "", "anyone"
-	switch d.rng.IntN(4) {
+	switch d.rng.IntN(5) {
 	case 1:
 		var up []*simReplica
 		for _, r := range d.replicas {
@@ -254,11 +255,30 @@ func (d *simDriver) resignRequest() {
 			})
 		}
 	}
+	var vanish *simReplica
+	if target == "" && d.rng.IntN(5) == 0 { // case 4 in part: --to a live replica that crashes right after the check
+		for _, r := range d.replicas {
+			if r.running && !r.crashed && !r.e.IsLeader() {
+				vanish = r
+			}
+		}
+		if vanish != nil {
+			target, kind = vanish.identity, "vanishing"
+		}
+	}
 	holdOff := max(d.dur(time.Millisecond, d.holdOff).Truncate(time.Millisecond), time.Millisecond)
 	timeout := d.dur(d.timing.lease, 3*d.timing.lease).Truncate(time.Millisecond)
 	var delay time.Duration
-	if d.rng.IntN(3) == 0 {
+	if d.rng.IntN(3) == 0 || vanish != nil {
 		delay = d.dur(0, 2*d.timing.lease)
+	}
+	if vanish != nil { // the check (right after the read) sees it live; it crashes before the write
+		dt := d.dur(0, delay)
+		d.after(dt, "the target vanishes", func() {
+			if !vanish.crashed {
+				d.crashReplica(vanish, "actor")
+			}
+		})
 	}
 	name := fmt.Sprintf("%s: elector resign --to=%q --hold-off=%v --timeout=%v (target %s, written %v after the read)", node.Name(), target, holdOff, timeout, kind, delay)
 	d.w.Tracef("user: %s", name)
@@ -281,12 +301,15 @@ func (d *simDriver) resignRequest() {
 			d.counts.add("resign request to the holder")
 		case errors.Is(err, errNoHolder):
 			d.counts.add("resign request without holder")
+		case errors.Is(err, errRefused):
+			d.counts.add("resign request refused (" + kind + ")")
 		}
 	}})
 }
 
-// cliResign is what `elector resign` sends: GET the lease (Observe's first read), then, after
-// delay, resign.lua with the record read, decoded as lease.RequestResign decodes it.
+// cliResign is what `elector resign` sends: GET the lease (Observe's first read), the check of
+// the candidate registry (cliCheck), then, after delay, resign.lua with the record read,
+// decoded as lease.RequestResign decodes it.
 func cliResign(ctx context.Context, node *sim.Node, scripts sim.Scripts, k leasewire.Keys, target string, holdOff, timeout, delay time.Duration) error {
 	v, err := node.Call(ctx, "GET", "", nil, []string{"GET", k.Lease})
 	if err != nil {
@@ -298,6 +321,9 @@ func cliResign(ctx context.Context, node *sim.Node, scripts sim.Scripts, k lease
 	rec, err := leasekit.ParseRecord(asString(v))
 	if err != nil {
 		return fmt.Errorf("read the holder: %w", err)
+	}
+	if err := cliCheck(ctx, node, k, rec.Identity, target); err != nil {
+		return err
 	}
 	if delay > 0 {
 		time.Sleep(delay)
