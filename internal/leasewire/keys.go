@@ -41,19 +41,17 @@ type Keys struct {
 func KeysFor(prefix, name string) Keys {
 	base := prefix + ":{" + name + "}:"
 	return Keys{
-		Lease:   base + "lease",
-		Token:   base + "token",
-		Terms:   base + "terms",
-		Events:  base + "events",
-		Resign:  base + "resign",
-		Members: base + "members",
-		Done:    base + "done",
-		base:    base,
-
-		Schedule: base + "schedule",
-		Runs:     base + "runs",
-
+		Lease:      base + "lease",
+		Token:      base + "token",
+		Terms:      base + "terms",
+		Events:     base + "events",
+		Resign:     base + "resign",
+		Members:    base + "members",
+		Done:       base + "done",
+		Schedule:   base + "schedule",
+		Runs:       base + "runs",
 		Candidates: base + "candidates",
+		base:       base,
 	}
 }
 
