@@ -19,6 +19,7 @@ const exitCodesHelp = `Exit codes:
   3  status: the lease has no holder; resign: no holder to resign; run: leadership lost
      with --exit-on-lost
   4  run: gave up without leading (--timeout passed, or --try-once found the lease held)
+  5  resign: refused, nothing written: --to is no live candidate, or nobody could take over
   N  run: the exit code of CMD when it exited by itself, or when it was stopped because
      the elector got SIGTERM/SIGINT (128+S when signal S killed it)
 `

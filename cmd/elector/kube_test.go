@@ -427,7 +427,7 @@ func TestKubeEventsOfATerm(t *testing.T) {
 	}()
 	waitUntil(t, "leadership", el.IsLeader)
 	first := el.Status().Token
-	if err := el.Resign(election.ForceResign(context.Background())); err != nil { // alone: refused unless forced (issue 46)
+	if err := el.ResignTo(leasekit.WithForce(context.Background()), ""); err != nil { // alone: refused unless forced
 		t.Fatal(err)
 	}
 	waitUntil(t, "leadership again", func() bool { return el.IsLeader() && el.Status().Token > first })

@@ -692,7 +692,7 @@ func resignHandler(e *election.Elector, policy resignPolicy, followers followerC
 		ctx, cancel := context.WithTimeout(r.Context(), resignTimeoutHTTP)
 		defer cancel()
 		if force {
-			ctx = election.ForceResign(ctx) // no candidate check: nobody may lead during the hold-off
+			ctx = leasekit.WithForce(ctx) // no candidate check: nobody may lead during the hold-off
 		}
 		err := e.ResignTo(ctx, to)
 		status := http.StatusOK

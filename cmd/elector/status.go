@@ -57,6 +57,9 @@ type leaseStatus struct {
 	// Schedule is the state of elector run --schedule on the lease, when it has one
 	// (single-lease status only).
 	Schedule *scheduleStatus `json:"schedule,omitempty"`
+	// Candidates are the live entries of the lease's candidate registry, the replicas that
+	// campaign or lead (single-lease status only; absent when none advertises itself).
+	Candidates []candidateStatus `json:"candidates,omitempty"`
 }
 
 // reservedStatus is the reservation that follows a resignation (elector resign).
@@ -185,6 +188,9 @@ func readStatus(ctx context.Context, co *commonOptions, l *leasekit.Lease) (leas
 	if out.Done, err = readDone(ctx, l); err != nil {
 		return leaseStatus{}, readError(fmt.Sprintf("cannot read lease %q", co.lease.name), co, err)
 	}
+	if out.Candidates, err = readCandidates(ctx, co, l, out.Holder, out.Instance); err != nil {
+		return leaseStatus{}, err
+	}
 	return out, nil
 }
 
@@ -264,6 +270,9 @@ func validateOutput(format string) error {
 func writeStatus(w io.Writer, format string, s leaseStatus) error {
 	if format == "text" {
 		if err := printStatus(w, s); err != nil {
+			return err
+		}
+		if err := printCandidates(w, s.Candidates); err != nil {
 			return err
 		}
 		return printSchedule(w, s.Schedule)

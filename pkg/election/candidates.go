@@ -17,12 +17,6 @@ import (
 // `elector status` and the resign checks read. It is advisory: no trust rule reads it, and its
 // heartbeat runs on a goroutine of its own, never on the campaign's or the lead loop's path.
 
-// ForceResign returns a copy of ctx that makes Resign and ResignTo go ahead even when the
-// candidate registry says nobody could take over (no live candidate but this replica, or a
-// target that is no live candidate: electors that predate the registry do not advertise
-// themselves). Then nobody may lead until Config.ResignHoldOff has passed.
-func ForceResign(ctx context.Context) context.Context { return leasekit.WithForce(ctx) }
-
 func init() {
 	leasekit.SetCandidate = func(x any, version string, priority int64) {
 		e := x.(*Elector)
@@ -116,7 +110,7 @@ func (e *Elector) heartbeat(ctx context.Context, ttl time.Duration, leave bool) 
 // checkSuccessor refuses a resignation nobody could follow, before anything is written: a
 // target that is no live candidate, or no live candidate but this one. The registry is read
 // fresh (a heartbeat, which also refreshes this replica's entry). When Redis cannot tell, or
-// ctx carries ForceResign, the resignation goes ahead: the reservation's hold-off bounds
+// ctx carries leasekit.WithForce, the resignation goes ahead: the reservation's hold-off bounds
 // what a wrong guess costs.
 func (e *Elector) checkSuccessor(ctx context.Context, target string) error {
 	if leasekit.Forced(ctx) {

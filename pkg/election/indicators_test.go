@@ -201,7 +201,7 @@ func (p *indPair) handover(t *testing.T, how string, d time.Duration) {
 	case "resign":
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := old.e.Resign(ctx); err != nil {
+		if err := old.e.ResignTo(ctx, ""); err != nil {
 			t.Fatalf("%s: Resign: %v", old.name, err)
 		}
 	case "cancel":

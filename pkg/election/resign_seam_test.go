@@ -151,7 +151,7 @@ func TestSeamResignDeadlineWhileWindingDown(t *testing.T) {
 // ErrResigned. On a follower it fails with ErrNotLeader and calls nothing.
 func TestSeamResignInProcess(t *testing.T) {
 	h := startHarness(t, nil)
-	if err := h.e.Resign(context.Background()); !errors.Is(err, ErrNotLeader) {
+	if err := h.e.ResignTo(context.Background(), ""); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("Resign on a follower = %v, want ErrNotLeader", err)
 	}
 	if err := h.e.ResignTo(context.Background(), "me"); !errors.Is(err, leasekit.ErrTargetIsHolder) {
@@ -198,7 +198,7 @@ func TestSeamResignRequestFails(t *testing.T) {
 	h.arm()
 	h.arm()
 	errc := make(chan error, 1)
-	go func() { errc <- h.e.Resign(context.Background()) }()
+	go func() { errc <- h.e.ResignTo(context.Background(), "") }()
 	h.next("resign").answer(reply{err: errors.New("connection refused")})
 	if err := <-errc; err == nil || errors.Is(err, ErrNotLeader) {
 		t.Fatalf("Resign = %v, want the Redis error", err)
@@ -206,7 +206,7 @@ func TestSeamResignRequestFails(t *testing.T) {
 	if s.ctx.Err() != nil || !h.e.IsLeader() {
 		t.Fatal("the term ended although the request failed")
 	}
-	go func() { errc <- h.e.Resign(context.Background()) }()
+	go func() { errc <- h.e.ResignTo(context.Background(), "") }()
 	h.next("resign").answer(reply{err: fmt.Errorf("x: %w", leasekit.ErrOtherTerm)})
 	if err := <-errc; !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("Resign when Redis holds another term = %v, want ErrNotLeader", err)

@@ -132,7 +132,7 @@ func TestResignAlone(t *testing.T) {
 	for len(old.e.Status().Candidates) < 1 && time.Now().Before(deadline) {
 		time.Sleep(testLease / 10)
 	}
-	err := old.e.Resign(context.Background())
+	err := old.e.ResignTo(context.Background(), "")
 	if err == nil || !strings.Contains(err.Error(), "no other live candidate") {
 		t.Fatalf("Resign alone = %v; want a refusal", err)
 	}
@@ -172,7 +172,7 @@ func TestResignFollower(t *testing.T) {
 		if r == l {
 			continue
 		}
-		if err := r.e.Resign(context.Background()); !errors.Is(err, election.ErrNotLeader) {
+		if err := r.e.ResignTo(context.Background(), ""); !errors.Is(err, election.ErrNotLeader) {
 			t.Fatalf("Resign on follower %s = %v, want ErrNotLeader", r.name, err)
 		}
 	}

@@ -959,7 +959,7 @@ var ErrNotLeader = errors.New("not the leader")
 // lease from it for the hold-off.
 var ErrResigned = errors.New("resigned")
 
-// termControl is how Resign reaches the lead loop of the current term.
+// termControl is how ResignTo reaches the lead loop of the current term.
 type termControl struct {
 	wake chan struct{} // a send asks the loop to resign
 	over chan struct{} // closed once the term ended and its release (if any) was sent
@@ -969,32 +969,28 @@ func newTermControl() *termControl {
 	return &termControl{wake: make(chan struct{}, 1), over: make(chan struct{})}
 }
 
-// Resign ends this replica's term so that another replica leads: it writes a resign request
+// ResignTo ends this replica's term so that another replica leads: it writes a resign request
 // for the term in Redis, cancels OnStartedLeading's ctx at once and, once OnStartedLeading
 // returned (the lease is renewed meanwhile, as after a cancel of Run's ctx), stops calling
 // itself leader and releases the lease (whatever Config.ReleaseOnCancel says). The release
-// makes the request a reservation: for Config.ResignHoldOff no replica with this one's
-// identity may acquire the lease, so another replica takes over in about one round trip,
-// with the next fencing token. This replica then campaigns again (see ErrResigned for
-// Recampaign off).
+// makes the request a reservation: for Config.ResignHoldOff only the replica with identity may
+// acquire the lease, or, for identity "", any replica but this one's identity; the successor
+// takes over in about one round trip, with the next fencing token. If the named one does not
+// (it crashed meanwhile, or predates the protocol), nobody leads until the hold-off ends. This
+// replica then campaigns again (see ErrResigned for Recampaign off). identity must not be
+// this replica's own.
 //
-// Resign returns nil once the term ended and the release was sent, or ctx.Err() if ctx ended
-// first; the step-down completes anyway. It returns an error wrapping ErrNotLeader when this
-// replica does not lead, and the Redis error when the request could not be written (then
+// Before anything is written, ResignTo checks the lease's candidate registry (see
+// Status.Candidates): it refuses an identity that is no live candidate, and, for "", a lease
+// with no live candidate but this replica (nobody could take over, and nobody would lead
+// during the hold-off). The error names the live candidates, and for a near miss the one
+// meant; the term goes on. When the registry cannot be read it goes ahead; `elector resign
+// --force` and POST /resign?force=1 skip the check.
+//
+// ResignTo returns nil once the term ended and the release was sent, or ctx.Err() if ctx
+// ended first; the step-down completes anyway. It returns an error wrapping ErrNotLeader when
+// this replica does not lead, and the Redis error when the request could not be written (then
 // nothing changed: the term goes on).
-func (e *Elector) Resign(ctx context.Context) error { return e.ResignTo(ctx, "") }
-
-// ResignTo is Resign with a successor: during the hold-off only the replica with identity
-// may acquire the lease. If it does not (it crashed meanwhile, or it is an older elector that
-// does not know the protocol), nobody leads until the hold-off ends; then anyone may.
-// identity must not be this replica's own.
-//
-// Before anything is written, Resign and ResignTo check the lease's candidate registry (see
-// Status.Candidates): ResignTo refuses an identity that is no live candidate, and Resign
-// refuses when no live candidate but this replica exists (nobody could take over, and nobody
-// would lead during the hold-off). The error names the live candidates, and for a near miss
-// the one meant; the term goes on. When the registry cannot be read, or ctx comes from
-// ForceResign, they go ahead.
 func (e *Elector) ResignTo(ctx context.Context, identity string) error {
 	if identity != "" {
 		if err := leasewire.ValidateIdentity(identity); err != nil {

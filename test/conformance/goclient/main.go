@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/pkg/election"
 )
 
@@ -108,7 +109,9 @@ func main() {
 			stop()
 		case "resign":
 			go func() {
-				if err := e.ResignTo(context.Background(), arg); err != nil {
+				// Forced: the client under test need not advertise itself (rule R15 is
+				// optional), and the rules checked here are the election's, not the registry's.
+				if err := e.ResignTo(leasekit.WithForce(context.Background()), arg); err != nil {
 					say("resign", "error", err)
 					return
 				}
