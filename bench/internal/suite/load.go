@@ -21,7 +21,8 @@ type LoadResult struct {
 	ClientCmds, AllCmds, RedisCPU, BenchCPU []float64
 	// ByCommand is the client commands per second of the last window, by command name.
 	ByCommand map[string]float64
-	// Bound is the target: 1/RetryPeriod + Followers/LeaseDuration commands per second.
+	// Bound is the target: 1/RetryPeriod + Followers/LeaseDuration commands per second, plus
+	// the candidate registry's heartbeats, 3 per LeaseDuration from each replica (leader too).
 	Bound float64
 }
 
@@ -38,7 +39,7 @@ func runLoad(ctx context.Context, cfg Config, srv *redisproc.Server, logf func(s
 	for _, n := range cfg.LoadFollowers {
 		for ki, kind := range systems.Kinds() {
 			res := LoadResult{System: kind.Name, Followers: n,
-				Bound: 1/t.RetryPeriod.Seconds() + float64(n)/t.LeaseDuration.Seconds()}
+				Bound: 1/t.RetryPeriod.Seconds() + float64(n+3*(n+1))/t.LeaseDuration.Seconds()}
 			if err := measureLoad(ctx, cfg, srv, admin, mon, kind, fmt.Sprintf("load-%d-%d", ki, n), n, &res); err != nil {
 				return nil, fmt.Errorf("%s with %d followers: %w", kind.Name, n, err)
 			}

@@ -185,7 +185,7 @@ func Checks(r *Results) []Check {
 		if l.System == systems.ElectorKind.Name {
 			m := stats.Summarize(l.ClientCmds)
 			cs = append(cs, Check{
-				Target:   fmt.Sprintf("idle Redis load, %d followers: ≤ 1/RetryPeriod + N/LeaseDuration = %.2f commands/s", l.Followers, l.Bound),
+				Target:   fmt.Sprintf("idle Redis load, %d followers: ≤ 1/RetryPeriod + (N + 3(N+1))/LeaseDuration = %.2f commands/s", l.Followers, l.Bound),
 				Measured: fmt.Sprintf("%.2f commands/s (max %.2f)", m.Median, m.Max),
 				OK:       m.Max <= l.Bound,
 			})
