@@ -688,8 +688,17 @@ func waitUntil(t testing.TB, within time.Duration, what string, cond func() bool
 func warmUp(t testing.TB, client, admin *redis.Client) {
 	t.Helper()
 	ctx := context.Background()
-	if err := client.Ping(ctx).Err(); err != nil {
-		t.Fatal(err)
+	// Three pooled connections, dialled now: from Run's start the first acquire and the
+	// candidate heartbeat each take one at once, and a dial through a slow proxy (the
+	// handshake's round trips) would eat the acquire's call bound.
+	conns := []*redis.Conn{client.Conn(), client.Conn(), client.Conn()}
+	for _, c := range conns {
+		if err := c.Ping(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range conns {
+		_ = c.Close() // back to the pool
 	}
 	warm, err := leasekit.New(admin, "warm-up", lease.Options{Identity: "x"})
 	if err != nil {
