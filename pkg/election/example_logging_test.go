@@ -70,7 +70,9 @@ func Example_contextualLogging() {
 		return
 	}
 	fmt.Println("Run returned", e.Run(klog.NewContext(ctx, logger)))
-	// Output:
+	// "Became leader" is logged after the work started, so the work's line may come first.
+
+	// Unordered output:
 	// Became leader lease=example-logging
 	// Work stopped lease=example-logging
 	// Stopped leading lease=example-logging reason=stopped
