@@ -1,10 +1,7 @@
 package bench
 
 import (
-	"bufio"
 	"context"
-	"fmt"
-	"net"
 	"os"
 	"sort"
 	"strconv"
@@ -15,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/bench/internal/redisproc"
 	"github.com/elector/elector/internal/testing/redistest"
 	"github.com/elector/elector/pkg/election"
 )
@@ -56,12 +54,16 @@ func TestCandidateCalls(t *testing.T) {
 		go func() { defer wg.Done(); _ = e.Run(ctx) }()
 	}
 	time.Sleep(ld) // warm-up: a leader, followers asleep on the events channel
-	mon, err := startCallMonitor(srv.Addr())
+	mon, err := redisproc.StartMonitor(srv.Addr(), func(c redisproc.Call) callKey {
+		script := c.Name == "evalsha" || c.Name == "eval" || c.Name == "fcall"
+		return callKey{c.From, c.Name, script && strings.Contains(c.Args, ":candidates\"")}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(time.Duration(periods) * ld)
-	counts := mon.stop()
+	counts := mon.Take()
+	_ = mon.Close()
 	admin := srv.Client(t)
 	list, err := admin.ClientList(context.Background()).Result()
 	if err != nil {
@@ -136,65 +138,4 @@ func TestCandidateCalls(t *testing.T) {
 type callKey struct {
 	addr, cmd string
 	registry  bool
-}
-
-// callMonitor counts the client commands MONITOR shows (not a script's own, marked "lua").
-type callMonitor struct {
-	conn   net.Conn
-	mu     sync.Mutex
-	counts map[callKey]int64
-	done   chan struct{}
-}
-
-func startCallMonitor(addr string) (*callMonitor, error) {
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := conn.Write([]byte("*1\r\n$7\r\nMONITOR\r\n")); err != nil {
-		conn.Close()
-		return nil, err
-	}
-	r := bufio.NewReaderSize(conn, 64<<10)
-	if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "+OK") {
-		conn.Close()
-		return nil, fmt.Errorf("MONITOR: %q %v", line, err)
-	}
-	m := &callMonitor{conn: conn, counts: map[callKey]int64{}, done: make(chan struct{})}
-	go func() {
-		defer close(m.done)
-		for {
-			line, err := r.ReadString('\n')
-			if err != nil {
-				return
-			}
-			// +1700000000.123456 [0 127.0.0.1:5555] "evalsha" "…" "1" "elector:{calls}:candidates" …
-			_, rest, ok := strings.Cut(line, "[")
-			if !ok {
-				continue
-			}
-			source, rest, ok := strings.Cut(rest, "] \"")
-			if !ok || strings.HasSuffix(source, " lua") {
-				continue
-			}
-			_, addr, _ := strings.Cut(source, " ")
-			cmd, _, _ := strings.Cut(rest, "\"")
-			cmd = strings.ToLower(cmd)
-			reg := (cmd == "evalsha" || cmd == "eval" || cmd == "fcall") && strings.Contains(rest, ":candidates\"")
-			m.mu.Lock()
-			m.counts[callKey{addr, cmd, reg}]++
-			m.mu.Unlock()
-		}
-	}()
-	return m, nil
-}
-
-func (m *callMonitor) stop() map[callKey]int64 {
-	m.mu.Lock()
-	c := m.counts
-	m.counts = map[callKey]int64{}
-	m.mu.Unlock()
-	_ = m.conn.Close()
-	<-m.done
-	return c
 }

@@ -177,18 +177,28 @@ func CommandStats(ctx context.Context, c redis.UniversalClient) (map[string]int6
 	return calls, nil
 }
 
-// Monitor counts the commands that clients send to a server, as MONITOR shows them: a
-// command a script calls is not counted (MONITOR marks it "lua"), so the count is the number
-// of commands that crossed the network.
-type Monitor struct {
+// Call is one command a client sent, as a MONITOR line shows it.
+type Call struct {
+	From string // the client's address
+	Name string // the command, lower-cased
+	Args string // the rest of the line: the arguments, each quoted
+}
+
+// ByName counts calls by command name.
+func ByName(c Call) string { return c.Name }
+
+// Monitor counts the commands that clients send to a server, as MONITOR shows them, by the
+// key its key function gives: a command a script calls is not counted (MONITOR marks it
+// "lua"), so the count is the number of commands that crossed the network.
+type Monitor[K comparable] struct {
 	conn   net.Conn
 	mu     sync.Mutex
-	counts map[string]int64
+	counts map[K]int64
 	done   chan struct{}
 }
 
-// StartMonitor opens a MONITOR connection to addr.
-func StartMonitor(addr string) (*Monitor, error) {
+// StartMonitor opens a MONITOR connection to addr that counts each call under key(call).
+func StartMonitor[K comparable](addr string, key func(Call) K) (*Monitor[K], error) {
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("monitor %s: %w", addr, err)
@@ -203,7 +213,7 @@ func StartMonitor(addr string) (*Monitor, error) {
 		conn.Close()
 		return nil, fmt.Errorf("monitor %s: reply %q: %v", addr, line, err)
 	}
-	m := &Monitor{conn: conn, counts: map[string]int64{}, done: make(chan struct{})}
+	m := &Monitor[K]{conn: conn, counts: map[K]int64{}, done: make(chan struct{})}
 	go func() {
 		defer close(m.done)
 		for {
@@ -211,9 +221,10 @@ func StartMonitor(addr string) (*Monitor, error) {
 			if err != nil {
 				return
 			}
-			if name, ok := clientCommand(line); ok {
+			if c, ok := clientCall(line); ok {
+				k := key(c)
 				m.mu.Lock()
-				m.counts[name]++
+				m.counts[k]++
 				m.mu.Unlock()
 			}
 		}
@@ -221,33 +232,34 @@ func StartMonitor(addr string) (*Monitor, error) {
 	return m, nil
 }
 
-// clientCommand parses a MONITOR line, `+1700000000.123456 [0 127.0.0.1:5555] "evalsha" ...`,
-// and returns the lower-cased command name, or false for a line of a script ("[0 lua]").
-func clientCommand(line string) (string, bool) {
+// clientCall parses a MONITOR line, `+1700000000.123456 [0 127.0.0.1:5555] "evalsha" ...`,
+// or returns false for a line of a script ("[0 lua]").
+func clientCall(line string) (Call, bool) {
 	_, rest, ok := strings.Cut(line, "[")
 	if !ok {
-		return "", false
+		return Call{}, false
 	}
 	source, rest, ok := strings.Cut(rest, "] \"")
 	if !ok || strings.HasSuffix(source, " lua") {
-		return "", false
+		return Call{}, false
 	}
-	name, _, _ := strings.Cut(rest, "\"")
-	return strings.ToLower(name), true
+	_, from, _ := strings.Cut(source, " ")
+	name, args, _ := strings.Cut(rest, "\"")
+	return Call{From: from, Name: strings.ToLower(name), Args: strings.TrimSpace(args)}, true
 }
 
-// Take returns the client commands counted since the last Take (or since the start) by name,
+// Take returns the client commands counted since the last Take (or since the start) by key,
 // and starts counting anew. Commands sent just before Take may be counted in the next one.
-func (m *Monitor) Take() map[string]int64 {
+func (m *Monitor[K]) Take() map[K]int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c := m.counts
-	m.counts = map[string]int64{}
+	m.counts = map[K]int64{}
 	return c
 }
 
 // Close ends the MONITOR connection and waits for its reader to stop.
-func (m *Monitor) Close() error {
+func (m *Monitor[K]) Close() error {
 	err := m.conn.Close()
 	<-m.done
 	return err

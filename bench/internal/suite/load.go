@@ -27,7 +27,7 @@ type LoadResult struct {
 }
 
 func runLoad(ctx context.Context, cfg Config, srv *redisproc.Server, logf func(string, ...any)) ([]LoadResult, error) {
-	mon, err := redisproc.StartMonitor(srv.Addr())
+	mon, err := redisproc.StartMonitor(srv.Addr(), redisproc.ByName)
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +50,7 @@ func runLoad(ctx context.Context, cfg Config, srv *redisproc.Server, logf func(s
 	return out, nil
 }
 
-func measureLoad(ctx context.Context, cfg Config, srv *redisproc.Server, admin *redis.Client, mon *redisproc.Monitor, kind systems.Kind, leaseName string, n int, res *LoadResult) error {
+func measureLoad(ctx context.Context, cfg Config, srv *redisproc.Server, admin *redis.Client, mon *redisproc.Monitor[string], kind systems.Kind, leaseName string, n int, res *LoadResult) error {
 	t := cfg.LoadTiming
 	started := make(chan int, n+1)
 	type member struct {
