@@ -51,13 +51,14 @@ type groupLease struct {
 	next    time.Time // idle: when to try
 	heapIdx int       // index in the try queue, -1 when not queued
 
-	term     lease.Record // the term being led, released or wound down
-	lastOK   time.Time    // leading/stopping: send time of the last successful acquire or renew
-	workDone bool         // leading: OnStartedLeading returned by itself
-	notify   bool         // releasing: a term was started, so OnStoppedLeading follows the release
-	lost     bool         // notifying: the term was lost (try again at once) rather than released
-	relErr   bool         // notifying: the release failed, so the record may still be in Redis
-	cancel   func()       // cancels OnStartedLeading's ctx
+	term        lease.Record // the term being led, released or wound down
+	lastOK      time.Time    // leading/stopping: send time of the last successful acquire or renew
+	workDone    bool         // leading: OnStartedLeading returned by itself
+	notify      bool         // releasing: a term was started, so OnStoppedLeading follows the release
+	lost        bool         // notifying: the term was lost (try again at once) rather than released
+	relErr      bool         // notifying: the release failed, so the record may still be in Redis
+	cancel      func()       // cancels OnStartedLeading's ctx
+	warnedBelow int64        // the last holder's token logged as below one seen before (warnBelow)
 
 	core *leaseCore // what this replica knows of the lease (term.go), kept by the Group across Runs and Remove/Add
 
@@ -493,6 +494,10 @@ func (m *groupMachine) onAcquire(b *acquireBatch) {
 		case verdictStart:
 			m.begin(gl, r.rec, r.sent)
 		case verdictReserved, verdictHeld:
+			if d.below != 0 && r.rec.Token != gl.warnedBelow {
+				gl.warnedBelow = r.rec.Token // once per record
+				warnBelow(m.logger.WithValues("lease", gl.name), r.rec, d.below)
+			}
 			m.toIdle(gl, now.Add(d.wait+m.jitter()))
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/redis/go-redis/v9"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -858,5 +859,42 @@ func TestGroupMachineErrorKeepsTheKnownExpiry(t *testing.T) {
 				t.Fatalf("after the error: next attempt in %v, want the expiry the event announced (%v)", got, want)
 			}
 		})
+	}
+}
+
+// A lease held by a term whose token is below one an acquire reply showed before (Redis lost
+// writes, or a client broke the resume rules) is warned about once per record, as Run does.
+func TestGroupMachineWarnsTokenBelowSeen(t *testing.T) {
+	mt := newMachineTest(t)
+	var logged []string
+	mt.m.logger = funcr.New(func(_, args string) { logged = append(logged, args) }, funcr.Options{})
+	mt.m.add("x")
+	held := func(tok int64) {
+		b := mt.tickAcquire("x")
+		answer(b, acquireReply{rec: lease.Record{Token: tok, Instance: mtTheirs, Identity: "pod"}, ttl: mtHeldTTL})
+		mt.m.onAcquire(b)
+		mt.clk.SetTime(mt.gl("x").next)
+	}
+	warnings := func() (n int) {
+		for _, l := range logged {
+			if strings.Contains(l, "token is below one seen before") {
+				n++
+			}
+		}
+		return n
+	}
+	held(200)
+	held(200)
+	if n := warnings(); n != 0 {
+		t.Fatalf("warned %d times with no token below one seen: %v", n, logged)
+	}
+	held(150)
+	held(150)
+	if n := warnings(); n != 1 {
+		t.Fatalf("warned %d times for one record below the token seen, want once: %v", n, logged)
+	}
+	held(120)
+	if n := warnings(); n != 2 {
+		t.Fatalf("warned %d times after a second such record, want twice: %v", n, logged)
 	}
 }

@@ -182,12 +182,18 @@ func (f *follower) attempt(ctx context.Context) (attempt, bool) {
 		f.logger.V(4).Info("Lease is held", "holder", st.Record.Identity, "token", st.Record.Token, "ttl", st.TTL)
 		if d.below != 0 && st.Record.Token != f.warnedBelow {
 			f.warnedBelow = st.Record.Token // once per record
-			f.logger.Info("Warning: the lease is held by a term whose token is below one seen before: Redis lost writes (a restart or failover), or a client outside the protocol resumed an old record (docs/PROTOCOL.md, client rules)",
-				"holder", st.Record.Identity, "instance", st.Record.Instance, "token", st.Record.Token, "seen", d.below)
+			warnBelow(f.logger, st.Record, d.below)
 		}
 		e.twin.saw(f.logger, e.errs.names.Identity, e.cfg.Identity, e.lease.Instance(), st.Record, st.TTL, false, a.sent, e.clock.Now())
 	}
 	return a, ctx.Err() == nil
+}
+
+// warnBelow logs that the lease is held by rec, whose token is below seen, one an acquire
+// reply showed before: no trust rule is broken (rec is another's term), but the protocol was.
+func warnBelow(logger klog.Logger, rec lease.Record, seen int64) {
+	logger.Info("Warning: the lease is held by a term whose token is below one seen before: Redis lost writes (a restart or failover), or a client outside the protocol resumed an old record (docs/PROTOCOL.md, client rules)",
+		"holder", rec.Identity, "instance", rec.Instance, "token", rec.Token, "seen", seen)
 }
 
 // twinWatch notices another process campaigning under this replica's identity (two `elector
