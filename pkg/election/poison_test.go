@@ -191,7 +191,13 @@ func TestFailedReleaseOfAnotherTokenKeepsTheRecordUntrusted(t *testing.T) {
 		proxy.SetLatency(delay)
 		a.stop() // ReleaseOnCancel: the release of R times out, and is still on its way
 		if got := admin.Get(ctx, key).Val(); !strings.HasPrefix(got, fmt.Sprintf("v1:%d:", r.Token)) {
-			t.Fatalf("round %d: after A's Run returned the key holds %q, want A's record (token %d): the release was not delayed", round, got, r.Token)
+			// R is gone before its release could land: A's term ended by itself (its renews
+			// stalled past the deadline on a loaded machine and R expired, or B took over).
+			// The round tests nothing; another is run. Every round so is a failure below.
+			t.Logf("round %d: after A's Run returned the key holds %q, not A's record (token %d); inconclusive", round, got, r.Token)
+			proxy.SetLatency(0)
+			b.stop()
+			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		_, err := a.e.Release(rctx, r.Token-1) // an older token of A's
@@ -227,7 +233,7 @@ func TestFailedReleaseOfAnotherTokenKeepsTheRecordUntrusted(t *testing.T) {
 		t.Fatalf("%d overlapping terms in %d rounds: %s; terms:\n%s", len(o), conclusive, strings.Join(o, "; "), ts)
 	}
 	if conclusive == 0 {
-		t.Fatalf("no round reached the scenario (the late release always landed before A's acquire): the machine is too slow for it; terms:\n%s", ts)
+		t.Fatalf("no round reached the scenario (R gone when A's Run returned, or the late release landed before A's acquire): the machine is too slow for it; terms:\n%s", ts)
 	}
 	t.Logf("%d conclusive rounds, 0 overlaps; terms:\n%s", conclusive, ts)
 }
