@@ -205,11 +205,21 @@ func TestScale(t *testing.T) {
 		guard(s.maxRSS, reps, nodes, &tripped, &res.memPeakGB, guardDone)
 	}()
 	abort := func() bool {
-		if why, _ := tripped.Load().(string); why != "" {
-			res.aborted = why
-			return true
+		why, _ := tripped.Load().(string)
+		if why == "" {
+			return false
 		}
-		return false
+		if res.aborted == "" {
+			var held []int
+			var heap []float64
+			for _, r := range reps {
+				x := r.last()
+				held, heap = append(held, x.held), append(heap, float64(x.inuse)/(1<<20))
+			}
+			res.aborted = fmt.Sprintf("%s, %.0f s after the start; leases held %v; last heap in use per replica %s MB",
+				why, time.Since(start).Seconds(), held, spreadOf(heap, "%.0f"))
+		}
+		return true
 	}
 
 	// 1. Time to a fair spread: every lease held, each replica within ±10% of K/R.
@@ -228,7 +238,7 @@ func TestScale(t *testing.T) {
 			break
 		}
 		if abort() {
-			t.Fatalf("aborted before the spread: %s; held %v", res.aborted, counts)
+			t.Fatalf("aborted before the spread: %s", res.aborted)
 		}
 		if time.Since(start) > s.spreadLimit {
 			res.spreadNote = fmt.Sprintf("not reached in %v: held %v (total %d of %d)", s.spreadLimit, counts, total, s.leases)
