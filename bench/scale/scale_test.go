@@ -191,8 +191,18 @@ func TestScale(t *testing.T) {
 		s.leaseDuration, s.renewDeadline, s.retryPeriod, res.loadStart)
 	start := time.Now()
 	reps := make([]*replica, s.replicas)
+	// ELECTOR_SCALE_PROFILE=DIR: replica 0 writes a CPU profile of the window and a heap
+	// profile at its end into DIR (its CPU figure then includes the profiler's cost).
+	profDir := os.Getenv("ELECTOR_SCALE_PROFILE")
 	for i := range reps {
-		reps[i] = startReplica(t, bin, dir, i, args)
+		a := args
+		if i == 0 && profDir != "" {
+			if err := os.MkdirAll(profDir, 0o755); err != nil {
+				t.Fatalf("ELECTOR_SCALE_PROFILE: %v", err)
+			}
+			a = append(slices.Clone(args), "-profile", profDir)
+		}
+		reps[i] = startReplica(t, bin, dir, i, a)
 	}
 	var tripped atomic.Value // string: why the memory guard killed the run
 	guardDone, guardExited := make(chan struct{}), make(chan struct{})
@@ -260,11 +270,18 @@ func TestScale(t *testing.T) {
 		before[i] = st
 	}
 	w0 := time.Now()
+	if profDir != "" {
+		_ = syscall.Kill(reps[0].pid(), syscall.SIGUSR1)
+	}
 	time.Sleep(s.window)
+	w1 := time.Now()
+	if profDir != "" {
+		_ = syscall.Kill(reps[0].pid(), syscall.SIGUSR2)
+		t.Logf("replica 0's profiles of the window: %s/cpu.pprof, %s/heap.pprof", profDir, profDir)
+	}
 	if abort() {
 		t.Fatalf("aborted in the steady-state window: %s", res.aborted)
 	}
-	w1 := time.Now()
 	res.windowSecs = w1.Sub(w0).Seconds()
 	res.callsPerSec = map[string]float64{}
 	for i, n := range nodes {

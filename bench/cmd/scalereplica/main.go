@@ -22,6 +22,9 @@
 // live after the last GC (runtime/metrics), and the terms whose work is running. SIGTERM or
 // SIGINT stops the Group gracefully (every term ends and is released), then it prints
 // "stopped <unix-ns>" and exits 0.
+//
+// With -profile DIR, SIGUSR1 starts a CPU profile and SIGUSR2 stops it, writing DIR/cpu.pprof
+// and DIR/heap.pprof (the driver profiles one replica over the steady-state window).
 package main
 
 import (
@@ -33,7 +36,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime"
 	"runtime/metrics"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -70,6 +76,7 @@ type config struct {
 	retryPeriod   time.Duration
 	terms         string
 	report        time.Duration
+	profile       string
 }
 
 func main() {
@@ -85,6 +92,7 @@ func main() {
 	flag.DurationVar(&c.retryPeriod, "retry-period", 2*time.Second, "RetryPeriod")
 	flag.StringVar(&c.terms, "terms", "", "file the term records are written to (required)")
 	flag.DurationVar(&c.report, "report", 250*time.Millisecond, "interval of the report lines on stdout")
+	flag.StringVar(&c.profile, "profile", "", "directory for cpu.pprof (SIGUSR1 starts, SIGUSR2 stops) and heap.pprof (at SIGUSR2)")
 	klog.InitFlags(nil)
 	flag.Parse()
 	if err := run(c); err != nil {
@@ -161,6 +169,9 @@ func run(c config) error {
 			}
 		}
 	}()
+	if c.profile != "" {
+		go profileOnSignal(ctx, c.profile)
+	}
 	runErr := g.Run(ctx)
 	<-reportDone
 	writeReport(out, held.Load())
@@ -255,4 +266,58 @@ func (r *recorder) add(kind byte, idx uint32, ns int64) {
 func (r *recorder) close() error {
 	close(r.ch)
 	return <-r.done
+}
+
+// profileOnSignal profiles the CPU from SIGUSR1 to SIGUSR2 and writes a heap profile at
+// SIGUSR2, into dir. Failures are reported on stderr: the run goes on without the profile.
+func profileOnSignal(ctx context.Context, dir string) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGUSR2)
+	var cpu *os.File
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case sig := <-sigs:
+			if err := profileStep(sig, dir, &cpu); err != nil {
+				fmt.Fprintln(os.Stderr, "scalereplica: profile:", err)
+			}
+		}
+	}
+}
+
+func profileStep(sig os.Signal, dir string, cpu **os.File) error {
+	if sig == syscall.SIGUSR1 {
+		if *cpu != nil {
+			return nil
+		}
+		f, err := os.Create(filepath.Join(dir, "cpu.pprof"))
+		if err != nil {
+			return fmt.Errorf("create cpu profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return fmt.Errorf("start cpu profile: %w", err)
+		}
+		*cpu = f
+		return nil
+	}
+	if *cpu != nil {
+		pprof.StopCPUProfile()
+		err := (*cpu).Close()
+		*cpu = nil
+		if err != nil {
+			return fmt.Errorf("write cpu profile: %w", err)
+		}
+	}
+	runtime.GC()
+	f, err := os.Create(filepath.Join(dir, "heap.pprof"))
+	if err != nil {
+		return fmt.Errorf("create heap profile: %w", err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		return fmt.Errorf("write heap profile: %w", err)
+	}
+	return nil
 }
