@@ -163,7 +163,14 @@ func TestScale(t *testing.T) {
 		res.loadEnd = loadavg()
 		t.Log("\n" + res.table())
 	})
-	dir := t.TempDir()
+	// ELECTOR_SCALE_LOGS=DIR keeps the replicas' logs and term records there; else they go
+	// with the test's temp directory.
+	dir := os.Getenv("ELECTOR_SCALE_LOGS")
+	if dir == "" {
+		dir = t.TempDir()
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("ELECTOR_SCALE_LOGS: %v", err)
+	}
 	bin := buildReplica(t, dir)
 
 	var nodes []node
