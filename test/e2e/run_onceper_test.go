@@ -147,8 +147,11 @@ func TestRunOncePerExitIfDone(t *testing.T) {
 	if code := c.wait(15 * time.Second); code != 0 {
 		t.Errorf("c exited with %d, want 0", code)
 	}
-	if evs := log.events(t); log.checkWorkers(t) != 2 || evs[len(evs)-1].ID != "c" {
-		t.Errorf("--force did not run the job again; worker log:\n%s", log.dump(t))
+	// Two runs: a's and c's; a term of c lost while its job ran (a starved machine) stops that
+	// run before its success, and c runs the job again in its next term.
+	cLost := strings.Contains(c.stderr.String(), `reason="renew deadline exceeded"`) || strings.Contains(c.stderr.String(), `reason="lease lost"`)
+	if evs, n := log.events(t), log.checkWorkers(t); n < 2 || (n > 2 && !cLost) || evs[len(evs)-1].ID != "c" {
+		t.Errorf("--force did not run the job again (%d runs; a term of c lost: %v); worker log:\n%s", n, cLost, log.dump(t))
 	}
 }
 
