@@ -101,10 +101,16 @@ func indHandover(t *testing.T, r [2]*indReplica, lease, how string, d time.Durat
 			close(stop)
 			t.Fatalf("%s exited with %d after SIGTERM", old.id, code)
 		}
-		old.start(t, lease, old.id, filepath.Dir(old.status))
 	}
 	select {
 	case w := <-watched:
+		if how == "sigterm" {
+			// Started again only once the successor leads: started at once, it races the
+			// successor's wake-up for the free lease and may win it (a successor whose
+			// subscription was down sleeps until the expiry it heard of), and then no
+			// handover happened.
+			old.start(t, lease, old.id, filepath.Dir(old.status))
+		}
 		return w
 	case <-time.After(30 * time.Second):
 		close(stop)
