@@ -48,8 +48,10 @@ func TestRunOnSuccessHold(t *testing.T) {
 	// The replica that saw the job succeed says so, with the job's pid, and holds the lease.
 	succeeded := regexp.MustCompile(`"The command succeeded; holding the lease until SIGTERM or SIGINT \(--on-success=hold\)" pid=(\d+)`)
 	out := map[string]string{"a": a.stderr.String(), "b": b.stderr.String()}
-	lost := 0                                                                                    // terms that ended by themselves: the job rightly runs again in the next term
-	for _, reason := range []string{`reason="renew deadline exceeded"`, `reason="lease lost"`} { // "Stopped leading"
+	// Terms that ended by themselves ("Stopped leading" with these reasons): the job rightly
+	// runs again in the next term.
+	lost := 0
+	for _, reason := range []string{`reason="renew deadline exceeded"`, `reason="lease lost"`} {
 		lost += strings.Count(out["a"], reason) + strings.Count(out["b"], reason)
 	}
 	holder, pid := "", 0
