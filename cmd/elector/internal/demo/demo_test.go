@@ -106,9 +106,11 @@ func TestDemoDetectsNoExpiry(t *testing.T) {
 	defer srv.Close()
 	cfg := testConfig(srv.Addr(), 2, demoFirstDisruption+demoLeaseDuration+demoRestartDelay+3*time.Second)
 	// Keep the lease from expiring: a stand-in for a server without real-time expiry.
-	stop := make(chan struct{})
-	defer close(stop)
-	go keepPersisting(t, srv.Addr(), stop)
+	// Stopped, and waited for, before the server closes: a call it makes after the test
+	// returned would log through a finished t (a panic).
+	stop, persisting := make(chan struct{}), make(chan struct{})
+	go func() { defer close(persisting); keepPersisting(t, srv.Addr(), stop) }()
+	defer func() { close(stop); <-persisting }()
 	var out bytes.Buffer
 	res, err := runDemo(ctx, &out, cfg)
 	if err != nil {
