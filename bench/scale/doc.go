@@ -1,4 +1,4 @@
-// Package scale is the multi-process scale benchmark of election.Group (issue #50): a test,
+// Package scale is the multi-process scale benchmark of election.Group: a test,
 // TestScale, that runs bench/cmd/scalereplica as separate replica processes against a real
 // redis-server (standalone, or a 3-master Redis Cluster), measures the time to a fair spread,
 // the steady-state cost per replica and on Redis, the time for a killed replica's share to be

@@ -414,7 +414,7 @@ func loadavg() string {
 	return strings.Join(f[:3], " ")
 }
 
-// table formats the figures against the goals of issue #50.
+// table formats the figures against the scale goals (README.md).
 func (r *results) table() string {
 	var b strings.Builder
 	s := r.s
