@@ -466,6 +466,9 @@ func (m *groupMachine) onAcquire(b *acquireBatch) {
 	retry := func() time.Duration { return cfg.RetryPeriod }
 	lateWins := 0
 	failed := false
+	// Leases found held by a token below one seen (a rollback restores many at once): one
+	// line per batch, naming the first.
+	below, belowLease, belowRec, belowSeen := 0, "", lease.Record{}, int64(0)
 	for i, gl := range b.items {
 		r := b.replies[i]
 		switch gl.state {
@@ -496,10 +499,16 @@ func (m *groupMachine) onAcquire(b *acquireBatch) {
 		case verdictReserved, verdictHeld:
 			if d.below != 0 && r.rec.Token != gl.warnedBelow {
 				gl.warnedBelow = r.rec.Token // once per record
-				warnBelow(m.logger.WithValues("lease", gl.name), r.rec, d.below)
+				if below == 0 {
+					belowLease, belowRec, belowSeen = gl.name, r.rec, d.below
+				}
+				below++
 			}
 			m.toIdle(gl, now.Add(d.wait+m.jitter()))
 		}
+	}
+	if below > 0 {
+		warnBelow(m.logger.WithValues("lease", belowLease, "leases", below), belowRec, belowSeen)
 	}
 	if lateWins > 0 {
 		m.logger.Info("Acquire replies came after the renew deadline; releasing what they won", "leases", lateWins)

@@ -897,4 +897,20 @@ func TestGroupMachineWarnsTokenBelowSeen(t *testing.T) {
 	if n := warnings(); n != 2 {
 		t.Fatalf("warned %d times after a second such record, want twice: %v", n, logged)
 	}
+	// A batch of many such leases (a rollback) is one line, counting them.
+	mt.m.add("y")
+	mt.m.add("z")
+	b := mt.tickAcquire("y")
+	b.replies = make([]acquireReply, len(b.items))
+	for i, gl := range b.items {
+		tok := int64(300)
+		if gl.name == "y" || gl.name == "z" {
+			mt.gl(gl.name).core.guard.floor = 400 // these two saw a newer token before
+		}
+		b.replies[i] = acquireReply{rec: lease.Record{Token: tok, Instance: mtTheirs, Identity: "pod"}, ttl: mtHeldTTL}
+	}
+	mt.m.onAcquire(b)
+	if n := warnings(); n != 3 || !strings.Contains(logged[len(logged)-1], `"leases"=2`) {
+		t.Fatalf("warned %d times after a batch with two leases below the token seen, want one more line counting 2: %v", n, logged)
+	}
 }
