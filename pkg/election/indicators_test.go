@@ -206,7 +206,8 @@ func (p *indPair) handover(t *testing.T, how string, d time.Duration) {
 			defer cancel()
 			err := old.e.ResignTo(ctx, "")
 			if err != nil && old.e.IsLeader() {
-				t.Logf("%s: Resign: %v; trying again", old.name, err)
+				t.Logf("%s: Resign: %v; trying again after a heartbeat period", old.name, err)
+				time.Sleep(indLease / 3) // a refusal by the registry lasts until the next heartbeat
 				return false
 			}
 			return true
