@@ -49,6 +49,7 @@ chart-package:
 ## bench-quick: the peer comparison in its quick mode, so that it cannot rot.
 bench-quick:
 	cd bench && $(GO) test -count=1 -run Quick ./...
+	cd bench && $(GO) test -count=1 ./internal/redisproc ./scale # the MONITOR parser, the double-hold checker
 
 ## adapters-test: each adapter module against real Redis and its framework (own modules).
 ## client-go's packages are compiled without -race here: instrumenting them takes minutes.

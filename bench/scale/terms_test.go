@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
+	"testing"
 	"time"
 )
 
@@ -141,4 +143,25 @@ func reheld(all []interval, victim int, killed int64) (median, longest time.Dura
 		median, longest = ds[len(ds)/2], ds[len(ds)-1]
 	}
 	return median, longest, never, len(lost)
+}
+
+// TestOverlapChecker: the double-hold check finds an overlap of two replicas' terms of one
+// lease (also against an earlier, longer term than the one just before it), and none between
+// one replica's own terms, other leases' terms, or terms that only touch.
+func TestOverlapChecker(t *testing.T) {
+	all := []interval{
+		{lease: 1, replica: 0, start: 0, end: 100},
+		{lease: 1, replica: 1, start: 100, end: 200}, // touches: no overlap
+		{lease: 2, replica: 0, start: 0, end: 1000},
+		{lease: 2, replica: 0, start: 10, end: 20}, // its own replica
+		{lease: 2, replica: 1, start: 500, end: 600, open: true},
+		{lease: 3, replica: 1, start: 0, end: 50},
+	}
+	o := findOverlaps(all)
+	if o.count != 1 || o.worst != 100*time.Nanosecond || !strings.Contains(o.first, "tenant-0000002") {
+		t.Fatalf("findOverlaps = %+v, want one overlap of lease 2 by 100ns", o)
+	}
+	if o := findOverlaps(all[:2]); o.count != 0 {
+		t.Fatalf("terms that only touch: %+v, want none", o)
+	}
 }
