@@ -139,6 +139,12 @@ var recordRE = regexp.MustCompile(`v1:(\d+):`)
 // msRE matches a server time in milliseconds (the candidate registry's), written as MS.
 var msRE = regexp.MustCompile(`\b1\d{12}\b`)
 
+// candHeaderRE matches the candidate registry's header, whose key ttl is a remaining time
+// computed from two calls' clocks (an entry's expiry, this call's now): it differs between the
+// servers by the time between their executions, as PTTL does, and PTTL of the key is compared
+// with that tolerance.
+var candHeaderRE = regexp.MustCompile(`^v1\tMS\t\d+\n`)
+
 // normalize turns a go-redis result into the simulator's reply form, with fencing tokens taken
 // from a server clock (below baseToken) written as T.
 func normalize(v any, err error) any {
@@ -160,6 +166,7 @@ func normReply(v any) any {
 		return string(v)
 	case string:
 		v = msRE.ReplaceAllString(v, "MS")
+		v = candHeaderRE.ReplaceAllString(v, "v1\tMS\tTTL\n")
 		return recordRE.ReplaceAllStringFunc(v, func(m string) string {
 			n, _ := strconv.ParseInt(m[3:len(m)-1], 10, 64)
 			if n > 1_000_000_000 && n < baseToken {
