@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -221,15 +222,16 @@ const samplePeriod = 100 * time.Millisecond
 // sampler records, every samplePeriod, the pods of a selector, the ready endpoints of a Service
 // and the lease holder.
 type sampler struct {
-	mu      sync.Mutex
-	samples []sample
-	stop    func()
-	done    chan struct{}
+	mu       sync.Mutex
+	samples  []sample
+	stop     func()
+	done     chan struct{}
+	diagnose func() string // what the cluster says went wrong, for a failed wait
 }
 
 func (e *env) startSampler(ctx context.Context, selector labels.Selector, service string, holder func(context.Context) (string, int64, error)) *sampler {
 	ctx, cancel := context.WithCancel(ctx)
-	s := &sampler{stop: cancel, done: make(chan struct{})}
+	s := &sampler{stop: cancel, done: make(chan struct{}), diagnose: e.diagnose}
 	go func() {
 		defer close(s.done)
 		tick := time.NewTicker(samplePeriod)
@@ -298,8 +300,50 @@ func (s *sampler) waitFor(t *testing.T, after time.Time, limit time.Duration, wh
 		l := last[len(last)-1]
 		desc = fmt.Sprintf("last sample: pods %+v, ready endpoints %v, holder %q", l.pods, l.ready, l.holder)
 	}
-	t.Fatalf("waited %v for %s; %s", limit, what, desc)
+	t.Fatalf("waited %v for %s; %s\n%s", limit, what, desc, s.diagnose())
 	return sample{}
+}
+
+// diagnose describes why pods may not start or become Ready: the cluster's recent warning
+// events, the error lines of the kubelet's and containerd's logs and the free disk space
+// (a full disk stops sandboxes and IP allocation, leaving pods without an IP).
+func (e *env) diagnose() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var b strings.Builder
+	if evs, err := e.cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "type=Warning"}); err == nil {
+		items := evs.Items
+		if len(items) > 10 {
+			items = items[len(items)-10:]
+		}
+		fmt.Fprintf(&b, "warning events (last %d of %d):\n", len(items), len(evs.Items))
+		for _, ev := range items {
+			fmt.Fprintf(&b, "  %s %s/%s: %s: %s\n", ev.LastTimestamp.Format("15:04:05"), ev.InvolvedObject.Kind, ev.InvolvedObject.Name, ev.Reason, ev.Message)
+		}
+	}
+	for _, name := range []string{"kubelet", "containerd"} {
+		var errs []string
+		for _, l := range strings.Split(e.c.LogTail(name, 2000), "\n") {
+			if strings.Contains(l, "level=error") || strings.HasPrefix(l, "E") {
+				errs = append(errs, l)
+			}
+		}
+		if len(errs) > 5 {
+			errs = errs[len(errs)-5:]
+		}
+		fmt.Fprintf(&b, "%s error lines (last %d):\n", name, len(errs))
+		for _, l := range errs {
+			if len(l) > 400 {
+				l = l[:400] + "…"
+			}
+			fmt.Fprintf(&b, "  %s\n", l)
+		}
+	}
+	var fs syscall.Statfs_t
+	if dir := filepath.Dir(e.c.Kubeconfig); syscall.Statfs(dir, &fs) == nil {
+		fmt.Fprintf(&b, "free disk space under %s: %d MB\n", dir, fs.Bavail*uint64(fs.Bsize)>>20)
+	}
+	return b.String()
 }
 
 // readyEndpoints are the addresses the Service's EndpointSlices mark ready.
