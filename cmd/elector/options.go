@@ -12,10 +12,12 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/elector/elector/internal/identity"
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/leasewire/lualib"
 	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/timing"
+	"github.com/elector/elector/pkg/election"
 	"github.com/elector/elector/pkg/lease"
 )
 
@@ -105,10 +107,52 @@ func (o *leaseOptions) callTimeout() time.Duration {
 
 // commonOptions are the flags of run, sidecar and status: the lease and Redis.
 type commonOptions struct {
-	lease   leaseOptions
-	redis   redisclient.Config
-	ack     lease.ReplicaAck // run and sidecar only (addElectionFlags)
-	scripts string           // --redis-scripts
+	lease    leaseOptions
+	redis    redisclient.Config
+	ack      lease.ReplicaAck   // run and sidecar only (addElectionFlags)
+	cand     election.Candidacy // run and sidecar only (addElectionFlags): --candidate-*, --prefer*
+	scripts  string             // --redis-scripts
+	electing bool               // addElectionFlags ran: the candidate flags are checked
+}
+
+// Flag names of the candidate registry and preferred leadership (run and sidecar).
+const (
+	flagCandidateVersion  = "candidate-version"
+	flagCandidatePriority = "candidate-priority"
+	flagPrefer            = "prefer"
+	flagPreferSettle      = "prefer-settle"
+	flagPreferMinHold     = "prefer-min-hold"
+	candidateGroup        = "Candidate flags"
+)
+
+// addCandidateFlags registers the flags of what this replica advertises in the candidate
+// registry and of preferred leadership.
+func (o *commonOptions) addCandidateFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.cand.Version, flagCandidateVersion, "", "`version` this replica advertises in the candidate registry (the app's; at most 128 bytes); default \"elector VERSION\"")
+	fs.Int64Var(&o.cand.Priority, flagCandidatePriority, 0, "`priority` this replica advertises in the candidate registry; higher is preferred by --"+flagPrefer+" priority and breaks version ties")
+	fs.StringVar((*string)(&o.cand.Prefer), flagPrefer, "", "`policy` of the leader: hand over (by resign) to a better live candidate: priority (highest), newest or oldest (semver of the last word of the version, then priority); empty: never. Also targets the release at a SIGTERM")
+	fs.DurationVar(&o.cand.Settle, flagPreferSettle, 0, "how long a better candidate must have been live, without a gap, before --"+flagPrefer+" hands over to it; 0: 2 × --"+flagLeaseDuration)
+	fs.DurationVar(&o.cand.MinHold, flagPreferMinHold, 0, "how long a term lasts at least before --"+flagPrefer+" hands it over (the cool-down between two handovers); 0: 2 × --"+flagLeaseDuration)
+}
+
+// validateCandidate checks the candidate flags; each error names the flag.
+func (o *commonOptions) validateCandidate() error {
+	c := o.cand
+	if err := leasekit.ValidateVersion(c.Version); err != nil {
+		return fmt.Errorf("--%s: %q %v", flagCandidateVersion, c.Version, err)
+	}
+	switch c.Prefer {
+	case election.PreferNone, election.PreferPriority, election.PreferNewest, election.PreferOldest:
+	default:
+		return fmt.Errorf("--%s: %q is not a policy; want priority, newest, oldest or empty (never)", flagPrefer, c.Prefer)
+	}
+	if c.Settle < 0 {
+		return fmt.Errorf("--%s: must not be negative (0: 2 × --%s), got %v", flagPreferSettle, flagLeaseDuration, c.Settle)
+	}
+	if c.MinHold < 0 {
+		return fmt.Errorf("--%s: must not be negative (0: 2 × --%s), got %v", flagPreferMinHold, flagLeaseDuration, c.MinHold)
+	}
+	return nil
 }
 
 // flagScripts is how the Lua scripts are called (lualib.Mode).
@@ -131,6 +175,8 @@ func (o *commonOptions) addElectionFlags(cmd *cobra.Command) {
 		g.IntVar(&o.ack.Replicas, flagReplicaAcks, 0, "`replicas` that must acknowledge (WAIT) each acquire and renew before it counts; 0: none. Ask for fewer than exist")
 		g.DurationVar(&o.ack.Timeout, flagReplicaAckTimeout, 250*time.Millisecond, "how long each acquire or renew waits for --"+flagReplicaAcks+"; below --"+flagRetryPeriod)
 	})
+	addGroup(cmd, candidateGroup, o.addCandidateFlags)
+	o.electing = true
 }
 
 // validateAck checks the replica acknowledgement flags.
@@ -181,6 +227,11 @@ func (o *commonOptions) complete(c *cli) error {
 	}
 	if err := o.validateAck(); err != nil {
 		return err
+	}
+	if o.electing {
+		if err := o.validateCandidate(); err != nil {
+			return err
+		}
 	}
 	if _, err := lualib.ParseMode(o.scripts); err != nil {
 		return fmt.Errorf("--%s: %w", flagScripts, err)

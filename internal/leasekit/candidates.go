@@ -69,11 +69,6 @@ func WithForce(ctx context.Context) context.Context { return context.WithValue(c
 // Forced reports whether ctx carries WithForce.
 func Forced(ctx context.Context) bool { b, _ := ctx.Value(forceKey{}).(bool); return b }
 
-// SetCandidate sets the version and priority that an *election.Elector advertises (the
-// command's --candidate-version and --candidate-priority), before its Run; package election
-// sets it when imported. The version must pass ValidateVersion.
-var SetCandidate func(elector any, version string, priority int64)
-
 // CandidatePeriod is the heartbeat period of a replica with lease duration ld: a third of it,
 // so that an entry (CandidateTTL = ld) survives two lost heartbeats.
 func CandidatePeriod(ld time.Duration) time.Duration {

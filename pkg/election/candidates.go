@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -17,17 +18,8 @@ import (
 // `elector status` and the resign checks read. It is advisory: no trust rule reads it, and its
 // heartbeat runs on a goroutine of its own, never on the campaign's or the lead loop's path.
 
-func init() {
-	leasekit.SetCandidate = func(x any, version string, priority int64) {
-		e := x.(*Elector)
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		e.candVersion, e.candPriority = version, priority
-	}
-}
-
-// buildVersion is the version an Elector advertises unless the command set one
-// (leasekit.SetCandidate): the main module's, from the build information; none for a
+// buildVersion is the version an Elector advertises unless Config.Candidacy.Version is set:
+// the main module's, from the build information; none for a
 // development build.
 func buildVersion() string {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "(devel)" && leasekit.ValidateVersion(bi.Main.Version) == nil {
@@ -46,16 +38,20 @@ func (e *Elector) startAdvertising(ctx context.Context) (stop func()) {
 	done := make(chan struct{})
 	ttl, period := leasekit.CandidateTTL(e.cfg.LeaseDuration), leasekit.CandidatePeriod(e.cfg.LeaseDuration)
 	logger := klog.FromContext(ctx)
+	var handovers sync.WaitGroup // handovers by preference (prefer.go)
 	go func() {
 		defer close(done)
+		defer handovers.Wait()
 		var t clock.Timer
 		for {
-			_, err := e.heartbeat(ctx, ttl, false)
+			c, err := e.heartbeat(ctx, ttl, false)
 			switch {
 			case errors.Is(err, errNoRegistry):
 				return
 			case err != nil && ctx.Err() == nil:
 				logger.V(2).Info("Cannot advertise this replica in the candidate registry; retrying", "err", err, "in", period)
+			case err == nil:
+				e.considerPreference(ctx, c, handovers.Go)
 			}
 			if t == nil {
 				t = e.clock.NewTimer(period)

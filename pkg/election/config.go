@@ -113,6 +113,10 @@ type Config struct {
 	// longer applies. Zero: Run waits for Redis as long as its ctx lasts.
 	StartTimeout time.Duration
 
+	// Candidacy is what this replica advertises in the lease's candidate registry (its version
+	// and priority) and whether, as leader, it hands over to a better candidate (Prefer).
+	Candidacy Candidacy
+
 	// Metrics, when set, receive this elector's figures (see NewMetrics), labelled
 	// name=LeaseName: electors that share one Metrics need distinct lease names (for the same
 	// name under two KeyPrefixes, give each a Metrics on its own prometheus.Registerer, e.g.
@@ -164,7 +168,7 @@ func (c *Config) validate() error {
 	if c.StartTimeout < 0 {
 		return fmt.Errorf("Config.StartTimeout (%v) must not be negative (0: no bound)", c.StartTimeout)
 	}
-	return nil
+	return c.Candidacy.validate(c.LeaseDuration)
 }
 
 // checkCallbacks is what Run needs of Config beyond New: a callback to run the work.

@@ -106,9 +106,14 @@ type Elector struct {
 	leading  bool
 	lastRenw time.Time           // send time of the last successful acquire or renew of the current term
 	cands    leasekit.Candidates // the candidate registry as the last heartbeat found it (candidates.go)
-	// candVersion and candPriority are what this replica advertises there (leasekit.SetCandidate).
+	// candVersion and candPriority are what this replica advertises there (Config.Candidacy).
 	candVersion  string
 	candPriority int64
+	termStart    time.Time  // when the current term started, by the local clock (Candidacy.MinHold)
+	pref         preference // preferred leadership (prefer.go)
+	// prefHandovers counts the handovers by preference that this Elector made (the simulator's
+	// storm check).
+	prefHandovers atomic.Int64
 
 	notify *notifier
 	errs   errorLog
@@ -135,7 +140,10 @@ func New(cfg Config) (*Elector, error) {
 		return nil, fmt.Errorf("new elector %q: %w", cfg.LeaseName, err)
 	}
 	warnContextTimeout(&cfg)
-	e := &Elector{cfg: cfg, lease: l, store: redisStore{l}, clock: clock.RealClock{}, candVersion: buildVersion()}
+	e := &Elector{cfg: cfg, lease: l, store: redisStore{l}, clock: clock.RealClock{}, candVersion: cfg.Candidacy.Version, candPriority: cfg.Candidacy.Priority}
+	if e.candVersion == "" {
+		e.candVersion = buildVersion()
+	}
 	if cfg.Metrics != nil {
 		cfg.Metrics.add(e)
 	}
@@ -311,7 +319,7 @@ func minTime(a, b time.Time) time.Time {
 // setLeading records the start of a term.
 func (e *Elector) setLeading(term lease.Record, sent time.Time, ctl *termControl) {
 	e.mu.Lock()
-	e.leading, e.term, e.lastRenw, e.ctl = true, term, sent, ctl
+	e.leading, e.term, e.lastRenw, e.ctl, e.termStart = true, term, sent, ctl, e.clock.Now()
 	e.mu.Unlock()
 	e.observe(term, false)
 	e.cfg.Metrics.setLeading(e.cfg.LeaseName, true, term.Token)

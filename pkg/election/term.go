@@ -733,6 +733,9 @@ type leadership struct {
 
 	ctl       *termControl // Resign's way in
 	resigning bool         // asked to resign: the work is stopping; release once it returned
+	// handover is closed when the resign request of a graceful stop's handover (startHandover)
+	// was written or failed; nil when none is in flight.
+	handover chan struct{}
 	// fatal is a renew's error that retrying cannot cure (Elector.fatal): the work is stopping,
 	// the term ends once it returned (released with ReleaseOnCancel), and Run gives up.
 	fatal error
@@ -816,12 +819,21 @@ func (l *leadership) loop(ctx context.Context) (reason string, release bool) {
 		select {
 		case <-ctxDone:
 			ctxDone = nil
-			if workDone == nil { // the work had ended already
+			if !l.resigning && l.fatal == nil {
+				l.startHandover() // with a preference: the release is reserved for the best candidate
+			}
+			if workDone == nil && l.handover == nil { // the work had ended already
 				return reasonStopped, l.e.cfg.ReleaseOnCancel
 			}
-			// Stop the work; keep renewing until OnStartedLeading has returned.
+			// Stop the work; keep renewing until OnStartedLeading has returned (and the
+			// handover's request was written).
 			l.cancelWork(context.Cause(ctx))
 			l.logger.V(2).Info("Stopping: waiting for the work to stop (OnStartedLeading to return; for elector run: CMD)", "token", l.term.Token)
+		case <-l.handover:
+			l.handover = nil
+			if workDone == nil && !l.resigning && l.fatal == nil {
+				return reasonStopped, l.e.cfg.ReleaseOnCancel
+			}
 		case <-workDone:
 			workDone = nil
 			if l.resigning || l.fatal != nil {
@@ -831,6 +843,9 @@ func (l *leadership) loop(ctx context.Context) (reason string, release bool) {
 				// The work ended by itself: keep the lease, as client-go does, until ctx ends.
 				l.logger.V(2).Info("OnStartedLeading returned; still leading", "token", l.term.Token)
 				continue
+			}
+			if l.handover != nil {
+				continue // the release waits for the handover's request
 			}
 			return reasonStopped, l.e.cfg.ReleaseOnCancel
 		case <-l.guard.expired:
@@ -934,6 +949,9 @@ func (l *leadership) stepDown(reason string, release bool) string {
 	if l.inflight {
 		<-l.results
 	}
+	if l.handover != nil {
+		<-l.handover
+	}
 	<-l.workDone
 	return reason
 }
@@ -998,6 +1016,12 @@ func newTermControl() *termControl {
 // this replica does not lead, and the Redis error when the request could not be written (then
 // nothing changed: the term goes on).
 func (e *Elector) ResignTo(ctx context.Context, identity string) error {
+	return e.resignTo(ctx, identity, 0)
+}
+
+// resignTo is ResignTo; a token other than 0 resigns only the term with that token (a
+// handover by preference decided during it), else it returns an error wrapping ErrNotLeader.
+func (e *Elector) resignTo(ctx context.Context, identity string, token int64) error {
 	if identity != "" {
 		if err := leasewire.ValidateIdentity(identity); err != nil {
 			return fmt.Errorf("resign lease %q: target identity %q %w", e.cfg.LeaseName, identity, err)
@@ -1009,20 +1033,11 @@ func (e *Elector) ResignTo(ctx context.Context, identity string) error {
 	e.mu.Lock()
 	leading, term, ctl := e.leading, e.term, e.ctl
 	e.mu.Unlock()
-	if !leading {
+	if !leading || (token != 0 && term.Token != token) {
 		return fmt.Errorf("resign lease %q: %w", e.cfg.LeaseName, ErrNotLeader)
 	}
-	if err := e.checkSuccessor(ctx, identity); err != nil {
-		return fmt.Errorf("resign lease %q: refused, nothing changed: %w", e.cfg.LeaseName, err)
-	}
-	rctx, cancel := context.WithTimeout(ctx, e.callTimeout())
-	err := e.store.resign(rctx, term, identity, e.cfg.ResignHoldOff, e.cfg.LeaseDuration)
-	cancel()
-	switch {
-	case errors.Is(err, leasekit.ErrOtherTerm):
-		return fmt.Errorf("resign lease %q: %w: %w", e.cfg.LeaseName, ErrNotLeader, err)
-	case err != nil:
-		return fmt.Errorf("resign lease %q: %w", e.cfg.LeaseName, err)
+	if err := e.requestResign(ctx, term, identity); err != nil {
+		return err
 	}
 	select {
 	case ctl.wake <- struct{}{}:
