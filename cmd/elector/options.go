@@ -122,7 +122,6 @@ const (
 	flagPrefer            = "prefer"
 	flagPreferSettle      = "prefer-settle"
 	flagPreferMinHold     = "prefer-min-hold"
-	candidateGroup        = "Candidate flags"
 )
 
 // addCandidateFlags registers the flags of what this replica advertises in the candidate
@@ -175,7 +174,9 @@ func (o *commonOptions) addElectionFlags(cmd *cobra.Command) {
 		g.IntVar(&o.ack.Replicas, flagReplicaAcks, 0, "`replicas` that must acknowledge (WAIT) each acquire and renew before it counts; 0: none. Ask for fewer than exist")
 		g.DurationVar(&o.ack.Timeout, flagReplicaAckTimeout, 250*time.Millisecond, "how long each acquire or renew waits for --"+flagReplicaAcks+"; below --"+flagRetryPeriod)
 	})
-	addGroup(cmd, candidateGroup, o.addCandidateFlags)
+	// Listed with the lease's flags: what this replica advertises under the lease, and how it
+	// leads it.
+	addGroup(cmd, leaseGroup, o.addCandidateFlags)
 	o.electing = true
 }
 

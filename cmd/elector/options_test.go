@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"syscall"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/elector/elector/internal/timing"
+	"github.com/elector/elector/pkg/election"
 )
 
 // TestValidateTimingNamesFlags checks that the library's timing check, applied to the flags,
@@ -117,5 +119,33 @@ func TestValidateListenAddr(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), "--http-addr") {
 			t.Errorf("%q: %v", bad, err)
 		}
+	}
+}
+
+// TestCandidateFlags: the candidate flags of run and sidecar are checked before anything
+// contacts Redis, each error naming the flag (also when set from the environment), and reach
+// the Config.
+func TestCandidateFlags(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"sidecar", "--lease-name", "x", "--identity", "a", "--prefer", "best"}, nil, `--prefer: "best" is not a policy`},
+		{[]string{"run", "--lease-name", "x", "--identity", "a", "--prefer-settle", "-1s", "--", "true"}, nil, "--prefer-settle: must not be negative"},
+		{[]string{"sidecar", "--lease-name", "x", "--identity", "a", "--prefer-min-hold", "-1s"}, nil, "--prefer-min-hold: must not be negative"},
+		{[]string{"sidecar", "--lease-name", "x", "--identity", "a"}, map[string]string{"ELECTOR_CANDIDATE_VERSION": "v1\x01"}, "--candidate-version:"},
+		{[]string{"sidecar", "--lease-name", "x", "--identity", "a"}, map[string]string{"ELECTOR_CANDIDATE_PRIORITY": "high"}, "candidate-priority"},
+	} {
+		c, _, stderr := testCLI(tt.env)
+		if code := c.main(context.Background(), tt.args); code != exitUsage || !strings.Contains(stderr.String(), tt.want) {
+			t.Errorf("elector %q (env %v): exit %d, stderr %q; want exit %d and %q", tt.args, tt.env, code, stderr, exitUsage, tt.want)
+		}
+	}
+	if got := candidacy(election.Candidacy{Priority: 3, Prefer: election.PreferNewest}); !strings.HasPrefix(got.Version, "elector ") || got.Priority != 3 || got.Prefer != election.PreferNewest {
+		t.Errorf("candidacy without --candidate-version = %+v; want elector's version, priority 3, newest", got)
+	}
+	if got := candidacy(election.Candidacy{Version: "billing v2.1.0"}); got.Version != "billing v2.1.0" {
+		t.Errorf("candidacy with --candidate-version = %+v", got)
 	}
 }
