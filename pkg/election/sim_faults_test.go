@@ -115,7 +115,11 @@ func (d *simDriver) crash() {
 // crashReplica ends r's process (a fault, or a panic no code recovers): its node dies, its
 // work counts as stopped, and a new incarnation restarts later.
 func (d *simDriver) crashReplica(r *simReplica, why string) {
-	dt := d.dur(time.Millisecond, 2*d.timing.lease)
+	d.crashReplicaFor(r, why, d.dur(time.Millisecond, 2*d.timing.lease))
+}
+
+// crashReplicaFor crashes r, as crashReplica does, and restarts it dt later.
+func (d *simDriver) crashReplicaFor(r *simReplica, why string, dt time.Duration) {
 	d.w.Tracef("%s: %s crashes; restart in %v", why, r.node.Name(), dt)
 	d.w.Crash(r.node)
 	d.rec.crash(r.idx, r.gen)

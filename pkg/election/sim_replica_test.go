@@ -40,6 +40,7 @@ type simReplica struct {
 	node     *sim.Node
 
 	recampaign, releaseOnCancel bool
+	cand                        Candidacy // what it advertises and prefers (sim_prefer_test.go)
 	work                        int
 	stop                        int   // OnStoppedLeading's mode (stopPrompt...)
 	ppm                         int64 // its clock's rate against Redis's (sim.Drift)
@@ -74,6 +75,7 @@ func (r *simReplica) newElector(client redis.UniversalClient) error {
 		Client: client, LeaseName: simLease, Identity: r.identity,
 		LeaseDuration: d.timing.lease, RenewDeadline: d.timing.renew, RetryPeriod: d.timing.retry,
 		ReleaseOnCancel: r.releaseOnCancel, Recampaign: r.recampaign, ResignHoldOff: d.holdOff,
+		Candidacy: r.cand,
 		Callbacks: Callbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				tok := TokenFrom(ctx)
@@ -124,6 +126,7 @@ func (r *simReplica) newElector(client redis.UniversalClient) error {
 	e.clock = &simClock{node: r.node, rng: rand.New(rand.NewPCG(d.rng.Uint64(), 4)), driftClock: driftClock{sim.Drift{Origin: d.origin, PPM: r.ppm}}}
 	e.rand = func(n time.Duration) time.Duration { return time.Duration(jitterRand.Int64N(int64(n))) }
 	r.e = e
+	d.electors = append(d.electors, e)
 	return nil
 }
 

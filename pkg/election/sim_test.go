@@ -91,8 +91,9 @@ type simDriver struct {
 	zombies   []chan error // Runs of crashed incarnations
 	ops       []simOp
 	blockMax  time.Duration
-	cliN      int  // `elector resign` clients so far
-	over      bool // shut down: nothing runs again
+	cliN      int        // `elector resign` clients so far
+	electors  []*Elector // every incarnation's, in order of creation (their handovers by preference)
+	over      bool       // shut down: nothing runs again
 }
 
 // simOp is a user call in flight (Resign, Release, `elector resign`).
