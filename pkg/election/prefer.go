@@ -243,7 +243,9 @@ func (p *preference) noteCandidates(c leasekit.Candidates, now time.Time) {
 // considerPreference runs after each heartbeat (startAdvertising): it notes the candidates and,
 // when this replica leads a term that has lasted Candidacy.MinHold and a candidate strictly
 // better than itself has been live for Candidacy.Settle, hands the term over to it with
-// ResignTo, on a goroutine that wait tracks. Only a leader acts; one handover at a time.
+// ResignTo, on a goroutine that wait tracks. Only a leader acts; one handover at a time; a
+// candidate instance handed over to once is never targeted again by this Elector (one that
+// advertises but never takes over costs a hold-off per replica, not one per MinHold).
 func (e *Elector) considerPreference(ctx context.Context, c leasekit.Candidates, wait func(func())) {
 	cy := e.cfg.Candidacy
 	now := e.clock.Now()
@@ -286,8 +288,16 @@ func (e *Elector) considerPreference(ctx context.Context, c leasekit.Candidates,
 		switch {
 		case err == nil:
 			e.prefHandovers.Add(1)
+			return
 		case ctx.Err() == nil:
 			logger.Info("Handover to a preferred candidate did not happen; the term goes on", "token", token, "target", target.Identity, "err", err)
+		}
+		// Nothing was written, or the request met another term: the candidate may be tried
+		// again (an attempt costs a heartbeat, never a leaderless moment).
+		if !errors.Is(err, context.Canceled) {
+			e.mu.Lock()
+			delete(e.pref.tried, candidateOwner(target))
+			e.mu.Unlock()
 		}
 	})
 }
