@@ -1,0 +1,261 @@
+package k8s
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/pkg/lease"
+)
+
+// preferSettle is elector's default --prefer-settle (and --prefer-min-hold) with the
+// scenarios' lease: 2 × leaseDuration.
+const preferSettle = 2 * leaseDuration
+
+// TestPreferNewestRollingUpdate: issue 46, item 4, on a real cluster. Deployments of 3 and of 5
+// `elector run --prefer newest --candidate-version v1.0.0` replicas (the chart, run mode:
+// maxSurge 1, maxUnavailable 0) are rolled to --candidate-version v1.1.0, each beside
+// client-go's LeaderElector (3 replicas on a Lease, the same timings) rolled at the same
+// moment. elector's leadership moves exactly once (the lease's term counter), to a pod of the
+// new version; the transitions and the time without a leader of both are logged as figures.
+func TestPreferNewestRollingUpdate(t *testing.T) {
+	ctx := context.Background()
+	cg := e.preferClientGo(t, ctx, "prefer-clientgo")
+	for _, n := range []int{3, 5} {
+		t.Run(fmt.Sprintf("replicas=%d", n), func(t *testing.T) {
+			e.preferRollout(t, ctx, n, cg)
+		})
+	}
+}
+
+// clientgoLease is client-go's deployment in the test: its pods and its Lease.
+type clientgoLease struct {
+	name     string
+	selector labels.Selector
+}
+
+// holder reads the Lease: the holder ("" when none) and leaseTransitions.
+func (c clientgoLease) holder(ctx context.Context) (string, int64, error) {
+	l, err := e.cs.CoordinationV1().Leases("default").Get(ctx, c.name, metav1.GetOptions{})
+	if err != nil {
+		return "", 0, err
+	}
+	var h string
+	var tr int32
+	if l.Spec.HolderIdentity != nil {
+		h = *l.Spec.HolderIdentity
+	}
+	if l.Spec.LeaseTransitions != nil {
+		tr = *l.Spec.LeaseTransitions
+	}
+	return h, int64(tr), nil
+}
+
+// preferClientGo deploys client-go's LeaderElector (test/k8s/cmd/clientgo-elector, 3 replicas,
+// the Lease lock) with its RBAC, as TestClientGo does, and waits until it leads.
+func (e *env) preferClientGo(t *testing.T, ctx context.Context, name string) clientgoLease {
+	t.Helper()
+	core := e.cs.CoreV1()
+	if _, err := core.ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{{
+		APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"},
+	}}}
+	if _, err := e.cs.RbacV1().Roles("default").Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: "default"}},
+	}
+	if _, err := e.cs.RbacV1().RoleBindings("default").Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		bg := context.Background()
+		_ = e.cs.RbacV1().RoleBindings("default").Delete(bg, name, metav1.DeleteOptions{})
+		_ = e.cs.RbacV1().Roles("default").Delete(bg, name, metav1.DeleteOptions{})
+		_ = core.ServiceAccounts("default").Delete(bg, name, metav1.DeleteOptions{})
+		_ = e.cs.CoordinationV1().Leases("default").Delete(bg, name, metav1.DeleteOptions{})
+	})
+	sel := e.clientgoDeployment(t, ctx, name, name, "--lock=lease")
+	c := clientgoLease{name: name, selector: labels.SelectorFromSet(sel)}
+	if err := waitUntil(ctx, 3*time.Minute, func() error {
+		h, _, err := c.holder(ctx)
+		if err != nil || h == "" {
+			return fmt.Errorf("client-go: no holder yet (%v)", err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// templateHashes returns the pod-template-hash of the live (not terminating) pods of selector.
+func templateHashes(ctx context.Context, selector labels.Selector) (map[string]int, error) {
+	pods, err := e.cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			out[p.Labels["pod-template-hash"]]++
+		}
+	}
+	return out, nil
+}
+
+// rolledOut waits until every pod of selector is of a template other than old's, n of them,
+// and none is left terminating.
+func rolledOut(ctx context.Context, selector labels.Selector, old map[string]int, n int) error {
+	return waitUntil(ctx, 5*time.Minute, func() error {
+		pods, err := e.cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
+		if err != nil {
+			return err
+		}
+		fresh := 0
+		for _, p := range pods.Items {
+			if _, ok := old[p.Labels["pod-template-hash"]]; ok || p.DeletionTimestamp != nil {
+				return fmt.Errorf("pod %s of the old template, or terminating, is still there", p.Name)
+			}
+			fresh++
+		}
+		if fresh != n {
+			return fmt.Errorf("%d of %d new pods", fresh, n)
+		}
+		return nil
+	})
+}
+
+// leaderless sums the time between samples in which nobody led: no holder, or a holder whose
+// pod no longer exists (a Lease that outlives its holder until it expires).
+func leaderless(samples []sample) time.Duration {
+	var total time.Duration
+	for i := 1; i < len(samples); i++ {
+		s := samples[i-1]
+		if _, ok := s.pod(s.holder); !s.holderOK || s.holder == "" || !ok {
+			total += samples[i].at.Sub(s.at)
+		}
+	}
+	return total
+}
+
+// preferRollout installs n `elector run --prefer newest` replicas, rolls them and client-go's
+// Deployment to a new version at the same moment, and checks and reports the moves.
+func (e *env) preferRollout(t *testing.T, ctx context.Context, n int, cg clientgoLease) {
+	name := fmt.Sprintf("prefer-%d", n)
+	r := e.install(t, ctx, name, "--set", "mode=run", "--set", fmt.Sprintf("replicaCount=%d", n),
+		"--set", "app.command={/worker,idle}",
+		"--set", "run.extraArgs={--prefer=newest,--candidate-version=v1.0.0}")
+	l, err := leasekit.New(e.redis, r.leaseName, lease.Options{Prefix: r.keyPrefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Steady: n pods, a holder, n live candidates of v1.0.0.
+	if err := waitUntil(ctx, 3*time.Minute, func() error {
+		h, _, err := e.holder(ctx, r)
+		if err != nil || h == "" {
+			return fmt.Errorf("no holder: %v", err)
+		}
+		c, err := l.ReadCandidates(ctx)
+		if err != nil || len(c.List) != n {
+			return fmt.Errorf("candidates %+v (%v), want %d", c.List, err, n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	oldElector, err := templateHashes(ctx, r.selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldClientGo, err := templateHashes(ctx, cg.selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	termsBefore, err := l.Terms(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, cgBefore, err := cg.holder(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	es := e.startSampler(ctx, r.selector, "", func(ctx context.Context) (string, int64, error) { return e.holder(ctx, r) })
+	defer es.Stop()
+	cs := e.startSampler(ctx, cg.selector, "", cg.holder)
+	defer cs.Stop()
+
+	t0 := time.Now()
+	if _, err := e.helmCmd(ctx, "upgrade", r.name, e.repo+"/charts/elector", "--reuse-values",
+		"--set", "run.extraArgs={--prefer=newest,--candidate-version=v1.1.0}"); err != nil {
+		t.Fatal(err)
+	}
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"e2e/prefer-rollout":"%d"}}}}}`, n)
+	if _, err := e.cs.AppsV1().Deployments("default").Patch(ctx, cg.name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rolledOut(ctx, r.selector, oldElector, n); err != nil {
+		t.Fatalf("elector: %v", err)
+	}
+	electorDone := time.Since(t0)
+	if err := rolledOut(ctx, cg.selector, oldClientGo, 3); err != nil {
+		t.Fatalf("client-go: %v", err)
+	}
+	// A handover by preference may come up to a settle period and a minimum hold after the
+	// last new pod started: watch that long and a lease duration more, so that a late move is
+	// counted.
+	time.Sleep(2*preferSettle + 2*leaseDuration)
+	es.Stop()
+	cs.Stop()
+
+	termsAfter, err := l.Terms(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, cgAfter, err := cg.holder(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, _, err := e.holder(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := l.ReadCandidates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var holderVersion string
+	for _, x := range c.List {
+		if x.Identity == holder {
+			holderVersion = x.Version
+		}
+	}
+	moves, cgMoves := termsAfter-termsBefore, cgAfter-cgBefore
+	gap, cgGap := leaderless(es.since(t0)), leaderless(cs.since(t0))
+	t.Logf("rolling update of %d elector run --prefer newest replicas: %d leadership moves, %v without a leader, rolled in %v; now %s (%s) leads; client-go's LeaderElector (3 replicas, Lease) rolled at the same time: %d moves, %v without a leader",
+		n, moves, gap.Round(time.Millisecond), electorDone.Round(time.Second), holder, holderVersion, cgMoves, cgGap.Round(time.Millisecond))
+	e.figure(fmt.Sprintf("prefer_rollout_%d_moves", n), moves)
+	e.figure(fmt.Sprintf("prefer_rollout_%d_leaderless_seconds", n), secs(gap))
+	e.figure(fmt.Sprintf("prefer_rollout_%d_clientgo_moves", n), cgMoves)
+	e.figure(fmt.Sprintf("prefer_rollout_%d_clientgo_leaderless_seconds", n), secs(cgGap))
+	if moves != 1 {
+		t.Errorf("leadership moved %d times during the rolling update of %d replicas with --prefer newest; want exactly 1", moves, n)
+	}
+	if !strings.HasSuffix(holderVersion, "v1.1.0") {
+		t.Errorf("after the rollout %s leads, advertising %q; want a pod of v1.1.0 (candidates %+v)", holder, holderVersion, c.List)
+	}
+}
