@@ -159,6 +159,8 @@ func (e *env) preferRollout(t *testing.T, ctx context.Context, n int, cg clientg
 	name := fmt.Sprintf("prefer-%d", n)
 	r := e.install(t, ctx, name, "--set", "mode=run", "--set", fmt.Sprintf("replicaCount=%d", n),
 		"--set", "app.command={/worker,idle}",
+		// Within the chart's bound for the short lease (958ms); /worker idle exits at SIGTERM.
+		"--set", "run.killGrace=500ms",
 		"--set", "run.extraArgs={--prefer=newest,--candidate-version=v1.0.0}")
 	l, err := leasekit.New(e.redis, r.leaseName, lease.Options{Prefix: r.keyPrefix})
 	if err != nil {
