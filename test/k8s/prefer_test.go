@@ -32,9 +32,14 @@ func TestPreferNewestRollingUpdate(t *testing.T) {
 	cg := e.preferClientGo(t, ctx, "prefer-clientgo")
 	for _, n := range []int{3, 5} {
 		t.Run(fmt.Sprintf("replicas=%d", n), func(t *testing.T) {
-			e.preferRollout(t, ctx, n, cg)
+			e.preferRollout(t, ctx, n, cg, "--prefer=newest")
 		})
 	}
+	// The control: the same rollout of 5 without --prefer, for the figures (leadership moves
+	// whenever the leading pod is replaced: up to 5 times).
+	t.Run("replicas=5,no-prefer", func(t *testing.T) {
+		e.preferRollout(t, ctx, 5, cg, "")
+	})
 }
 
 // clientgoLease is client-go's deployment in the test: its pods and its Lease.
@@ -153,15 +158,24 @@ func leaderless(samples []sample) time.Duration {
 	return total
 }
 
-// preferRollout installs n `elector run --prefer newest` replicas, rolls them and client-go's
-// Deployment to a new version at the same moment, and checks and reports the moves.
-func (e *env) preferRollout(t *testing.T, ctx context.Context, n int, cg clientgoLease) {
-	name := fmt.Sprintf("prefer-%d", n)
+// preferRollout installs n `elector run` replicas with the flag prefer, rolls them and
+// client-go's Deployment to a new version at the same moment, and checks and reports the moves.
+// With prefer "" (the control) it only reports the moves.
+func (e *env) preferRollout(t *testing.T, ctx context.Context, n int, cg clientgoLease, prefer string) {
+	name, label := fmt.Sprintf("prefer-%d", n), fmt.Sprintf("prefer_rollout_%d", n)
+	args := func(version string) string { return "run.extraArgs={--candidate-version=" + version + "}" }
+	if prefer != "" {
+		args = func(version string) string {
+			return "run.extraArgs={" + prefer + ",--candidate-version=" + version + "}"
+		}
+	} else {
+		name, label = name+"-control", label+"_control"
+	}
 	r := e.install(t, ctx, name, "--set", "mode=run", "--set", fmt.Sprintf("replicaCount=%d", n),
 		"--set", "app.command={/worker,idle}",
 		// Within the chart's bound for the short lease (958ms); /worker idle exits at SIGTERM.
 		"--set", "run.killGrace=500ms",
-		"--set", "run.extraArgs={--prefer=newest,--candidate-version=v1.0.0}")
+		"--set", args("v1.0.0"))
 	l, err := leasekit.New(e.redis, r.leaseName, lease.Options{Prefix: r.keyPrefix})
 	if err != nil {
 		t.Fatal(err)
@@ -180,6 +194,7 @@ func (e *env) preferRollout(t *testing.T, ctx context.Context, n int, cg clientg
 	}); err != nil {
 		t.Fatal(err)
 	}
+	e.leaderOnNewestPod(t, ctx, r, l)
 	oldElector, err := templateHashes(ctx, r.selector)
 	if err != nil {
 		t.Fatal(err)
@@ -202,11 +217,10 @@ func (e *env) preferRollout(t *testing.T, ctx context.Context, n int, cg clientg
 	defer cs.Stop()
 
 	t0 := time.Now()
-	if _, err := e.helmCmd(ctx, "upgrade", r.name, e.repo+"/charts/elector", "--reuse-values",
-		"--set", "run.extraArgs={--prefer=newest,--candidate-version=v1.1.0}"); err != nil {
+	if _, err := e.helmCmd(ctx, "upgrade", r.name, e.repo+"/charts/elector", "--reuse-values", "--set", args("v1.1.0")); err != nil {
 		t.Fatal(err)
 	}
-	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"e2e/prefer-rollout":"%d"}}}}}`, n)
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"e2e/prefer-rollout":%q}}}}}`, name)
 	if _, err := e.cs.AppsV1().Deployments("default").Patch(ctx, cg.name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -246,18 +260,75 @@ func (e *env) preferRollout(t *testing.T, ctx context.Context, n int, cg clientg
 			holderVersion = x.Version
 		}
 	}
+	var seq []string // the holders in order, with the pods the rollout deleted
+	deleted := map[string]bool{}
+	for _, x := range es.since(t0) {
+		if x.holderOK && (len(seq) == 0 || seq[len(seq)-1] != x.holder) {
+			seq = append(seq, x.holder)
+		}
+		for _, p := range x.pods {
+			if p.terminating && !deleted[p.name] {
+				deleted[p.name] = true
+				seq = append(seq, "(deleting "+p.name+")")
+			}
+		}
+	}
+	t.Logf("%s: holders and deletions in order: %s", name, strings.Join(seq, " "))
 	moves, cgMoves := termsAfter-termsBefore, cgAfter-cgBefore
 	gap, cgGap := leaderless(es.since(t0)), leaderless(cs.since(t0))
-	t.Logf("rolling update of %d elector run --prefer newest replicas: %d leadership moves, %v without a leader, rolled in %v; now %s (%s) leads; client-go's LeaderElector (3 replicas, Lease) rolled at the same time: %d moves, %v without a leader",
-		n, moves, gap.Round(time.Millisecond), electorDone.Round(time.Second), holder, holderVersion, cgMoves, cgGap.Round(time.Millisecond))
-	e.figure(fmt.Sprintf("prefer_rollout_%d_moves", n), moves)
-	e.figure(fmt.Sprintf("prefer_rollout_%d_leaderless_seconds", n), secs(gap))
-	e.figure(fmt.Sprintf("prefer_rollout_%d_clientgo_moves", n), cgMoves)
-	e.figure(fmt.Sprintf("prefer_rollout_%d_clientgo_leaderless_seconds", n), secs(cgGap))
+	t.Logf("rolling update of %d elector run %q replicas: %d leadership moves, %v without a leader, rolled in %v; now %s (%s) leads; client-go's LeaderElector (3 replicas, Lease) rolled at the same time: %d moves, %v without a leader",
+		n, prefer, moves, gap.Round(time.Millisecond), electorDone.Round(time.Second), holder, holderVersion, cgMoves, cgGap.Round(time.Millisecond))
+	e.figure(label+"_moves", moves)
+	e.figure(label+"_leaderless_seconds", secs(gap))
+	e.figure(label+"_clientgo_moves", cgMoves)
+	e.figure(label+"_clientgo_leaderless_seconds", secs(cgGap))
+	if prefer == "" {
+		return
+	}
 	if moves != 1 {
 		t.Errorf("leadership moved %d times during the rolling update of %d replicas with --prefer newest; want exactly 1", moves, n)
 	}
 	if !strings.HasSuffix(holderVersion, "v1.1.0") {
 		t.Errorf("after the rollout %s leads, advertising %q; want a pod of v1.1.0 (candidates %+v)", holder, holderVersion, c.List)
 	}
+}
+
+// leaderOnNewestPod moves the lease, by a resign to it, to the most recently created pod of r:
+// the ReplicaSet deletes the newest pods first, so that pod is the first replaced by the
+// rollout, and the leader does not simply go last (the case in which any rollout moves
+// leadership once). Without a preference the lease then moves each time its holder is
+// replaced; with one, once.
+func (e *env) leaderOnNewestPod(t *testing.T, ctx context.Context, r *release, l *leasekit.Lease) {
+	t.Helper()
+	pods, err := e.cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: r.selector.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var newest corev1.Pod
+	for _, p := range pods.Items {
+		if newest.Name == "" || p.CreationTimestamp.After(newest.CreationTimestamp.Time) {
+			newest = p
+		}
+	}
+	st, err := l.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Record.Identity == newest.Name {
+		return
+	}
+	if _, err := l.RequestResign(ctx, leasekit.ResignRequest{Target: newest.Name, HoldOff: leaseDuration, Timeout: leaseDuration, Term: st.Record}); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitUntil(ctx, time.Minute, func() error {
+		h, _, err := e.holder(ctx, r)
+		if err != nil || h != newest.Name {
+			return fmt.Errorf("%s holds the lease, not %s (%v)", h, newest.Name, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Past the minimum hold, and long enough for every replica to see the others settled.
+	time.Sleep(preferSettle + leaseDuration)
 }
