@@ -294,10 +294,11 @@ func (e *env) preferRollout(t *testing.T, ctx context.Context, n int, cg clientg
 }
 
 // leaderOnNewestPod moves the lease, by a resign to it, to the most recently created pod of r:
-// the ReplicaSet deletes the newest pods first, so that pod is the first replaced by the
-// rollout, and the leader does not simply go last (the case in which any rollout moves
-// leadership once). Without a preference the lease then moves each time its holder is
-// replaced; with one, once.
+// the ReplicaSet prefers to delete recently ready pods (creation times tie at the second, so
+// not always first), so the leader is replaced early in the rollout rather than last (the
+// case in which any rollout moves leadership once). Without a preference the lease then
+// moves each time its holder is replaced, to whichever follower wins (an old or a new pod);
+// with one, once, to a new pod.
 func (e *env) leaderOnNewestPod(t *testing.T, ctx context.Context, r *release, l *leasekit.Lease) {
 	t.Helper()
 	pods, err := e.cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: r.selector.String()})
