@@ -10,8 +10,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// maxHelpLines bounds a command's help: what does not fit is in the documentation. (41 since
-// the candidate flags of run and sidecar took a second line of the Lease flags.)
+// maxHelpLines bounds a command's help: what does not fit is in the documentation.
 const maxHelpLines = 41
 
 // helpText returns the help of cmd, as --help prints it.

@@ -17,7 +17,6 @@ import (
 	"github.com/elector/elector/internal/leasewire/lualib"
 	"github.com/elector/elector/internal/redisclient"
 	"github.com/elector/elector/internal/timing"
-	"github.com/elector/elector/pkg/election"
 	"github.com/elector/elector/pkg/lease"
 )
 
@@ -109,10 +108,10 @@ func (o *leaseOptions) callTimeout() time.Duration {
 type commonOptions struct {
 	lease    leaseOptions
 	redis    redisclient.Config
-	ack      lease.ReplicaAck   // run and sidecar only (addElectionFlags)
-	cand     election.Candidacy // run and sidecar only (addElectionFlags): --candidate-*, --prefer*
-	scripts  string             // --redis-scripts
-	electing bool               // addElectionFlags ran: the candidate flags are checked
+	ack      lease.ReplicaAck // run and sidecar only (addElectionFlags)
+	cand     candidacy        // run and sidecar only (addElectionFlags): --candidate-*, --prefer
+	scripts  string           // --redis-scripts
+	electing bool             // addElectionFlags ran: the candidate flags are checked
 }
 
 // Flag names of the candidate registry and preferred leadership (run and sidecar).
@@ -120,37 +119,36 @@ const (
 	flagCandidateVersion  = "candidate-version"
 	flagCandidatePriority = "candidate-priority"
 	flagPrefer            = "prefer"
-	flagPreferSettle      = "prefer-settle"
-	flagPreferMinHold     = "prefer-min-hold"
 )
 
 // addCandidateFlags registers the flags of what this replica advertises in the candidate
 // registry and of preferred leadership.
 func (o *commonOptions) addCandidateFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.cand.Version, flagCandidateVersion, "", "`version` this replica advertises in the candidate registry (the app's; at most 128 bytes); default \"elector VERSION\"")
-	fs.Int64Var(&o.cand.Priority, flagCandidatePriority, 0, "`priority` this replica advertises in the candidate registry; higher is preferred by --"+flagPrefer+" priority and breaks version ties")
-	fs.StringVar((*string)(&o.cand.Prefer), flagPrefer, "", "`policy` of the leader: hand over (by resign) to a better live candidate: priority (highest), newest or oldest (semver of the last word of the version, then priority); empty: never. Also targets the release at a SIGTERM")
-	fs.DurationVar(&o.cand.Settle, flagPreferSettle, 0, "how long a better candidate must have been live, without a gap, before --"+flagPrefer+" hands over to it; 0: 2 × --"+flagLeaseDuration)
-	fs.DurationVar(&o.cand.MinHold, flagPreferMinHold, 0, "how long a term lasts at least before --"+flagPrefer+" hands it over (the cool-down between two handovers); 0: 2 × --"+flagLeaseDuration)
+	fs.StringVar(&o.cand.version, flagCandidateVersion, "", "`version` this replica advertises in the candidate registry (the app's; at most 128 bytes); default \"elector VERSION\"")
+	fs.Int64Var(&o.cand.priority, flagCandidatePriority, 0, "`priority` this replica advertises; the leader hands over (by resign) to a candidate of a higher one live for 2 × --"+flagLeaseDuration+", and a SIGTERM reserves its release for it")
+	fs.StringVar(&o.cand.prefer, flagPrefer, "", "`newest` or oldest: set the priority from --"+flagCandidateVersion+" (semantic versions), so that a rolling update moves leadership once")
 }
 
 // validateCandidate checks the candidate flags; each error names the flag.
 func (o *commonOptions) validateCandidate() error {
-	c := o.cand
-	if err := leasekit.ValidateVersion(c.Version); err != nil {
-		return fmt.Errorf("--%s: %q %v", flagCandidateVersion, c.Version, err)
+	c := &o.cand
+	if err := leasekit.ValidateVersion(c.version); err != nil {
+		return fmt.Errorf("--%s: %q %v", flagCandidateVersion, c.version, err)
 	}
-	switch c.Prefer {
-	case election.PreferNone, election.PreferPriority, election.PreferNewest, election.PreferOldest:
+	switch c.prefer {
+	case "":
+		return nil
+	case preferNewest, preferOldest:
 	default:
-		return fmt.Errorf("--%s: %q is not a policy; want priority, newest, oldest or empty (never)", flagPrefer, c.Prefer)
+		return fmt.Errorf("--%s: %q is not a policy; want %s or %s", flagPrefer, c.prefer, preferNewest, preferOldest)
 	}
-	if c.Settle < 0 {
-		return fmt.Errorf("--%s: must not be negative (0: 2 × --%s), got %v", flagPreferSettle, flagLeaseDuration, c.Settle)
+	if c.priority != 0 {
+		return fmt.Errorf("--%s and --%s both set the priority; give one", flagPrefer, flagCandidatePriority)
 	}
-	if c.MinHold < 0 {
-		return fmt.Errorf("--%s: must not be negative (0: 2 × --%s), got %v", flagPreferMinHold, flagLeaseDuration, c.MinHold)
+	if c.version == "" {
+		return fmt.Errorf("--%s %s ranks replicas by --%s, which is not set", flagPrefer, c.prefer, flagCandidateVersion)
 	}
+	c.priority = versionPriority(c.prefer, c.version)
 	return nil
 }
 

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/elector/elector/internal/timing"
-	"github.com/elector/elector/pkg/election"
 )
 
 // TestValidateTimingNamesFlags checks that the library's timing check, applied to the flags,
@@ -132,8 +131,8 @@ func TestCandidateFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"sidecar", "--lease-name", "x", "--identity", "a", "--prefer", "best"}, nil, `--prefer: "best" is not a policy`},
-		{[]string{"run", "--lease-name", "x", "--identity", "a", "--prefer-settle", "-1s", "--", "true"}, nil, "--prefer-settle: must not be negative"},
-		{[]string{"sidecar", "--lease-name", "x", "--identity", "a", "--prefer-min-hold", "-1s"}, nil, "--prefer-min-hold: must not be negative"},
+		{[]string{"run", "--lease-name", "x", "--identity", "a", "--prefer", "newest", "--", "true"}, nil, "--prefer newest ranks replicas by --candidate-version, which is not set"},
+		{[]string{"sidecar", "--lease-name", "x", "--identity", "a", "--prefer", "oldest", "--candidate-version", "v1", "--candidate-priority", "2"}, nil, "--prefer and --candidate-priority both set the priority"},
 		{[]string{"sidecar", "--lease-name", "x", "--identity", "a"}, map[string]string{"ELECTOR_CANDIDATE_VERSION": "v1\x01"}, "--candidate-version:"},
 		{[]string{"sidecar", "--lease-name", "x", "--identity", "a"}, map[string]string{"ELECTOR_CANDIDATE_PRIORITY": "high"}, "candidate-priority"},
 	} {
@@ -142,10 +141,9 @@ func TestCandidateFlags(t *testing.T) {
 			t.Errorf("elector %q (env %v): exit %d, stderr %q; want exit %d and %q", tt.args, tt.env, code, stderr, exitUsage, tt.want)
 		}
 	}
-	if got := candidacy(election.Candidacy{Priority: 3, Prefer: election.PreferNewest}); !strings.HasPrefix(got.Version, "elector ") || got.Priority != 3 || got.Prefer != election.PreferNewest {
-		t.Errorf("candidacy without --candidate-version = %+v; want elector's version, priority 3, newest", got)
-	}
-	if got := candidacy(election.Candidacy{Version: "billing v2.1.0"}); got.Version != "billing v2.1.0" {
-		t.Errorf("candidacy with --candidate-version = %+v", got)
+	var o commonOptions
+	o.cand = candidacy{version: "billing v2.1.0", prefer: preferNewest}
+	if err := o.validateCandidate(); err != nil || o.cand.priority != versionPriority(preferNewest, "v2.1.0") {
+		t.Errorf("--prefer newest --candidate-version %q: priority %d, err %v; want %d", o.cand.version, o.cand.priority, err, versionPriority(preferNewest, "v2.1.0"))
 	}
 }

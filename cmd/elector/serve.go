@@ -481,12 +481,13 @@ func startReplica(co *commonOptions, so *serveOptions, cb election.Callbacks, ex
 		Recampaign:      !exitOnLost,
 		Metrics:         metrics,
 		ReplicaAck:      co.ack,
-		Candidacy:       candidacy(co.cand),
+		Priority:        co.cand.priority,
 	})
 	if err != nil {
 		l.close()
 		return nil, err
 	}
+	co.cand.apply(l.elector)
 	if so.statusFile != "" {
 		l.status = newStatusFile(so.statusFile, l.elector.Status, co.lease)
 		if err := writeFileAtomic(so.statusFile, []byte(statusFollower+"\n"), 0o644); err != nil {
@@ -509,15 +510,6 @@ func startReplica(co *commonOptions, so *serveOptions, cb election.Callbacks, ex
 		}
 	}
 	return l, nil
-}
-
-// candidacy is what the replica advertises and prefers: the flags, with elector's own version
-// (the binary's) unless --candidate-version is set.
-func candidacy(c election.Candidacy) election.Candidacy {
-	if c.Version == "" {
-		c.Version = "elector " + version.Get().Version
-	}
-	return c
 }
 
 // serveHTTP serves the endpoints in a goroutine; a failure is sent on errc.

@@ -24,16 +24,19 @@ func TestStatusCandidates(t *testing.T) {
 	defer cancel()
 	var electors []*election.Elector
 	for _, id := range []string{"pod-b", "pod-a"} {
-		var cy election.Candidacy
+		var priority int64
 		if id == "pod-a" {
-			cy = election.Candidacy{Version: "v1.4.2", Priority: 7}
+			priority = 7
 		}
 		e, err := election.New(election.Config{Client: client, LeaseName: name, Identity: id,
 			LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 300 * time.Millisecond,
-			Candidacy: cy,
+			Priority:  priority,
 			Callbacks: election.Callbacks{OnStartedLeading: func(ctx context.Context) { <-ctx.Done() }}})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if id == "pod-a" {
+			leasekit.SetCandidateVersion(e, "v1.4.2")
 		}
 		electors = append(electors, e)
 		go func() { _ = e.Run(ctx) }()

@@ -69,6 +69,11 @@ func WithForce(ctx context.Context) context.Context { return context.WithValue(c
 // Forced reports whether ctx carries WithForce.
 func Forced(ctx context.Context) bool { b, _ := ctx.Value(forceKey{}).(bool); return b }
 
+// SetCandidateVersion sets the version that an *election.Elector advertises (the command's
+// --candidate-version), before its Run; package election sets it when imported. The version
+// must pass ValidateVersion.
+var SetCandidateVersion func(elector any, version string)
+
 // CandidatePeriod is the heartbeat period of a replica with lease duration ld: a third of it,
 // so that an entry (CandidateTTL = ld) survives two lost heartbeats.
 func CandidatePeriod(ld time.Duration) time.Duration {

@@ -18,8 +18,17 @@ import (
 // `elector status` and the resign checks read. It is advisory: no trust rule reads it, and its
 // heartbeat runs on a goroutine of its own, never on the campaign's or the lead loop's path.
 
-// buildVersion is the version an Elector advertises unless Config.Candidacy.Version is set:
-// the main module's, from the build information; none for a
+func init() {
+	leasekit.SetCandidateVersion = func(x any, version string) {
+		e := x.(*Elector)
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		e.candVersion = version
+	}
+}
+
+// buildVersion is the version an Elector advertises unless the command set one
+// (leasekit.SetCandidateVersion): the main module's, from the build information; none for a
 // development build.
 func buildVersion() string {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "(devel)" && leasekit.ValidateVersion(bi.Main.Version) == nil {
@@ -88,7 +97,7 @@ func (e *Elector) heartbeat(ctx context.Context, ttl time.Duration, leave bool) 
 	cctx, cancel := context.WithTimeout(ctx, e.callTimeout())
 	defer cancel()
 	e.mu.Lock()
-	version, priority := e.candVersion, e.candPriority
+	version, priority := e.candVersion, e.cfg.Priority
 	e.mu.Unlock()
 	c, err := e.store.advertise(cctx, ttl, priority, version, leave)
 	if err != nil {

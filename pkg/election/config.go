@@ -113,9 +113,15 @@ type Config struct {
 	// longer applies. Zero: Run waits for Redis as long as its ctx lasts.
 	StartTimeout time.Duration
 
-	// Candidacy is what this replica advertises in the lease's candidate registry (its version
-	// and priority) and whether, as leader, it hands over to a better candidate (Prefer).
-	Candidacy Candidacy
+	// Priority is this replica's rank among the lease's candidates, advertised in the
+	// candidate registry. A leader hands its term over (by ResignTo) to a live candidate of a
+	// strictly higher priority once that candidate has been live, without a gap, for
+	// 2 × LeaseDuration and the term has lasted 2 × LeaseDuration; at a graceful stop (with
+	// ReleaseOnCancel) it reserves the release for the live candidate of the highest priority
+	// above its own. Replicas of one priority (the default, 0) never hand over by preference.
+	// Derived from the version (as `elector run --prefer newest` does), it makes a rolling
+	// update move leadership once, to a replica of the new version.
+	Priority int64
 
 	// Metrics, when set, receive this elector's figures (see NewMetrics), labelled
 	// name=LeaseName: electors that share one Metrics need distinct lease names (for the same
@@ -168,7 +174,7 @@ func (c *Config) validate() error {
 	if c.StartTimeout < 0 {
 		return fmt.Errorf("Config.StartTimeout (%v) must not be negative (0: no bound)", c.StartTimeout)
 	}
-	return c.Candidacy.validate(c.LeaseDuration)
+	return nil
 }
 
 // checkCallbacks is what Run needs of Config beyond New: a callback to run the work.

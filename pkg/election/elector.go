@@ -106,11 +106,10 @@ type Elector struct {
 	leading  bool
 	lastRenw time.Time           // send time of the last successful acquire or renew of the current term
 	cands    leasekit.Candidates // the candidate registry as the last heartbeat found it (candidates.go)
-	// candVersion and candPriority are what this replica advertises there (Config.Candidacy).
-	candVersion  string
-	candPriority int64
-	termStart    time.Time  // when the current term started, by the local clock (Candidacy.MinHold)
-	pref         preference // preferred leadership (prefer.go)
+	// candVersion is the version this replica advertises there (leasekit.SetCandidateVersion).
+	candVersion string
+	termStart   time.Time  // when the current term started, by the local clock (prefer.go)
+	pref        preference // preferred leadership (prefer.go)
 	// prefHandovers counts the handovers by preference that this Elector made (the simulator's
 	// storm check).
 	prefHandovers atomic.Int64
@@ -140,10 +139,7 @@ func New(cfg Config) (*Elector, error) {
 		return nil, fmt.Errorf("new elector %q: %w", cfg.LeaseName, err)
 	}
 	warnContextTimeout(&cfg)
-	e := &Elector{cfg: cfg, lease: l, store: redisStore{l}, clock: clock.RealClock{}, candVersion: cfg.Candidacy.Version, candPriority: cfg.Candidacy.Priority}
-	if e.candVersion == "" {
-		e.candVersion = buildVersion()
-	}
+	e := &Elector{cfg: cfg, lease: l, store: redisStore{l}, clock: clock.RealClock{}, candVersion: buildVersion()}
 	if cfg.Metrics != nil {
 		cfg.Metrics.add(e)
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -14,198 +12,32 @@ import (
 	"github.com/elector/elector/pkg/lease"
 )
 
-// Preferred leadership (docs/DESIGN.md, "Preferred leadership"): with Candidacy.Prefer set, the
-// leader reads the candidate registry on each of its heartbeats and hands over, through
-// ResignTo and nothing else, to a candidate that is strictly better by the policy once that
-// candidate has been live without a gap for Candidacy.Settle and the term has lasted
-// Candidacy.MinHold. A follower never acts on the registry. At a graceful stop (Run's ctx
-// cancelled, with ReleaseOnCancel) the release is targeted at the best live candidate, so that
-// a rolling update moves leadership once. The registry is advisory: whatever it says, the
-// handover is a resign, which the lease's scripts make safe.
+// Preferred leadership (docs/DESIGN.md, "Preferred leadership"): the leader reads the
+// candidate registry on each of its heartbeats and hands over, through ResignTo and nothing
+// else, to a candidate of strictly higher Config.Priority once that candidate has been live
+// without a gap for the settle period and the term has lasted the minimum hold (both
+// preferPeriods × LeaseDuration). A follower never acts on the registry. At a graceful stop
+// (Run's ctx cancelled, with ReleaseOnCancel) the release is reserved for the live candidate of
+// the highest priority above this replica's, so that a rolling update whose new replicas have
+// a higher priority moves leadership once. The registry is advisory: whatever it says, the
+// handover is a resign, which the lease's scripts make safe. All replicas at one priority (the
+// default): nothing here acts.
 
-// Preference is how a leader ranks the live candidates of its lease (Candidacy.Prefer).
-type Preference string
+// preferPeriods is the settle period and the minimum hold of preferred leadership, in lease
+// durations: longer than a candidate that flaps (restarts within a lease duration) stays
+// live, and long enough that handovers by preference cannot follow each other faster than
+// a takeover after a crash would.
+const preferPeriods = 2
 
-// The preferences. With PreferNewest and PreferOldest, versions compare as semantic versions
-// (the last word of the advertised version, an optional "v", dot-separated numbers, an
-// optional -prerelease; "elector v1.4.2" is 1.4.2), ties are broken by priority, and a version
-// that does not parse never wins.
-const (
-	// PreferNone (the default) never hands over by preference.
-	PreferNone Preference = ""
-	// PreferPriority prefers the highest Candidacy.Priority.
-	PreferPriority Preference = "priority"
-	// PreferNewest prefers the newest version: a rolling update moves leadership once, to a
-	// replica of the new version.
-	PreferNewest Preference = "newest"
-	// PreferOldest prefers the oldest version (KEP-4355's OldestEmulationVersion): the leader
-	// moves to the new version only when the last old replica is gone.
-	PreferOldest Preference = "oldest"
-)
-
-// Candidacy is what a replica advertises in its lease's candidate registry and whether, as
-// leader, it hands over to a better candidate. The zero value advertises the build version and
-// priority 0, and never hands over by preference.
-type Candidacy struct {
-	// Version is the version this replica advertises (the app's or the binary's; at most 128
-	// bytes, no control characters). Empty: the main module's version from the build
-	// information, none for a development build.
-	Version string
-	// Priority is this replica's priority; higher is preferred by PreferPriority, and breaks
-	// ties of versions.
-	Priority int64
-	// Prefer is the leader's policy; PreferNone by default. Give every replica the same one.
-	Prefer Preference
-	// Settle is how long a better candidate must have been live, without a gap, in this
-	// replica's heartbeats before the leader hands over to it. 2 × LeaseDuration when zero.
-	Settle time.Duration
-	// MinHold is how long a term lasts at least before its leader hands over by preference: the
-	// cool-down between two such handovers. 2 × LeaseDuration when zero.
-	MinHold time.Duration
-}
-
-// validate fills in the defaults of c for a lease of leaseDuration and checks it; the errors
-// name the fields.
-func (c *Candidacy) validate(leaseDuration time.Duration) error {
-	if err := leasekit.ValidateVersion(c.Version); err != nil {
-		return fmt.Errorf("Config.Candidacy.Version %w", err)
-	}
-	switch c.Prefer {
-	case PreferNone, PreferPriority, PreferNewest, PreferOldest:
-	default:
-		return fmt.Errorf("Config.Candidacy.Prefer %q must be %q (off), %q, %q or %q", c.Prefer, PreferNone, PreferPriority, PreferNewest, PreferOldest)
-	}
-	for _, d := range []struct {
-		name string
-		v    *time.Duration
-	}{{"Settle", &c.Settle}, {"MinHold", &c.MinHold}} {
-		switch {
-		case *d.v < 0:
-			return fmt.Errorf("Config.Candidacy.%s (%v) must not be negative (0 takes the default, 2 × Config.LeaseDuration)", d.name, *d.v)
-		case *d.v == 0:
-			*d.v = 2 * leaseDuration
-		}
-	}
-	return nil
-}
-
-// version is a version as PreferNewest and PreferOldest compare it; ok is false for one that
-// does not parse.
-type version struct {
-	nums []uint64
-	pre  []string
-	ok   bool
-}
-
-// parseVersion reads the last word of v: an optional "v", dot-separated numbers, an optional
-// -prerelease, an ignored +build.
-func parseVersion(v string) version {
-	f := strings.Fields(v)
-	if len(f) == 0 {
-		return version{}
-	}
-	s := strings.TrimPrefix(strings.TrimPrefix(f[len(f)-1], "v"), "V")
-	s, _, _ = strings.Cut(s, "+")
-	core, pre, hasPre := strings.Cut(s, "-")
-	var out version
-	for _, p := range strings.Split(core, ".") {
-		n, err := strconv.ParseUint(p, 10, 64)
-		if err != nil || p == "" || p[0] == '+' {
-			return version{}
-		}
-		out.nums = append(out.nums, n)
-	}
-	if hasPre {
-		if pre == "" {
-			return version{}
-		}
-		out.pre = strings.Split(pre, ".")
-	}
-	out.ok = true
-	return out
-}
-
-// compareVersions orders two parsed versions as semantic versions do (missing numbers are 0;
-// a prerelease is before its release).
-func compareVersions(a, b version) int {
-	for i := 0; i < max(len(a.nums), len(b.nums)); i++ {
-		var x, y uint64
-		if i < len(a.nums) {
-			x = a.nums[i]
-		}
-		if i < len(b.nums) {
-			y = b.nums[i]
-		}
-		if x != y {
-			if x < y {
-				return -1
-			}
-			return 1
-		}
-	}
-	switch {
-	case len(a.pre) == 0 && len(b.pre) == 0:
-		return 0
-	case len(a.pre) == 0:
-		return 1
-	case len(b.pre) == 0:
-		return -1
-	}
-	for i := 0; i < min(len(a.pre), len(b.pre)); i++ {
-		x, errX := strconv.ParseUint(a.pre[i], 10, 64)
-		y, errY := strconv.ParseUint(b.pre[i], 10, 64)
-		switch {
-		case errX == nil && errY == nil && x != y:
-			if x < y {
-				return -1
-			}
-			return 1
-		case errX == nil && errY != nil:
-			return -1
-		case errX != nil && errY == nil:
-			return 1
-		case errX != nil && errY != nil && a.pre[i] != b.pre[i]:
-			return strings.Compare(a.pre[i], b.pre[i])
-		}
-	}
-	return len(a.pre) - len(b.pre)
-}
-
-// better reports whether a candidate advertising (va, pa) is strictly better than one
-// advertising (vb, pb) by preference p.
-func better(p Preference, va string, pa int64, vb string, pb int64) bool {
-	switch p {
-	case PreferPriority:
-		return pa > pb
-	case PreferNewest, PreferOldest:
-		x, y := parseVersion(va), parseVersion(vb)
-		switch {
-		case !x.ok:
-			return false // an unparsable version never wins
-		case !y.ok:
-			return true
-		}
-		c := compareVersions(x, y)
-		if p == PreferOldest {
-			c = -c
-		}
-		if c != 0 {
-			return c > 0
-		}
-		return pa > pb
-	}
-	return false
-}
-
-// bestOf returns the best candidate of list by p other than identity self, among those for
-// which ok holds; the first in the registry's order wins a tie. found is false when there is
-// none.
-func bestOf(p Preference, list []leasekit.Candidate, self string, ok func(leasekit.Candidate) bool) (best leasekit.Candidate, found bool) {
+// bestOf returns the candidate of the highest priority in list other than identity self, among
+// those for which ok holds; the first in the registry's order wins a tie. found is false when
+// there is none.
+func bestOf(list []leasekit.Candidate, self string, ok func(leasekit.Candidate) bool) (best leasekit.Candidate, found bool) {
 	for _, c := range list {
 		if c.Identity == self || !ok(c) {
 			continue
 		}
-		if !found || better(p, c.Version, c.Priority, best.Version, best.Priority) {
+		if !found || c.Priority > best.Priority {
 			best, found = c, true
 		}
 	}
@@ -241,25 +73,24 @@ func (p *preference) noteCandidates(c leasekit.Candidates, now time.Time) {
 }
 
 // considerPreference runs after each heartbeat (startAdvertising): it notes the candidates and,
-// when this replica leads a term that has lasted Candidacy.MinHold and a candidate strictly
-// better than itself has been live for Candidacy.Settle, hands the term over to it with
+// when this replica leads a term that has lasted the minimum hold and a candidate of a higher
+// priority than its own has been live for the settle period, hands the term over to it with
 // ResignTo, on a goroutine that wait tracks. Only a leader acts; one handover at a time; a
 // candidate instance handed over to once is never targeted again by this Elector (one that
 // advertises but never takes over costs a hold-off per replica, not one per MinHold).
 func (e *Elector) considerPreference(ctx context.Context, c leasekit.Candidates, wait func(func())) {
-	cy := e.cfg.Candidacy
+	period := preferPeriods * e.cfg.LeaseDuration
 	now := e.clock.Now()
 	e.mu.Lock()
 	e.pref.noteCandidates(c, now)
-	if cy.Prefer == PreferNone || !e.leading || e.pref.busy || now.Sub(e.termStart) < cy.MinHold {
+	if !e.leading || e.pref.busy || now.Sub(e.termStart) < period {
 		e.mu.Unlock()
 		return
 	}
 	token := e.term.Token
-	target, found := bestOf(cy.Prefer, c.List, e.cfg.Identity, func(x leasekit.Candidate) bool {
+	target, found := bestOf(c.List, e.cfg.Identity, func(x leasekit.Candidate) bool {
 		since, ok := e.pref.seen[candidateOwner(x)]
-		return ok && now.Sub(since) >= cy.Settle && !e.pref.tried[candidateOwner(x)] &&
-			better(cy.Prefer, x.Version, x.Priority, e.candVersion, e.candPriority)
+		return ok && now.Sub(since) >= period && !e.pref.tried[candidateOwner(x)] && x.Priority > e.cfg.Priority
 	})
 	if !found {
 		e.mu.Unlock()
@@ -275,9 +106,9 @@ func (e *Elector) considerPreference(ctx context.Context, c leasekit.Candidates,
 	e.pref.busy = true
 	e.mu.Unlock()
 	logger := klog.FromContext(ctx)
-	logger.Info("Handing the lease over to a preferred candidate", "token", token, "prefer", cy.Prefer,
-		"target", target.Identity, "targetVersion", target.Version, "targetPriority", target.Priority,
-		"version", e.candVersion, "priority", e.candPriority)
+	logger.Info("Handing the lease over to a candidate of a higher priority", "token", token,
+		"target", target.Identity, "targetPriority", target.Priority, "targetVersion", target.Version,
+		"priority", e.cfg.Priority)
 	wait(func() {
 		defer func() {
 			e.mu.Lock()
@@ -302,29 +133,39 @@ func (e *Elector) considerPreference(ctx context.Context, c leasekit.Candidates,
 	})
 }
 
-// shutdownTarget returns the best live candidate other than this replica by the preference,
-// as a fresh heartbeat finds the registry, for a graceful stop's release; "" when there is
-// none or the registry cannot be read.
+// higher reports whether a candidate of list other than this replica has a higher priority.
+func (e *Elector) higher(list []leasekit.Candidate) bool {
+	_, found := bestOf(list, e.cfg.Identity, func(x leasekit.Candidate) bool { return x.Priority > e.cfg.Priority })
+	return found
+}
+
+// shutdownTarget returns the live candidate of the highest priority above this replica's, as a
+// fresh heartbeat finds the registry, for a graceful stop's release; "" when there is none or
+// the registry cannot be read.
 func (e *Elector) shutdownTarget(ctx context.Context) string {
 	c, err := e.heartbeat(ctx, leasekit.CandidateTTL(e.cfg.LeaseDuration), false)
 	if err != nil {
 		return ""
 	}
-	best, found := bestOf(e.cfg.Candidacy.Prefer, c.List, e.cfg.Identity, func(leasekit.Candidate) bool { return true })
+	best, found := bestOf(c.List, e.cfg.Identity, func(x leasekit.Candidate) bool { return x.Priority > e.cfg.Priority })
 	if !found {
 		return ""
 	}
 	return best.Identity
 }
 
-// startHandover begins, at a graceful stop (Run's ctx cancelled, with ReleaseOnCancel and a
-// preference), the request that turns the coming release into a reservation for the best live
-// candidate: ResignTo's request (writeResign) for a target picked from a fresh read of the
-// registry (which is ResignTo's check), on a goroutine, so that the loop keeps renewing.
-// l.handover is closed when it is done; it stays nil when there is nothing to do.
+// startHandover begins, at a graceful stop (Run's ctx cancelled, with ReleaseOnCancel), when
+// the last heartbeat saw a candidate of a higher priority, the request that turns the coming
+// release into a reservation for the best live one: ResignTo's request (writeResign) for a
+// target picked from a fresh read of the registry (which is ResignTo's check), on a goroutine,
+// so that the loop keeps renewing. l.handover is closed when it is done; it stays nil when
+// there is nothing to do.
 func (l *leadership) startHandover() {
 	e := l.e
-	if !e.cfg.ReleaseOnCancel || e.cfg.Candidacy.Prefer == PreferNone {
+	e.mu.Lock()
+	higher := e.higher(e.cands.List)
+	e.mu.Unlock()
+	if !e.cfg.ReleaseOnCancel || !higher {
 		return
 	}
 	done := make(chan struct{})
@@ -339,7 +180,7 @@ func (l *leadership) startHandover() {
 		err := e.writeResign(l.base, l.term, target)
 		switch {
 		case err == nil:
-			l.logger.Info("Stopping: the release is reserved for the preferred candidate", "token", l.term.Token, "target", target)
+			l.logger.Info("Stopping: the release is reserved for the candidate of the highest priority", "token", l.term.Token, "target", target)
 		case errors.Is(err, ErrNotLeader):
 		default:
 			l.logger.Info("Stopping: the release is not targeted", "token", l.term.Token, "target", target, "err", err)

@@ -4,13 +4,12 @@ import (
 	"time"
 )
 
-// Preferred leadership in the simulator's world (issue 46, item 4; prefer.go). Every replica
-// prefers by one policy; the scenarios give one replica, a, the best version or priority and
-// make it flap, or let it join among ghost candidates that lie about their versions, flap and
-// vanish. Besides the recorder's invariants (no unlabelled overlap, fencing order) and
-// tokensGrowPerInstance, they check that handovers by preference are bounded: none to a
-// candidate never live for the settle period, at least MinHold apart, and no more than the
-// candidate instances that could have been targets.
+// Preferred leadership in the simulator's world (prefer.go). The scenarios give one replica, a,
+// the highest priority and make it flap, or let it join among ghost candidates that lie about
+// their priorities, flap and vanish. Besides the recorder's invariants (no unlabelled overlap,
+// fencing order) and tokensGrowPerInstance, they check that handovers by preference are
+// bounded: none to a candidate never live for the settle period, at least the minimum hold
+// apart, and no more than the candidate instances that could have been targets.
 
 func init() {
 	simScenarios = append(simScenarios,
@@ -28,38 +27,21 @@ func (d *simDriver) prefHandovers() int64 {
 	return n
 }
 
-// preferAll gives every replica the candidacy cy(r), before any of them runs: each gets a new
-// Elector (a new incarnation that never ran before).
-func preferAll(d *simDriver, cy func(r *simReplica) Candidacy) {
+// preferWorld makes a the best real candidate: priority 20, above every ghost's (at most 10);
+// the others have priority 0. Each replica gets a new Elector (a new incarnation that never ran
+// before).
+func preferWorld(d *simDriver, a *simReplica) {
 	for _, r := range d.replicas {
-		r.cand = cy(r)
+		r.priority = 0
+		if r == a {
+			r.priority = 20
+		}
 		r.gen++
 		if err := r.newElector(d.client); err != nil {
 			panic(err)
 		}
 	}
-}
-
-// preferWorld draws a policy and makes a the best real candidate by it; the others advertise
-// v1.0.0 and priority 0.
-func preferWorld(d *simDriver, a *simReplica, settle, hold time.Duration) Preference {
-	policy := []Preference{PreferPriority, PreferNewest, PreferOldest}[d.rng.IntN(3)]
-	preferAll(d, func(r *simReplica) Candidacy {
-		c := Candidacy{Version: "app v1.0.0", Prefer: policy, Settle: settle, MinHold: hold}
-		if r == a {
-			switch policy {
-			case PreferPriority:
-				c.Priority = 20 // above every ghost's
-			case PreferNewest:
-				c.Version = "app v1.1.0"
-			case PreferOldest:
-				c.Version = "app v0.9.0"
-			}
-		}
-		return c
-	})
-	d.w.Tracef("scenario: prefer %q, settle %v, min hold %v; %s is the best replica", policy, settle, hold, a.node.Name())
-	return policy
+	d.w.Tracef("scenario: %s is the best replica (priority 20)", a.node.Name())
 }
 
 // othersLead waits until a replica other than a leads.
@@ -74,14 +56,15 @@ func othersLead(d *simDriver, a *simReplica, limit time.Duration) bool {
 	})
 }
 
-// scenarioPreferFlapping: a, better than every other replica, runs for at most one lease
-// duration at a time, then crashes (its entry is left to expire) and stays down for two to
-// three: with a settle period of three lease durations, no leader ever sees it live long
-// enough, so no handover by preference may happen, however often it comes back (the mutant
-// without the settle and hold checks hands over at its first appearance).
+// scenarioPreferFlapping: a, better than every other replica, runs for at most two thirds of a
+// lease duration at a time, then crashes (its entry is left to expire, a lease duration after
+// its last heartbeat) and stays down for two to three: no leader ever sees one incarnation live
+// for the settle period (two lease durations), so no handover by preference may happen,
+// however often it comes back (the mutant without the settle and hold checks hands over at its
+// first appearance).
 func scenarioPreferFlapping(d *simDriver, a *simReplica) bool {
 	ld := d.timing.lease
-	preferWorld(d, a, 3*ld, d.dur(ld/2, 2*ld).Truncate(time.Millisecond))
+	preferWorld(d, a)
 	startOthers(d, a)
 	if !othersLead(d, a, 6*ld) {
 		return false
@@ -92,12 +75,12 @@ func scenarioPreferFlapping(d *simDriver, a *simReplica) bool {
 		if !a.running {
 			return false
 		}
-		d.settle(d.dur(2*ld/3, ld))
+		d.settle(d.dur(ld/3, 2*ld/3))
 		down := d.dur(2*ld, 3*ld)
 		d.crashReplicaFor(a, "scenario: flap", down)
 		d.settle(down + ld/10) // restarted (a new incarnation) at down
 	}
-	d.settle(2 * ld)
+	d.settle(ld) // the last incarnation too, for less than the settle period
 	if n := d.prefHandovers(); n != 0 {
 		d.rec.fail("%d handovers by preference to a candidate that was never live for the settle period", n)
 	}
@@ -107,13 +90,13 @@ func scenarioPreferFlapping(d *simDriver, a *simReplica) bool {
 // scenarioPreferJoins: the other replicas lead; one to three ghost candidates (no replica, or
 // a liar under a replica's identity; absurd versions such as v999.0.0-lie and priorities up to
 // 10; flapping; vanishing without a leave) come and go while a, the best real replica, joins.
-// Handovers by preference are bounded — at least MinHold apart, and at most one per replica
+// Handovers by preference are bounded — at least the minimum hold apart, and at most one per replica
 // incarnation per candidate instance — and once the ghosts are gone a leads within the
 // settle period, the hold and a hold-off, and keeps leading.
 func scenarioPreferJoins(d *simDriver, a *simReplica) bool {
 	ld := d.timing.lease
-	settle, hold := 2*ld, d.dur(ld, 2*ld).Truncate(time.Millisecond)
-	preferWorld(d, a, settle, hold)
+	settle, hold := preferPeriods*ld, preferPeriods*ld
+	preferWorld(d, a)
 	startOthers(d, a)
 	if !othersLead(d, a, 6*ld) {
 		return false

@@ -40,7 +40,7 @@ type simReplica struct {
 	node     *sim.Node
 
 	recampaign, releaseOnCancel bool
-	cand                        Candidacy // what it advertises and prefers (sim_prefer_test.go)
+	priority                    int64 // Config.Priority (sim_prefer_test.go)
 	work                        int
 	stop                        int   // OnStoppedLeading's mode (stopPrompt...)
 	ppm                         int64 // its clock's rate against Redis's (sim.Drift)
@@ -75,7 +75,7 @@ func (r *simReplica) newElector(client redis.UniversalClient) error {
 		Client: client, LeaseName: simLease, Identity: r.identity,
 		LeaseDuration: d.timing.lease, RenewDeadline: d.timing.renew, RetryPeriod: d.timing.retry,
 		ReleaseOnCancel: r.releaseOnCancel, Recampaign: r.recampaign, ResignHoldOff: d.holdOff,
-		Candidacy: r.cand,
+		Priority: r.priority,
 		Callbacks: Callbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				tok := TokenFrom(ctx)

@@ -379,7 +379,7 @@ func TestUnheldAndForeignValues(t *testing.T) {
 	ctx := context.Background()
 	c := redistest.Start(t).Client(t)
 	l := newLease(t, c, "foreign", "pod-a")
-	if st, err := l.Get(ctx); err != nil || st.Held || !st.Record.IsZero() {
+	if st, err := l.Get(ctx); err != nil || st.Held || st.Record != (lease.Record{}) {
 		t.Fatalf("Get on empty = %+v, %v", st, err)
 	}
 	c.Set(ctx, l.Keys().Lease, "someone else's lock", 0)

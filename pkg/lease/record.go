@@ -27,9 +27,6 @@ func (r Record) String() string {
 	return leasewire.Version + ":" + strconv.FormatInt(r.Token, 10) + ":" + r.Instance + ":" + r.Identity
 }
 
-// IsZero reports whether r is the zero Record (no term).
-func (r Record) IsZero() bool { return r == Record{} }
-
 // parseRecord decodes a lease value; its errors wrap leasewire.ErrBadRecord. The identity is
 // the last field and may itself contain colons; the token is a positive decimal integer and
 // the instance id is not empty.
