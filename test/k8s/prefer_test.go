@@ -17,11 +17,102 @@ import (
 	"github.com/elector/elector/pkg/lease"
 )
 
-// preferSettle is elector's default --prefer-settle (and --prefer-min-hold) with the
-// scenarios' lease: 2 × leaseDuration.
+// preferSettle is preferred leadership's settle period and minimum hold with the scenarios'
+// lease: 2 × leaseDuration.
 const preferSettle = 2 * leaseDuration
 
-// TestPreferNewestRollingUpdate: issue 46, item 4, on a real cluster. Deployments of 3 and of 5
+// TestPreferPriorityJoins: three `elector run` replicas of priority 0 lead; a fourth of
+// --candidate-priority 10 joins (a second release of the chart on the same lease). Leadership
+// moves exactly once, to it, by a handover no earlier than the settle period after it was
+// first seen in the candidate registry; the time from there to its term is a figure.
+func TestPreferPriorityJoins(t *testing.T) {
+	ctx := context.Background()
+	common := []string{"--set", "mode=run", "--set", "app.command={/worker,idle}", "--set", "run.killGrace=500ms"}
+	r := e.install(t, ctx, "prefer-priority", append(common, "--set", "replicaCount=3")...)
+	l, err := leasekit.New(e.redis, r.leaseName, lease.Options{Prefix: r.keyPrefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	candidates := func(n int) error {
+		h, _, err := e.holder(ctx, r)
+		if err != nil || h == "" {
+			return fmt.Errorf("no holder: %v", err)
+		}
+		c, err := l.ReadCandidates(ctx)
+		if err != nil || len(c.List) != n {
+			return fmt.Errorf("candidates %+v (%v), want %d", c.List, err, n)
+		}
+		return nil
+	}
+	if err := waitUntil(ctx, 3*time.Minute, func() error { return candidates(3) }); err != nil {
+		t.Fatal(err)
+	}
+	// Past the minimum hold of the first term.
+	time.Sleep(preferSettle)
+	before, err := l.Terms(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hi := e.install(t, ctx, "prefer-priority-hi", append(common, "--set", "replicaCount=1",
+		"--set", "lease.name="+r.leaseName, "--set", "run.extraArgs={--candidate-priority=10}")...)
+	var hiPod string
+	var seen time.Time // when the registry first listed the new replica
+	if err := waitUntil(ctx, 3*time.Minute, func() error {
+		pods, err := e.cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: hi.selector.String()})
+		if err != nil || len(pods.Items) != 1 {
+			return fmt.Errorf("pods of %s: %v", hi.name, err)
+		}
+		hiPod = pods.Items[0].Name
+		c, err := l.ReadCandidates(ctx)
+		if err != nil {
+			return err
+		}
+		for _, x := range c.List {
+			if x.Identity == hiPod && x.Priority == 10 {
+				seen = time.Now()
+				return nil
+			}
+		}
+		return fmt.Errorf("%s is not a candidate of priority 10 yet: %+v", hiPod, c.List)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var took time.Duration
+	if err := waitUntil(ctx, 3*time.Minute, func() error {
+		h, _, err := e.holder(ctx, r)
+		if err != nil || h != hiPod {
+			return fmt.Errorf("%s holds the lease, not %s (%v)", h, hiPod, err)
+		}
+		took = time.Since(seen)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Watch two more settle periods: leadership stays.
+	time.Sleep(2 * preferSettle)
+	after, err := l.Terms(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _, err := e.holder(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a candidate of priority 10 joined 3 of priority 0: it led %v after the registry first listed it (settle period %v); %d leadership moves; %s leads", took.Round(time.Millisecond), preferSettle, after-before, h)
+	e.figure("prefer_priority_takeover_seconds", secs(took))
+	e.figure("prefer_priority_moves", after-before)
+	if after-before != 1 || h != hiPod {
+		t.Errorf("leadership moved %d times, now %s leads; want once, to %s", after-before, h, hiPod)
+	}
+	// A handover by preference waits for the settle period from the first heartbeat the
+	// leader saw, which is at most a heartbeat (a third of a lease duration) before the
+	// registry read that found it.
+	if took < preferSettle-leaseDuration/3 {
+		t.Errorf("%s led %v after it was listed, before the settle period %v: not a handover by preference", hiPod, took, preferSettle)
+	}
+}
+
+// TestPreferNewestRollingUpdate: on a real cluster. Deployments of 3 and of 5
 // `elector run --prefer newest --candidate-version v1.0.0` replicas (the chart, run mode:
 // maxSurge 1, maxUnavailable 0) are rolled to --candidate-version v1.1.0, each beside
 // client-go's LeaderElector (3 replicas on a Lease, the same timings) rolled at the same
