@@ -77,7 +77,7 @@ func (p *preference) noteCandidates(c leasekit.Candidates, now time.Time) {
 // priority than its own has been live for the settle period, hands the term over to it with
 // ResignTo, on a goroutine that wait tracks. Only a leader acts; one handover at a time; a
 // candidate instance handed over to once is never targeted again by this Elector (one that
-// advertises but never takes over costs a hold-off per replica, not one per MinHold).
+// advertises but never takes over costs a hold-off per replica, not one per minimum hold).
 func (e *Elector) considerPreference(ctx context.Context, c leasekit.Candidates, wait func(func())) {
 	period := preferPeriods * e.cfg.LeaseDuration
 	now := e.clock.Now()

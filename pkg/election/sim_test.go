@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -81,19 +82,20 @@ type simBase struct {
 // simDriver runs one seed.
 type simDriver struct {
 	simBase
-	rec       *recorder
-	scripts   sim.Scripts
-	keys      leasewire.Keys
-	client    redis.UniversalClient
-	holdOff   time.Duration
-	ignoreCtx bool
-	replicas  []*simReplica
-	zombies   []chan error // Runs of crashed incarnations
-	ops       []simOp
-	blockMax  time.Duration
-	cliN      int        // `elector resign` clients so far
-	electors  []*Elector // every incarnation's, in order of creation (their handovers by preference)
-	over      bool       // shut down: nothing runs again
+	rec        *recorder
+	scripts    sim.Scripts
+	keys       leasewire.Keys
+	client     redis.UniversalClient
+	holdOff    time.Duration
+	ignoreCtx  bool
+	preferring bool // the replicas' priorities differ: a leader may hand over by preference
+	replicas   []*simReplica
+	zombies    []chan error // Runs of crashed incarnations
+	ops        []simOp
+	blockMax   time.Duration
+	cliN       int        // `elector resign` clients so far
+	electors   []*Elector // every incarnation's, in order of creation (their handovers by preference)
+	over       bool       // shut down: nothing runs again
 }
 
 // simOp is a user call in flight (Resign, Release, `elector resign`).
@@ -146,6 +148,12 @@ func (d *simDriver) quietLen() time.Duration {
 	q += 2 * t.lease // a Release from before the calm keeps Run from starting until its deadline
 	if d.ignoreCtx {
 		q += 2 * t.lease
+	}
+	if d.preferring {
+		// The leader hands over to a replica of a higher priority once both its term and the
+		// replica's entry have lasted the settle period, at its next heartbeat; the target
+		// acquires within a RetryPeriod (the release's news, or its next attempt).
+		q += preferPeriods*t.lease + t.lease/3 + t.retry + d.callTimeout()
 	}
 	return d.onSlowest(q)
 }
@@ -305,23 +313,39 @@ func runSim(seed uint64, duration time.Duration, client redis.UniversalClient, s
 	// or the bubble would end with goroutines blocked (seed 808; seed 2295 with mutant 8, a
 	// crashed incarnation's).
 	d.loop(time.Now().Add(3*d.timing.lease), nil)
+	for _, e := range d.electors {
+		for range e.prefHandovers.Load() {
+			d.counts.add("handover by preference")
+		}
+	}
 	return simResult{trace: w.Trace(), violations: d.rec.violations, exceptions: d.rec.exceptions,
 		simulated: time.Since(start), terms: len(d.rec.terms), counts: d.counts.snapshot()}
 }
 
 // checkLiveness: after a calm of quietLen, someone leads, and keeps leading (no term ends)
 // for two more lease durations of calm.
+//
+// Not with a preference and a replica whose work panics when stopped (a documented exception,
+// docs/DESIGN.md "Preferred leadership"): each handover by preference then crashes the leader
+// before its release, so that no reservation is made; the lease expires, and the winner of
+// that race, when of a lower priority, hands over again after the minimum hold.
 func (d *simDriver) checkLiveness() {
+	fail := d.rec.fail
+	if d.preferring && slices.ContainsFunc(d.replicas, func(r *simReplica) bool { return r.work == workPanic }) {
+		fail = func(format string, args ...any) {
+			d.rec.except("preference with work that panics when stopped", format, args...)
+		}
+	}
 	d.rec.flush()
 	if !d.rec.leading() {
-		d.rec.fail("liveness: nobody leads after %v of calm", d.quietLen())
+		fail("liveness: nobody leads after %v of calm", d.quietLen())
 		return
 	}
 	ends := d.rec.ends
 	d.loop(time.Now().Add(2*d.timing.lease), nil)
 	d.rec.flush()
 	if !d.rec.leading() || d.rec.ends != ends {
-		d.rec.fail("liveness: leadership changed %d times in a calm after the bound", d.rec.ends-ends)
+		fail("liveness: leadership changed %d times in a calm after the bound", d.rec.ends-ends)
 		return
 	}
 	d.w.Tracef("liveness: someone leads after %v of calm, for %v more", d.quietLen(), 2*d.timing.lease)
@@ -345,14 +369,21 @@ func (d *simDriver) configure() {
 	for i := 0; i < n; i++ {
 		r := &simReplica{d: d, idx: i, identity: fmt.Sprintf("r%d", i),
 			recampaign: d.rng.IntN(5) != 0, releaseOnCancel: d.rng.IntN(3) != 0,
-			work: d.rng.IntN(workModes), stop: d.drawStop(), ppm: d.drawDrift()}
+			work: d.rng.IntN(workModes), stop: d.drawStop(), ppm: d.drawDrift(),
+			// At or above every ghost candidate's (at most 10): the random world's
+			// handovers by preference are between real replicas (sim_prefer_test.go has
+			// ghosts that outrank them).
+			priority: 10 + d.rng.Int64N(2)}
+		if i > 0 && r.priority != d.replicas[0].priority {
+			d.preferring = true
+		}
 		if i == beyond {
 			r.ppm = beyondPPM
 			d.rec.beyond[i] = true
 			d.counts.add("clock drift beyond the bound")
 		}
 		d.noteDrift(r.ppm)
-		d.w.Tracef("r%d: recampaign %v, release on cancel %v, work %s, stop %s, clock %+d ppm", i, r.recampaign, r.releaseOnCancel, workNames[r.work], stopNames[r.stop], r.ppm)
+		d.w.Tracef("r%d: recampaign %v, release on cancel %v, work %s, stop %s, clock %+d ppm, priority %d", i, r.recampaign, r.releaseOnCancel, workNames[r.work], stopNames[r.stop], r.ppm, r.priority)
 		if err := r.newElector(d.client); err != nil {
 			panic(err)
 		}
