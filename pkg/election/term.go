@@ -820,7 +820,7 @@ func (l *leadership) loop(ctx context.Context) (reason string, release bool) {
 		case <-ctxDone:
 			ctxDone = nil
 			if !l.resigning && l.fatal == nil {
-				l.startHandover() // with a preference: the release is reserved for the best candidate
+				l.startHandover() // a candidate of a higher priority is live: the release is reserved for it
 			}
 			if workDone == nil && l.handover == nil { // the work had ended already
 				return reasonStopped, l.e.cfg.ReleaseOnCancel
