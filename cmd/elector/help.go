@@ -55,7 +55,7 @@ ELECTOR_REDIS_ADDR, -v is ELECTOR_V); the command line wins; unknown ELECTOR_* a
 {{end}}`
 
 // briefGroups are the flag groups that a command's help lists by name only: they are shared
-// by several commands, and in full the help of run would not fit in 40 lines (TestHelpShort).
+// by several commands, and in full the help of run would not fit in maxHelpLines (TestHelpShort).
 var briefGroups = []string{leaseGroup, redisGroup, kubeGroup, scheduleGroup, endpointGroup}
 
 func init() {

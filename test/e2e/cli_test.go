@@ -195,8 +195,9 @@ func TestHelp(t *testing.T) {
 		if code != 0 || !strings.HasPrefix(viaFlag, "Usage: elector "+cmd) {
 			t.Errorf("elector %s --help: exit code %d, output:\n%s", cmd, code, viaFlag)
 		}
-		if n := strings.Count(viaFlag, "\n"); n > 40 || !strings.Contains(viaFlag, "docs/CLI.md#elector-") {
-			t.Errorf("elector %s --help: %d lines (at most 40) or no link to its section of docs/CLI.md:\n%s", cmd, n, viaFlag)
+		// Its length is TestHelpShort's (cmd/elector), on the same text.
+		if !strings.Contains(viaFlag, "docs/CLI.md#elector-") {
+			t.Errorf("elector %s --help: no link to its section of docs/CLI.md:\n%s", cmd, viaFlag)
 		}
 		code, viaHelp, _ := runElector(t, 10*time.Second, nil, "help", cmd)
 		if code != 0 || viaHelp != viaFlag {
