@@ -49,8 +49,7 @@ Documentation: ` + docsURL + `
 {{.}}{{end}}
   -h, --help   show this help
 
-{{if and $groups (index .Annotations "` + envAnnotation + `")}}Every flag can also be set from the environment as ELECTOR_<FLAG> (--redis-addr is
-ELECTOR_REDIS_ADDR, -v is ELECTOR_V); the command line wins; unknown ELECTOR_* are refused.
+{{if and $groups (index .Annotations "` + envAnnotation + `")}}Every flag is also ELECTOR_<FLAG> (--redis-addr: ELECTOR_REDIS_ADDR); the command line wins.
 {{end}}Documentation, every flag in full: ` + docsURL + `#{{docsAnchor .}}
 {{end}}`
 

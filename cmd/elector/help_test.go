@@ -11,7 +11,7 @@ import (
 )
 
 // maxHelpLines bounds a command's help: what does not fit is in the documentation.
-const maxHelpLines = 41
+const maxHelpLines = 40
 
 // helpText returns the help of cmd, as --help prints it.
 func helpText(cmd *cobra.Command) string {
