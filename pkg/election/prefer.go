@@ -154,18 +154,21 @@ func (e *Elector) shutdownTarget(ctx context.Context) string {
 	return best.Identity
 }
 
-// startHandover begins, at a graceful stop (Run's ctx cancelled, with ReleaseOnCancel), when
-// the last heartbeat saw a candidate of a higher priority, the request that turns the coming
-// release into a reservation for the best live one: ResignTo's request (writeResign) for a
-// target picked from a fresh read of the registry (which is ResignTo's check), on a goroutine,
-// so that the loop keeps renewing. l.handover is closed when it is done; it stays nil when
-// there is nothing to do.
+// startHandover begins, at a graceful stop (Run's ctx cancelled, with ReleaseOnCancel), the
+// request that turns the coming release into a reservation for the best live candidate of a
+// higher priority: ResignTo's request (writeResign) for a target picked from a fresh read of
+// the registry (which is ResignTo's check), on a goroutine, so that the loop keeps renewing.
+// The read is fresh because the last heartbeat may predate a candidate that has just joined:
+// in a rolling update the pod that replaces the leader's is often started just before the
+// leader is stopped. A replica of priority 0 (the default) that has seen no higher candidate
+// skips the read: its stop costs nothing more. l.handover is closed when it is done; it stays
+// nil when there is nothing to do.
 func (l *leadership) startHandover() {
 	e := l.e
 	e.mu.Lock()
 	higher := e.higher(e.cands.List)
 	e.mu.Unlock()
-	if !e.cfg.ReleaseOnCancel || !higher {
+	if !e.cfg.ReleaseOnCancel || (e.cfg.Priority == 0 && !higher) {
 		return
 	}
 	done := make(chan struct{})

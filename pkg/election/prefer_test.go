@@ -1,11 +1,15 @@
 package election_test
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/pkg/election"
+	"github.com/elector/elector/pkg/lease"
 )
 
 func withPriority(p int64) option {
@@ -78,6 +82,64 @@ func TestPreferStopReleaseTargetsHighest(t *testing.T) {
 	next, _ := c.tl.waitFor(t, from, 20*testLease, "the next term", func(ev event) bool { return ev.kind == "start" })
 	if next.who != "pod-new" {
 		t.Fatalf("after %s stopped, %s leads; want pod-new, of the highest priority; timeline:\n%s", first.name, next.who, c.tl)
+	}
+	c.tl.checkNoOverlap(t)
+}
+
+// TestPreferStopReadsRegistryAfresh: a leader stopped just after a candidate of a higher
+// priority joined, before any of its own heartbeats saw it (a rolling update's new pod that
+// became Ready, after which the leader's pod is deleted at once), still reserves its release
+// for it: the stop reads the registry afresh. The newcomer's connection is slowed so that it
+// would lose an untargeted release's race to the four others.
+func TestPreferStopReadsRegistryAfresh(t *testing.T) {
+	c := newCluster(t, 1, withPriority(1))
+	first, _, from := currentLeader(t, c)
+	for i := 1; i <= 4; i++ {
+		c.add(fmt.Sprintf("pod-%d", i), withPriority(1))
+	}
+	waitCandidates(t, c, first, 5)
+	registry, err := leasekit.New(c.srv.Client(t), "test-lease", lease.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The newcomer must join between two of the leader's heartbeats; when one of them saw it
+	// first, the newcomer leaves and another one joins.
+	var newcomer string
+	for attempt := 1; newcomer == ""; attempt++ {
+		if attempt > 5 {
+			t.Skipf("inconclusive: %d times a heartbeat of %s saw the newcomer before the stop (a loaded machine)", attempt-1, first.name)
+		}
+		name := fmt.Sprintf("pod-new-%d", attempt)
+		joined := time.Now()
+		r := c.add(name, withPriority(2))
+		r.proxy.SetLatency(testRetry / 5)
+		for {
+			reg, err := registry.ReadCandidates(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if reg.Has(name) {
+				break
+			}
+			if time.Since(joined) > 20*testLease {
+				t.Fatalf("%s is not in the registry after %v: %v", name, time.Since(joined), reg.Identities())
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if !first.e.IsLeader() {
+			t.Fatalf("%s no longer leads; timeline:\n%s", first.name, c.tl)
+		}
+		if !slices.Contains(first.e.Status().Candidates, name) {
+			newcomer = name
+			break
+		}
+		r.stop()
+		waitCandidates(t, c, first, 5)
+	}
+	first.stop()
+	next, _ := c.tl.waitFor(t, from, 20*testLease, "the next term", func(ev event) bool { return ev.kind == "start" })
+	if next.who != newcomer {
+		t.Fatalf("after %s stopped, %s leads; want %s, of the highest priority, which joined after %s's last heartbeat; timeline:\n%s", first.name, next.who, newcomer, first.name, c.tl)
 	}
 	c.tl.checkNoOverlap(t)
 }
