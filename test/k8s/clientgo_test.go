@@ -22,34 +22,7 @@ import (
 func TestClientGo(t *testing.T) {
 	ctx := context.Background()
 	const name = "clientgo"
-	core := e.cs.CoreV1()
-	if _, err := core.ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	role := &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Rules: []rbacv1.PolicyRule{{
-			APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
-			Verbs: []string{"get", "create", "update"},
-		}},
-	}
-	if _, err := e.cs.RbacV1().Roles("default").Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	rb := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: "default"}},
-	}
-	if _, err := e.cs.RbacV1().RoleBindings("default").Create(ctx, rb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		bg := context.Background()
-		_ = e.cs.RbacV1().RoleBindings("default").Delete(bg, name, metav1.DeleteOptions{})
-		_ = e.cs.RbacV1().Roles("default").Delete(bg, name, metav1.DeleteOptions{})
-		_ = core.ServiceAccounts("default").Delete(bg, name, metav1.DeleteOptions{})
-	})
+	e.clientgoRBAC(t, ctx, name)
 	sel := e.clientgoDeployment(t, ctx, name, name, "--lock=lease")
 	tg := target{
 		label: "clientgo", replicas: 3, selector: labels.SelectorFromSet(sel), service: name + "-leader",
@@ -79,6 +52,42 @@ func TestClientGo(t *testing.T) {
 		procMarker: "/clientgo-elector",
 	}
 	e.runFailovers(t, ctx, tg)
+}
+
+// clientgoRBAC creates the ServiceAccount name and a Role and RoleBinding of that name that let
+// it get, create and update Leases (client-go's LeaderElector on the Lease lock); they and
+// the Lease name are deleted when t ends.
+func (e *env) clientgoRBAC(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	core := e.cs.CoreV1()
+	if _, err := core.ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Rules: []rbacv1.PolicyRule{{
+			APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
+			Verbs: []string{"get", "create", "update"},
+		}},
+	}
+	if _, err := e.cs.RbacV1().Roles("default").Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: "default"}},
+	}
+	if _, err := e.cs.RbacV1().RoleBindings("default").Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		bg := context.Background()
+		_ = e.cs.RbacV1().RoleBindings("default").Delete(bg, name, metav1.DeleteOptions{})
+		_ = e.cs.RbacV1().Roles("default").Delete(bg, name, metav1.DeleteOptions{})
+		_ = core.ServiceAccounts("default").Delete(bg, name, metav1.DeleteOptions{})
+		_ = e.cs.CoordinationV1().Leases("default").Delete(bg, name, metav1.DeleteOptions{})
+	})
 }
 
 // TestClientGoRedis: scenario 4's last part, adapters/clientgo in-cluster. The same program,

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -33,20 +32,7 @@ func TestPreferPriorityJoins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	candidates := func(n int) error {
-		h, _, err := e.holder(ctx, r)
-		if err != nil || h == "" {
-			return fmt.Errorf("no holder: %v", err)
-		}
-		c, err := l.ReadCandidates(ctx)
-		if err != nil || len(c.List) != n {
-			return fmt.Errorf("candidates %+v (%v), want %d", c.List, err, n)
-		}
-		return nil
-	}
-	if err := waitUntil(ctx, 3*time.Minute, func() error { return candidates(3) }); err != nil {
-		t.Fatal(err)
-	}
+	e.waitSteady(t, ctx, r, l, 3)
 	// Past the minimum hold of the first term.
 	time.Sleep(preferSettle)
 	before, err := l.Terms(ctx)
@@ -112,6 +98,24 @@ func TestPreferPriorityJoins(t *testing.T) {
 	}
 }
 
+// waitSteady waits until r's lease l has a holder and n live candidates.
+func (e *env) waitSteady(t *testing.T, ctx context.Context, r *release, l *leasekit.Lease, n int) {
+	t.Helper()
+	if err := waitUntil(ctx, 3*time.Minute, func() error {
+		h, _, err := e.holder(ctx, r)
+		if err != nil || h == "" {
+			return fmt.Errorf("no holder: %v", err)
+		}
+		c, err := l.ReadCandidates(ctx)
+		if err != nil || len(c.List) != n {
+			return fmt.Errorf("candidates %+v (%v), want %d", c.List, err, n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestPreferNewestRollingUpdate: on a real cluster. Deployments of 3 and of 5
 // `elector run --prefer newest --candidate-version v1.0.0` replicas (the chart, run mode:
 // maxSurge 1, maxUnavailable 0) are rolled to --candidate-version v1.1.0, each beside
@@ -157,34 +161,10 @@ func (c clientgoLease) holder(ctx context.Context) (string, int64, error) {
 }
 
 // preferClientGo deploys client-go's LeaderElector (test/k8s/cmd/clientgo-elector, 3 replicas,
-// the Lease lock) with its RBAC, as TestClientGo does, and waits until it leads.
+// the Lease lock) with its RBAC (clientgoRBAC) and waits until it leads.
 func (e *env) preferClientGo(t *testing.T, ctx context.Context, name string) clientgoLease {
 	t.Helper()
-	core := e.cs.CoreV1()
-	if _, err := core.ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{{
-		APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"},
-	}}}
-	if _, err := e.cs.RbacV1().Roles("default").Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	rb := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: "default"}},
-	}
-	if _, err := e.cs.RbacV1().RoleBindings("default").Create(ctx, rb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		bg := context.Background()
-		_ = e.cs.RbacV1().RoleBindings("default").Delete(bg, name, metav1.DeleteOptions{})
-		_ = e.cs.RbacV1().Roles("default").Delete(bg, name, metav1.DeleteOptions{})
-		_ = core.ServiceAccounts("default").Delete(bg, name, metav1.DeleteOptions{})
-		_ = e.cs.CoordinationV1().Leases("default").Delete(bg, name, metav1.DeleteOptions{})
-	})
+	e.clientgoRBAC(t, ctx, name)
 	sel := e.clientgoDeployment(t, ctx, name, name, "--lock=lease")
 	c := clientgoLease{name: name, selector: labels.SelectorFromSet(sel)}
 	if err := waitUntil(ctx, 3*time.Minute, func() error {
@@ -271,20 +251,7 @@ func (e *env) preferRollout(t *testing.T, ctx context.Context, n int, cg clientg
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Steady: n pods, a holder, n live candidates of v1.0.0.
-	if err := waitUntil(ctx, 3*time.Minute, func() error {
-		h, _, err := e.holder(ctx, r)
-		if err != nil || h == "" {
-			return fmt.Errorf("no holder: %v", err)
-		}
-		c, err := l.ReadCandidates(ctx)
-		if err != nil || len(c.List) != n {
-			return fmt.Errorf("candidates %+v (%v), want %d", c.List, err, n)
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	e.waitSteady(t, ctx, r, l, n) // of v1.0.0
 	e.leaderOnNewestPod(t, ctx, r, l)
 	oldElector, err := templateHashes(ctx, r.selector)
 	if err != nil {
