@@ -43,7 +43,13 @@ func (s leaseState) String() string {
 
 // groupLease is one lease of a Group replica, owned by the machine.
 type groupLease struct {
-	name    string
+	name string
+	// l is built when an attempt begins (startAcquire) and dropped on reaching idle: an idle
+	// lease, most of a Group's K, keeps no leasekit.Lease (its keys, boxed arguments, owner),
+	// only its name and the fields below. The batches take l with them (their leases
+	// slices), so that a batch still in flight never reads gl.l after the loop dropped it. A
+	// fresh Lease of the same client, name, prefix, identity and instance sends the same keys
+	// and arguments: only its boxes (argBoxes, a cache) start empty.
 	l       *leasekit.Lease
 	state   leaseState
 	removed bool // Remove was called (and no Add since): forgotten on reaching idle
@@ -70,6 +76,7 @@ type acquireBatch struct {
 	sent    time.Time
 	took    time.Duration
 	items   []*groupLease
+	leases  []*leasekit.Lease // items[i].l when the batch was made
 	replies []acquireReply
 }
 
@@ -91,6 +98,7 @@ type renewBatch struct {
 	sent    time.Time
 	took    time.Duration
 	items   []termItem
+	leases  []*leasekit.Lease // items[i].gl.l when the batch was made
 	replies []renewReply
 	live    int   // live members after the heartbeat
 	liveErr error // of the heartbeat
@@ -98,8 +106,9 @@ type renewBatch struct {
 
 // releaseBatch releases terms (owner-checked).
 type releaseBatch struct {
-	items []termItem
-	errs  []error
+	items  []termItem
+	leases []*leasekit.Lease // items[i].gl.l when the batch was sent
+	errs   []error
 }
 
 // groupEffects is what the machine asks of the world. Each method returns at once; the
@@ -205,17 +214,12 @@ func (m *groupMachine) add(name string) {
 	now := m.clock.Now()
 	gl := m.leases[name]
 	if gl == nil {
-		l, err := m.newLease(name)
-		if err != nil { // names were validated by Add
-			m.logger.Error(err, "Cannot campaign for lease", "lease", name)
-			return
-		}
 		c := m.cores[name]
 		if c == nil {
 			c = &leaseCore{}
 			m.cores[name] = c
 		}
-		gl = &groupLease{name: name, l: l, heapIdx: -1, core: c}
+		gl = &groupLease{name: name, heapIdx: -1, core: c}
 		m.leases[name] = gl
 		m.active++
 		m.toIdle(gl, now)
@@ -288,6 +292,7 @@ func (m *groupMachine) finished() bool {
 func (m *groupMachine) toIdle(gl *groupLease, next time.Time) {
 	m.setState(gl, stateIdle)
 	gl.workDone, gl.notify, gl.lost, gl.relErr, gl.cancel = false, false, false, false, nil
+	gl.l = nil // built again by the next attempt; a batch in flight has its own reference
 	switch {
 	case gl.removed:
 		if gl.heapIdx >= 0 {
@@ -388,7 +393,10 @@ func (m *groupMachine) tick(now time.Time) time.Time {
 		m.startAcquire(now)
 	}
 	if !m.releaseBusy && len(m.releases) > 0 {
-		b := &releaseBatch{items: m.releases}
+		b := &releaseBatch{items: m.releases, leases: make([]*leasekit.Lease, len(m.releases))}
+		for i, it := range m.releases {
+			b.leases[i] = it.gl.l
+		}
 		m.releases = nil
 		m.releaseBusy = true
 		m.fx.release(b)
@@ -433,6 +441,7 @@ func (m *groupMachine) startRenew(now time.Time) {
 	b := &renewBatch{sent: now}
 	for gl := range m.held {
 		b.items = append(b.items, termItem{gl, gl.term})
+		b.leases = append(b.leases, gl.l)
 	}
 	m.renewBusy = true
 	m.nextRenew = now.Add(m.cfg.RetryPeriod)
@@ -445,8 +454,18 @@ func (m *groupMachine) startAcquire(now time.Time) {
 	b := &acquireBatch{sent: now}
 	for len(m.queue) > 0 && !m.queue[0].next.After(now.Add(coalesce)) && room != 0 {
 		gl := heap.Pop(&m.queue).(*groupLease)
+		if gl.l == nil {
+			l, err := m.newLease(gl.name)
+			if err != nil { // cannot happen: NewGroup and Add validated every part of it
+				m.logger.Error(err, "Cannot campaign for lease", "lease", gl.name)
+				m.schedule(gl, now.Add(m.cfg.LeaseDuration+m.jitter()))
+				continue
+			}
+			gl.l = l
+		}
 		m.setState(gl, stateAcquiring)
 		b.items = append(b.items, gl)
+		b.leases = append(b.leases, gl.l)
 		room--
 	}
 	if len(b.items) == 0 {

@@ -57,8 +57,8 @@ func (r redisGroup) acquire(ctx context.Context, b *acquireBatch) {
 	chunked(len(b.items), func(lo, hi int) {
 		batch := leasekit.NewBatch(r.g.cfg.Client)
 		res := make([]*leasekit.AcquireResult, hi-lo)
-		for i, gl := range b.items[lo:hi] {
-			res[i] = batch.Acquire(gl.l, r.g.cfg.LeaseDuration)
+		for i, l := range b.leases[lo:hi] {
+			res[i] = batch.Acquire(l, r.g.cfg.LeaseDuration)
 		}
 		sent := r.g.clock.Now() // a term won here counts from this pipeline's send time
 		_ = batch.Exec(ctx)     // errors are per operation
@@ -74,7 +74,7 @@ func (r redisGroup) renew(ctx context.Context, b *renewBatch) {
 		batch := leasekit.NewBatch(r.g.cfg.Client)
 		res := make([]*leasekit.Result, hi-lo)
 		for i, it := range b.items[lo:hi] {
-			res[i] = batch.Renew(it.gl.l, it.term, r.g.cfg.LeaseDuration)
+			res[i] = batch.Renew(b.leases[lo+i], it.term, r.g.cfg.LeaseDuration)
 		}
 		sent := r.g.clock.Now()
 		if batch.Len() > 0 {
@@ -93,7 +93,7 @@ func (r redisGroup) release(ctx context.Context, b *releaseBatch) {
 		batch := leasekit.NewBatch(r.g.cfg.Client)
 		res := make([]*leasekit.Result, hi-lo)
 		for i, it := range b.items[lo:hi] {
-			res[i] = batch.Release(it.gl.l, it.term)
+			res[i] = batch.Release(b.leases[lo+i], it.term)
 		}
 		_ = batch.Exec(ctx)
 		for i, x := range res {

@@ -35,15 +35,21 @@ func (s *simGroupRedis) done(kind string, sent time.Time) {
 
 func (s *simGroupRedis) ttl() string { return millis(s.g.cfg.LeaseDuration) }
 
-func ownerOf(l *leasekit.Lease) string { return l.Instance() + ":" + l.Identity() }
+// keysOf and owner are what the Group's leases send (they are built per attempt and dropped on
+// reaching idle, so the simulator reads them from the Group, not from a groupLease).
+func (s *simGroupRedis) keysOf(name string) leasewire.Keys {
+	return leasewire.KeysFor(s.g.cfg.KeyPrefix, name)
+}
+
+func (s *simGroupRedis) owner() string { return s.g.instance + ":" + s.g.cfg.Identity }
 
 func (s *simGroupRedis) acquire(ctx context.Context, b *acquireBatch) {
 	b.replies = make([]acquireReply, len(b.items))
 	sent := s.g.clock.Now()
 	defer s.done("acquire", sent)
 	for i, gl := range b.items {
-		k := gl.l.Keys()
-		v, err := s.node.Call(ctx, "acquire "+gl.name, s.scripts.Acquire, []string{k.Lease, k.Token, k.Terms}, []string{ownerOf(gl.l), s.ttl(), k.Events})
+		k := s.keysOf(gl.name)
+		v, err := s.node.Call(ctx, "acquire "+gl.name, s.scripts.Acquire, []string{k.Lease, k.Token, k.Terms}, []string{s.owner(), s.ttl(), k.Events})
 		b.replies[i] = parseGroupAcquire(sent, v, err)
 	}
 }
@@ -79,7 +85,7 @@ func (s *simGroupRedis) renew(ctx context.Context, b *renewBatch) {
 	defer s.done("renew", sent)
 	sortItems(b.items)
 	for i, it := range b.items {
-		k := it.gl.l.Keys()
+		k := s.keysOf(it.gl.name)
 		v, err := s.node.Call(ctx, "renew "+it.gl.name, s.scripts.Renew, []string{k.Lease}, []string{it.term.String(), s.ttl()})
 		if err != nil {
 			err = fmt.Errorf("renew: %w", err)
@@ -94,7 +100,7 @@ func (s *simGroupRedis) release(ctx context.Context, b *releaseBatch) {
 	defer s.done("release", s.g.clock.Now())
 	sortItems(b.items)
 	for i, it := range b.items {
-		k := it.gl.l.Keys()
+		k := s.keysOf(it.gl.name)
 		if _, err := s.node.Call(ctx, "release "+it.gl.name, s.scripts.Release, []string{k.Lease}, []string{it.term.String(), k.Events}); err != nil {
 			b.errs[i] = fmt.Errorf("release: %w", err)
 		}
