@@ -39,21 +39,49 @@ type Keys struct {
 // already defaulted (lease.DefaultPrefix for an empty option). It does not validate them:
 // lease.New does, with ValidateName.
 func KeysFor(prefix, name string) Keys {
-	base := prefix + ":{" + name + "}:"
+	// One allocation for all the names: each is a substring of one buffer (base, then base
+	// and each suffix in turn), not eleven strings of their own. An election.Group keeps the
+	// keys of every lease it is acquiring or holding; the names are the same either way.
+	base := len(prefix) + len(":{") + len(name) + len("}:")
+	n := base
+	for _, s := range keySuffixes {
+		n += base + len(s)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString(prefix)
+	b.WriteString(":{")
+	b.WriteString(name)
+	b.WriteString("}:")
+	var names [len(keySuffixes)][2]int
+	for i, s := range keySuffixes {
+		names[i][0] = b.Len()
+		b.WriteString(prefix)
+		b.WriteString(":{")
+		b.WriteString(name)
+		b.WriteString("}:")
+		b.WriteString(s)
+		names[i][1] = b.Len()
+	}
+	all := b.String()
+	key := func(i int) string { return all[names[i][0]:names[i][1]] }
 	return Keys{
-		Lease:      base + "lease",
-		Token:      base + "token",
-		Terms:      base + "terms",
-		Events:     base + "events",
-		Resign:     base + "resign",
-		Members:    base + "members",
-		Done:       base + "done",
-		Schedule:   base + "schedule",
-		Runs:       base + "runs",
-		Candidates: base + "candidates",
-		base:       base,
+		Lease:      key(0),
+		Token:      key(1),
+		Terms:      key(2),
+		Events:     key(3),
+		Resign:     key(4),
+		Members:    key(5),
+		Done:       key(6),
+		Schedule:   key(7),
+		Runs:       key(8),
+		Candidates: key(9),
+		base:       all[:base],
 	}
 }
+
+// keySuffixes are the suffixes of Keys's names after PREFIX:{NAME}:, in the order of its fields.
+var keySuffixes = [...]string{"lease", "token", "terms", "events", "resign", "members", "done", "schedule", "runs", "candidates"}
 
 // Other returns PREFIX:{NAME}:suffix: a key of the caller's own in the lease's Cluster slot,
 // which a script may touch together with the lease (a fence, an adapter's record).

@@ -103,3 +103,23 @@ func TestValidateName(t *testing.T) {
 		}
 	}
 }
+
+// TestKeysForNames checks every name KeysFor builds in its one buffer against the plain
+// concatenation PREFIX:{NAME}:suffix, and that it costs one allocation.
+func TestKeysForNames(t *testing.T) {
+	for _, c := range [][2]string{{"elector", "job"}, {"p", "tenant-0000001"}, {"a:b", "x{y}"}, {"jobs?", ""}} {
+		prefix, name := c[0], c[1]
+		k := leasewire.KeysFor(prefix, name)
+		base := prefix + ":{" + name + "}:"
+		got := []string{k.Lease, k.Token, k.Terms, k.Events, k.Resign, k.Members, k.Done, k.Schedule, k.Runs, k.Candidates, k.Other("fence")}
+		want := []string{"lease", "token", "terms", "events", "resign", "members", "done", "schedule", "runs", "candidates", "fence"}
+		for i := range want {
+			if got[i] != base+want[i] {
+				t.Errorf("KeysFor(%q, %q): key %d = %q, want %q", prefix, name, i, got[i], base+want[i])
+			}
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = leasewire.KeysFor("elector", "tenant-0000001") }); n != 1 {
+		t.Errorf("KeysFor allocates %v times, want 1", n)
+	}
+}
