@@ -133,9 +133,12 @@ func (e *Elector) considerPreference(ctx context.Context, c leasekit.Candidates,
 	})
 }
 
-// higher reports whether a candidate of list other than this replica has a higher priority.
-func (e *Elector) higher(list []leasekit.Candidate) bool {
-	_, found := bestOf(list, e.cfg.Identity, func(x leasekit.Candidate) bool { return x.Priority > e.cfg.Priority })
+// sawHigher reports whether the last heartbeat listed a candidate other than this replica of
+// a higher priority.
+func (e *Elector) sawHigher() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, found := bestOf(e.cands.List, e.cfg.Identity, func(x leasekit.Candidate) bool { return x.Priority > e.cfg.Priority })
 	return found
 }
 
@@ -165,10 +168,7 @@ func (e *Elector) shutdownTarget(ctx context.Context) string {
 // nil when there is nothing to do.
 func (l *leadership) startHandover() {
 	e := l.e
-	e.mu.Lock()
-	higher := e.higher(e.cands.List)
-	e.mu.Unlock()
-	if !e.cfg.ReleaseOnCancel || (e.cfg.Priority == 0 && !higher) {
+	if !e.cfg.ReleaseOnCancel || (e.cfg.Priority == 0 && !e.sawHigher()) {
 		return
 	}
 	done := make(chan struct{})
