@@ -17,8 +17,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/testing/faultproxy"
 	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // resignJSON is what `elector resign -o json` prints: the new holder, as status does.
@@ -294,6 +296,7 @@ func TestResignRun(t *testing.T) {
 				}
 			}
 		}
+		waitFollowers(t, srv.Client(t), name, 2)
 		begin := time.Now()
 		code, out, stderr := resignCLI(t, srv.Addr(), name, 30*time.Second, append(extra, "--hold-off", "5s")...)
 		if code != 0 {
@@ -519,12 +522,36 @@ func errorCount(t *testing.T, client *redis.Client, prefix string) int64 {
 	return 0
 }
 
-// waitFollowers waits until at least n processes are subscribed to the lease's events
-// channel: the followers that resign counts before a request.
+// waitFollowers waits until at least n followers can take the lease over: listed in its
+// candidate registry under another identity than the holder's (what resign checks before a
+// request) and subscribed to its events channel (so that they wake on the release). A replica
+// that has just started, or a loaded machine's late heartbeat, would otherwise get a resign
+// refused.
 func waitFollowers(t *testing.T, client *redis.Client, name string, n int64) {
 	t.Helper()
+	registry, err := leasekit.New(client, name, lease.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	channel := "elector:{" + name + "}:events"
-	waitFor(t, 10*time.Second, fmt.Sprintf("%d subscriber(s) of %s", n, channel), func() bool {
+	waitFor(t, 20*time.Second, fmt.Sprintf("%d follower(s) in the candidate registry and subscribed to %s", n, channel), func() bool {
+		st, err := registry.Get(t.Context())
+		if err != nil {
+			return false
+		}
+		c, err := registry.ReadCandidates(t.Context())
+		if err != nil {
+			return false
+		}
+		var others int64
+		for _, x := range c.List {
+			if x.Identity != st.Record.Identity {
+				others++
+			}
+		}
+		if others < n {
+			return false
+		}
 		m, err := client.PubSubNumSub(t.Context(), channel).Result()
 		return err == nil && m[channel] >= n
 	})
