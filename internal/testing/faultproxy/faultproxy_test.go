@@ -9,6 +9,7 @@ import (
 	"go/token"
 	"net"
 	"os"
+	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
@@ -388,7 +389,7 @@ func atWork(t *testing.T, stacks string) []string {
 		}
 		lines := strings.Split(g, "\n")
 		// lines[0] "goroutine N [state]:", lines[1] the top function, lines[2] its file:line.
-		if len(lines) >= 3 && strings.Contains(lines[1], "/internal/faultproxy.") {
+		if len(lines) >= 3 && strings.Contains(lines[1], "/faultproxy.(") {
 			loc := strings.Fields(lines[2])
 			if len(loc) > 0 {
 				file, line, ok := strings.Cut(loc[0], ":")
@@ -451,12 +452,15 @@ func TestAtWork(t *testing.T) {
 	if readEnd == 0 || readCall == 0 || !ends[readEnd] || ends[readCall] {
 		t.Fatalf("read's closing brace at %d (a function end: %t), its Read at %d (%t)", readEnd, ends[readEnd], readCall, ends[readCall])
 	}
+	// The package's path as a stack dump names it, from one of its functions: a dump made
+	// after the package moved names the new path.
+	pkg := strings.TrimSuffix(runtime.FuncForPC(reflect.ValueOf(faultproxy.New).Pointer()).Name(), ".New")
 	g := func(state string, line int) string {
-		return fmt.Sprintf("goroutine 7 [%s]:\ngithub.com/elector/elector/internal/faultproxy.(*conn).read(0xc000118000, {0x7a5e40, 0xc00011c000}, 0xc000120000)\n"+
-			"\t/build/internal/faultproxy/faultproxy.go:%d +0x1c5\ncreated by github.com/elector/elector/internal/faultproxy.(*conn).start in goroutine 6\n"+
-			"\t/build/internal/faultproxy/faultproxy.go:250 +0x1a5", state, line)
+		return fmt.Sprintf("goroutine 7 [%s]:\n%s.(*conn).read(0xc000118000, {0x7a5e40, 0xc00011c000}, 0xc000120000)\n"+
+			"\t/build/faultproxy/faultproxy.go:%d +0x1c5\ncreated by %s.(*conn).run in goroutine 6\n"+
+			"\t/build/faultproxy/faultproxy.go:250 +0x1a5", state, pkg, line, pkg)
 	}
-	test := "goroutine 1 [running]:\ngithub.com/elector/elector/internal/faultproxy_test.TestAtWork(0xc000102000)\n\t/build/internal/faultproxy/faultproxy_test.go:400 +0x3a"
+	test := "goroutine 1 [running]:\n" + pkg + "_test.TestAtWork(0xc000102000)\n\t/build/faultproxy/faultproxy_test.go:400 +0x3a"
 	dump := strings.Join([]string{test, g("runnable", readEnd), g("IO wait", readCall)}, "\n\n")
 	busy := atWork(t, dump)
 	if len(busy) != 1 || !strings.Contains(busy[0], fmt.Sprintf("faultproxy.go:%d ", readCall)) {
