@@ -2,9 +2,9 @@
 //
 // Release builds stamp the version with the linker:
 //
-//	go build -ldflags "-X github.com/elector/elector/internal/version.Version=v1.2.3 \
-//	  -X github.com/elector/elector/internal/version.Commit=$(git rev-parse HEAD) \
-//	  -X github.com/elector/elector/internal/version.Date=$(date -u +%Y-%m-%dT%H:%M:%SZ)" ./cmd/elector
+//	go build -ldflags "-X github.com/elector/elector/cmd/elector/internal/version.Version=v1.2.3 \
+//	  -X github.com/elector/elector/cmd/elector/internal/version.Commit=$(git rev-parse HEAD) \
+//	  -X github.com/elector/elector/cmd/elector/internal/version.Date=$(date -u +%Y-%m-%dT%H:%M:%SZ)" ./cmd/elector
 //
 // Unstamped builds fall back to what the Go toolchain recorded in the binary
 // (runtime/debug.ReadBuildInfo): the module version for `go install
