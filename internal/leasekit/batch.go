@@ -170,3 +170,48 @@ func (b *Batch) run(ctx context.Context, ops []*batchOp) {
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
 }
+
+// OneServer reports whether client sends every command to one server: a standalone or
+// Sentinel failover client (*redis.Client). Only there may one script call touch the keys of
+// many leases (RenewMany); on a Redis Cluster each lease's keys are in a slot of their own.
+func OneServer(client redis.UniversalClient) bool {
+	_, ok := client.(*redis.Client)
+	return ok
+}
+
+// RenewMany renews terms[i] of leases[i] for ttl in one script call, each as a Renew queued in
+// a Batch would (the lease key alone: no announcement, no resign request), and returns their
+// results in order: N owner-checked renewals, run atomically by Redis. An error of the call,
+// including NOSCRIPT or a missing function that its retries (lualib.Script.Run) did not get
+// past, is every lease's. The leases must share client, and OneServer(client) must hold;
+// otherwise nothing is sent and every result is that error.
+func RenewMany(ctx context.Context, client redis.UniversalClient, leases []*Lease, terms []lease.Record, ttl time.Duration) []Result {
+	res := make([]Result, len(leases))
+	fail := func(err error) []Result {
+		for i := range res {
+			res[i].Err = err
+		}
+		return res
+	}
+	switch {
+	case len(leases) != len(terms):
+		return fail(fmt.Errorf("lease renew many: %d leases, %d terms", len(leases), len(terms)))
+	case !OneServer(client):
+		return fail(fmt.Errorf("lease renew many: a %T may send the keys of many leases to many servers; queue Renew in a Batch", client))
+	}
+	ls := make([]*lease.Lease, len(leases))
+	for i, l := range leases {
+		if seam.Client(l.Lease) != client {
+			return fail(fmt.Errorf("lease renew many: lease %q uses another client than the call", l.Name()))
+		}
+		ls[i] = l.Lease
+	}
+	ok, errs := seam.RenewMany(ctx, ls, terms, ttl)
+	for i := range res {
+		res[i].OK = ok[i]
+		if errs != nil {
+			res[i].Err = errs[i]
+		}
+	}
+	return res
+}

@@ -43,6 +43,7 @@ type internals interface {
 	BatchAcquire(l *lease.Lease, ttl time.Duration) (*lualib.Op, func(*redis.Cmd) (bool, lease.Status, []any, error), error)
 	BatchRenew(l *lease.Lease, term lease.Record, ttl time.Duration) (*lualib.Op, func(*redis.Cmd) (bool, error), error)
 	BatchRelease(l *lease.Lease, term lease.Record) (*lualib.Op, func(*redis.Cmd) (bool, error))
+	RenewMany(ctx context.Context, leases []*lease.Lease, terms []lease.Record, ttl time.Duration) (ok []bool, errs []error)
 	LoadBatchScripts(ctx context.Context, client redis.UniversalClient) error
 }
 

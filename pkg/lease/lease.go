@@ -49,7 +49,8 @@ var ErrTokenRange = errors.New("fencing token counter beyond 2^53-1")
 // hand).
 const NoExpiry = time.Duration(-1)
 
-// The scripts of docs/PROTOCOL.md. Resign and done are run for internal/leasekit (seam.go).
+// The scripts of docs/PROTOCOL.md. Resign, done and renew_many are run for internal/leasekit
+// (seam.go).
 var (
 	//go:embed scripts/acquire.lua
 	acquireSource string
@@ -63,6 +64,8 @@ var (
 	doneSource string
 	//go:embed scripts/candidate.lua
 	candidateSource string
+	//go:embed scripts/renew_many.lua
+	renewManySource string
 )
 
 // The scripts are immutable values (source, SHA1, function name); sharing them is not shared
@@ -77,6 +80,7 @@ var (
 	// candidate.lua writes only the advisory registry: a replica need not advertise itself
 	// above maxmemory, so its FCALL is refused there (like fence's) rather than grow memory.
 	candidateScript = lualib.Register("candidate", candidateSource, false)
+	renewManyScript = lualib.Register("renew_many", renewManySource, true)
 )
 
 // Options configure a Lease. The zero value is usable for an observer that never acquires.

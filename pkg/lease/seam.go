@@ -120,6 +120,63 @@ func (internals) BatchRenew(l *Lease, term Record, ttl time.Duration) (op *luali
 	return op, termResult(l, "renew", renewScript), nil
 }
 
+// RenewMany renews terms[i] of leases[i] to ttl, every one as BatchRenew's call would (the lease
+// key alone: no announcement, no resign request), in one call of scripts/renew_many.lua through
+// the leases' client, in its scripts mode (FCALL, EVALSHA, or EVAL after NOSCRIPT: as Run).
+// ok[i] and errs[i] are what BatchRenew's decoder would return for lease i; an error of the
+// call is every lease's; errs is nil when no lease has one. The leases must share one client,
+// one that sends every command to one server (a standalone or Sentinel client): their keys are
+// in many Cluster slots.
+func (internals) RenewMany(ctx context.Context, leases []*Lease, terms []Record, ttl time.Duration) (ok []bool, errs []error) {
+	ok = make([]bool, len(leases))
+	if len(leases) == 0 {
+		return ok, nil
+	}
+	fail := func(err error) []error {
+		errs := make([]error, len(leases))
+		for i, l := range leases {
+			errs[i] = fmt.Errorf("renew lease %q: %w", l.name, err)
+		}
+		return errs
+	}
+	ms, err := leasewire.TTLMillis(ttl)
+	if err != nil {
+		return ok, fail(err)
+	}
+	keys := make([]any, len(leases))
+	args := make([]any, 1, 1+len(leases))
+	args[0] = leases[0].ttlArg(ms)
+	for i, l := range leases {
+		keys[i] = l.termKeys[0]
+		args = append(args, l.termArg(terms[i]))
+	}
+	first := leases[0]
+	reply, err := first.run(ctx, first.client, renewManyScript, keys, args...).Slice()
+	switch {
+	case err != nil:
+		return ok, fail(renewManyScript.Explain(err))
+	case len(reply) != len(leases):
+		return ok, fail(fmt.Errorf("unexpected reply of %d elements to a renewal of %d leases", len(reply), len(leases)))
+	}
+	for i, v := range reply {
+		switch v := v.(type) {
+		case int64:
+			ok[i] = v == 1
+		case error:
+			if errs == nil {
+				errs = make([]error, len(leases))
+			}
+			errs[i] = fmt.Errorf("renew lease %q: %w", leases[i].name, renewManyScript.Explain(v))
+		default:
+			if errs == nil {
+				errs = make([]error, len(leases))
+			}
+			errs[i] = fmt.Errorf("renew lease %q: unexpected reply %v", leases[i].name, v)
+		}
+	}
+	return ok, errs
+}
+
 // BatchRelease is BatchAcquire for l.Release(term).
 func (internals) BatchRelease(l *Lease, term Record) (op *lualib.Op, result func(*redis.Cmd) (bool, error)) {
 	op = releaseScript.Prepare(l.scripts, "", l.termKeys, l.releaseArgs(term)...)

@@ -57,7 +57,7 @@ func ParseMode(s string) (Mode, error) {
 
 // The scripts of the library, in the order of its text.
 var names = []string{"acquire", "renew", "release", "resign", "done", "fence", "members",
-	"schedule_claim", "schedule_finish", "schedule_skip", "schedule_read", "candidate"}
+	"schedule_claim", "schedule_finish", "schedule_skip", "schedule_read", "candidate", "renew_many"}
 
 // Script is one of elector's Lua scripts. It is an immutable value once registered; sharing
 // it is not shared state.

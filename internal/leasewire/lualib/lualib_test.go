@@ -81,6 +81,11 @@ var scriptCases = []scriptCase{
 	{"fence, stale token", "fence", set("P:fence", "11"), []string{"P:fence", "P:state"}, []string{"10", "SET", "P:state", "v"}},
 	{"fence, token not an integer", "fence", nil, []string{"P:fence", "P:state"}, []string{"x", "SET", "P:state", "v"}},
 	{"fence, fence key not an integer", "fence", set("P:fence", "y"), []string{"P:fence", "P:state"}, []string{"10", "SET", "P:state", "v"}},
+	{"renew_many: own, another term, gone, another type, own", "renew_many", func(ctx context.Context, c *redis.Client, p string) {
+		set("P:a", rec, "P:b", other, "P:e", rec)(ctx, c, p)
+		c.RPush(ctx, p+":d", "x")
+	}, []string{"P:a", "P:b", "P:c", "P:d", "P:e"}, []string{"6000", rec, rec, rec, rec, rec}},
+	{"renew_many, a record short", "renew_many", set("P:a", rec), []string{"P:a", "P:b"}, []string{"6000", rec}},
 	{"members, join", "members", nil, []string{"P:members"}, []string{owner, "5000"}},
 	{"members, leave", "members", func(ctx context.Context, c *redis.Client, p string) {
 		c.ZAdd(ctx, p+":members", redis.Z{Score: 1e15, Member: owner}, redis.Z{Score: 1e15, Member: "i:b"})

@@ -25,7 +25,7 @@ func TestVersion(t *testing.T) {
 		t.Errorf("library %q starts %q", name, strings.SplitN(text, "\n", 2)[0])
 	}
 	for _, fn := range []string{"acquire", "renew", "release", "resign", "done", "fence", "members",
-		"schedule_claim", "schedule_finish", "schedule_skip", "schedule_read", "candidate"} {
+		"schedule_claim", "schedule_finish", "schedule_skip", "schedule_read", "candidate", "renew_many"} {
 		if !strings.Contains(text, "function_name='"+lualib.FunctionName(fn)+"'") {
 			t.Errorf("the library has no function %s", lualib.FunctionName(fn))
 		}

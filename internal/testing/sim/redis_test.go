@@ -79,6 +79,18 @@ func (g *seqGen) next() []op {
 		}
 		return []op{{script: g.s.Acquire, keys: keys, args: []string{owner, ttl, g.k.Events}, short: short}}
 	case 3, 4:
+		if g.rng.IntN(3) == 0 { // many renewals in one call: keys repeated, of other types, none
+			var keys []string
+			args := []string{ttl}
+			for range g.rng.IntN(4) {
+				keys = append(keys, g.pick(g.k.Lease, g.k.Lease, g.k.Resign, g.k.Terms, g.k.Members))
+				args = append(args, g.record())
+			}
+			if g.rng.IntN(8) == 0 {
+				args = args[:len(args)-1] // a record short: an error, nothing renewed
+			}
+			return []op{{script: g.s.RenewMany, keys: keys, args: args, short: short}}
+		}
 		args := []string{g.record(), ttl}
 		if g.rng.IntN(2) == 0 {
 			args = append(args, g.k.Events)
@@ -162,6 +174,8 @@ func normalize(v any, err error) any {
 
 func normReply(v any) any {
 	switch v := v.(type) {
+	case redis.Error: // an error element of an array (renew_many's)
+		return Error(v.Error())
 	case Status:
 		return string(v)
 	case string:

@@ -11,7 +11,7 @@ import (
 // packages embed, so that the simulation runs exactly what ships.
 type Scripts struct {
 	Acquire, Renew, Release, Resign, Done string // pkg/lease/scripts
-	Candidate                             string // pkg/lease/scripts
+	Candidate, RenewMany                  string // pkg/lease/scripts
 	Members                               string // pkg/election/scripts
 }
 
@@ -32,6 +32,7 @@ func LoadScripts() (Scripts, error) {
 		{&s.Resign, "pkg/lease/scripts/resign.lua"},
 		{&s.Done, "pkg/lease/scripts/done.lua"},
 		{&s.Candidate, "pkg/lease/scripts/candidate.lua"},
+		{&s.RenewMany, "pkg/lease/scripts/renew_many.lua"},
 		{&s.Members, "pkg/election/scripts/members.lua"},
 	} {
 		b, err := os.ReadFile(filepath.Join(root, f.path))

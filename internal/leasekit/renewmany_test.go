@@ -1,0 +1,223 @@
+package leasekit_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/internal/leasewire/lualib"
+	"github.com/elector/elector/internal/testing/redistest"
+	_ "github.com/elector/elector/pkg/election" // registers members.lua: Install loads the whole library
+	_ "github.com/elector/elector/pkg/fence"    // registers fence.lua
+	"github.com/elector/elector/pkg/lease"
+	_ "github.com/elector/elector/pkg/schedule" // registers the schedule's scripts
+)
+
+// scriptCalls records the script commands a client sends, as "fcall renew_many" (the
+// function's script name), "evalsha" or "eval".
+type scriptCalls struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (r *scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		r.record(cmd)
+		return next(ctx, cmd)
+	}
+}
+func (r *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			r.record(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (r *scriptCalls) record(cmd redis.Cmder) {
+	name := cmd.Name()
+	switch name {
+	case "fcall":
+		fn := fmt.Sprint(cmd.Args()[1])
+		name += " " + strings.TrimPrefix(fn, lualib.FunctionName(""))
+	case "evalsha", "eval":
+	default:
+		return
+	}
+	r.mu.Lock()
+	r.calls = append(r.calls, name)
+	r.mu.Unlock()
+}
+
+// take returns the commands recorded since the last take.
+func (r *scriptCalls) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.calls
+	r.calls = nil
+	return out
+}
+
+// recordedClient returns a client of srv whose script commands are recorded, in mode.
+func recordedClient(t *testing.T, srv *redistest.Server, mode lualib.Mode) (*redis.Client, *scriptCalls) {
+	t.Helper()
+	c := redis.NewClient(srv.Options())
+	t.Cleanup(func() { _ = c.Close() })
+	rec := &scriptCalls{}
+	c.AddHook(rec)
+	lualib.SetDefaultMode(c, mode)
+	return c, rec
+}
+
+// TestRenewMany: one script call renews the leases whose record it carries (own), and no
+// other: not a lease held by another process, nor one gone, nor an earlier term of our own;
+// a key of another type fails that lease's renewal alone. Each result is the one a Renew
+// would have had, in order; without the function library or the script cached, the call
+// falls back as every script call does (EVALSHA, EVAL).
+func TestRenewMany(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	c, rec := recordedClient(t, srv, lualib.Eval)
+
+	ours := func(name string) *leasekit.Lease { return newLease(t, c, name, "pod-a") }
+	own1, own2 := ours("own-1"), ours("own-2")
+	foreign, gone, oldTerm, wrongType := ours("foreign"), ours("gone"), ours("old-term"), ours("wrong-type")
+	rec1, rec2 := mustAcquire(t, own1, 10*time.Second), mustAcquire(t, own2, 10*time.Second)
+	theirs := mustAcquire(t, newLease(t, admin, "foreign", "pod-b"), 10*time.Second)
+	goneRec := mustAcquire(t, gone, 10*time.Second)
+	admin.Del(ctx, gone.Keys().Lease)
+	first := mustAcquire(t, oldTerm, 10*time.Second)
+	if ok, err := oldTerm.Release(ctx, first); !ok || err != nil {
+		t.Fatalf("Release = %v, %v", ok, err)
+	}
+	current := mustAcquire(t, newLease(t, admin, "old-term", "pod-a"), 10*time.Second) // another process, same identity
+	admin.RPush(ctx, wrongType.Keys().Lease, "x")
+	rec.take()
+
+	leases := []*leasekit.Lease{own1, foreign, gone, oldTerm, wrongType, own2}
+	terms := []lease.Record{rec1, rec1, goneRec, first, rec2, rec2}
+	res := leasekit.RenewMany(ctx, c, leases, terms, 20*time.Second)
+	if got := rec.take(); !slices.Equal(got, []string{"evalsha", "eval"}) {
+		t.Errorf("RenewMany sent %v, want one call: evalsha, and eval after NOSCRIPT", got)
+	}
+	want := []bool{true, false, false, false, false, true}
+	for i, r := range res {
+		name := leases[i].Name()
+		if i == 4 {
+			if r.OK || r.Err == nil || !strings.Contains(r.Err.Error(), "WRONGTYPE") || !strings.Contains(r.Err.Error(), `"wrong-type"`) {
+				t.Errorf("%s: %+v, want not ok and its own WRONGTYPE error naming the lease", name, r)
+			}
+			continue
+		}
+		if r.OK != want[i] || r.Err != nil {
+			t.Errorf("%s: %+v, want ok %v and no error", name, r, want[i])
+		}
+	}
+	for _, l := range []*leasekit.Lease{own1, own2} {
+		if pttl := admin.PTTL(ctx, l.Keys().Lease).Val(); pttl <= 19*time.Second {
+			t.Errorf("%s: PTTL %v after the renewal to 20s", l.Name(), pttl)
+		}
+	}
+	for _, l := range []*leasekit.Lease{foreign, oldTerm} {
+		if pttl := admin.PTTL(ctx, l.Keys().Lease).Val(); pttl > 10*time.Second {
+			t.Errorf("%s: PTTL %v: renewed by a record it does not hold", l.Name(), pttl)
+		}
+	}
+	if got := admin.Get(ctx, foreign.Keys().Lease).Val(); got != theirs.String() {
+		t.Errorf("foreign: the lease holds %q, want %q", got, theirs)
+	}
+	if got := admin.Get(ctx, oldTerm.Keys().Lease).Val(); got != current.String() {
+		t.Errorf("old-term: the lease holds %q, want %q", got, current)
+	}
+	if n := admin.Exists(ctx, gone.Keys().Lease).Val(); n != 0 {
+		t.Errorf("gone: the renewal wrote the lease key back")
+	}
+
+	// Cached now: EVALSHA alone. With the library loaded, FCALL of its function.
+	if res := leasekit.RenewMany(ctx, c, leases[:1], terms[:1], 20*time.Second); !res[0].OK || res[0].Err != nil {
+		t.Errorf("second call: %+v", res[0])
+	}
+	if got := rec.take(); !slices.Equal(got, []string{"evalsha"}) {
+		t.Errorf("second call sent %v, want evalsha", got)
+	}
+	if _, err := lualib.Install(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	fc, frec := recordedClient(t, srv, lualib.Functions)
+	own := newLease(t, fc, "own-1", "pod-a")
+	if res := leasekit.RenewMany(ctx, fc, []*leasekit.Lease{own}, []lease.Record{rec1}, 20*time.Second); !res[0].OK || res[0].Err != nil {
+		t.Errorf("FCALL: %+v, want renewed", res[0])
+	}
+	if got := frec.take(); !slices.Equal(got, []string{"fcall renew_many"}) {
+		t.Errorf("Functions mode sent %v, want fcall renew_many", got)
+	}
+}
+
+// TestRenewManyRefusesWhatItCannotSend: leases of another client, a Cluster client (whose
+// leases' keys are in many slots) and terms that do not match the leases fail every result
+// and send nothing.
+func TestRenewManyRefusesWhatItCannotSend(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	c, rec := recordedClient(t, srv, "")
+	other := srv.Client(t)
+	l := newLease(t, c, "x", "pod-a")
+	term := mustAcquire(t, l, 10*time.Second)
+	rec.take()
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr()}})
+	t.Cleanup(func() { _ = cluster.Close() })
+	for _, tc := range []struct {
+		name   string
+		client redis.UniversalClient
+		leases []*leasekit.Lease
+		terms  []lease.Record
+	}{
+		{"another client", other, []*leasekit.Lease{l}, []lease.Record{term}},
+		{"cluster client", cluster, []*leasekit.Lease{newLease(t, cluster, "x", "pod-a")}, []lease.Record{term}},
+		{"terms and leases differ", c, []*leasekit.Lease{l, l}, []lease.Record{term}},
+	} {
+		res := leasekit.RenewMany(ctx, tc.client, tc.leases, tc.terms, 20*time.Second)
+		for i, r := range res {
+			if r.OK || r.Err == nil {
+				t.Errorf("%s: result %d = %+v, want an error", tc.name, i, r)
+			}
+		}
+		t.Logf("%s: %v", tc.name, res[0].Err)
+	}
+	if got := rec.take(); len(got) > 0 {
+		t.Errorf("sent %v", got)
+	}
+	if leasekit.OneServer(cluster) || !leasekit.OneServer(c) {
+		t.Errorf("OneServer: cluster client %v, standalone %v", leasekit.OneServer(cluster), leasekit.OneServer(c))
+	}
+}
+
+// BenchmarkRenewMany1000 is BenchmarkBatchRenew1000 with one renew_many call.
+func BenchmarkRenewMany1000(b *testing.B) {
+	ctx := context.Background()
+	c := redistest.Start(b).Client(b)
+	leases := make([]*leasekit.Lease, 1000)
+	terms := make([]lease.Record, len(leases))
+	for i := range leases {
+		leases[i] = newLease(b, c, fmt.Sprintf("shard-%d", i), "pod-a")
+		terms[i] = mustAcquire(b, leases[i], time.Minute)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, r := range leasekit.RenewMany(ctx, c, leases, terms, time.Minute) {
+			if !r.OK || r.Err != nil {
+				b.Fatal(r)
+			}
+		}
+	}
+}
