@@ -30,3 +30,6 @@ func GroupNames(g *Group) []string {
 	defer g.mu.Unlock()
 	return slices.Sorted(maps.Keys(g.names))
 }
+
+// RenewManyChunk is the most leases a Group renews in one renew_many call.
+const RenewManyChunk = renewManyChunk

@@ -13,6 +13,7 @@ import (
 	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/leasewire/lualib"
 	"github.com/elector/elector/internal/timing"
+	"github.com/elector/elector/pkg/lease"
 )
 
 // groupRedis is the seam between a Group's run and Redis: the batch calls it needs. Each call
@@ -45,16 +46,22 @@ type redisGroup struct {
 // pipeline's replies, which a loaded machine (or Redis) may not deliver in time for thousands.
 const batchChunk = 256
 
-// chunked runs exec over [0, n) in chunks of batchChunk (a done ctx fails the rest at once).
-func chunked(n int, exec func(lo, hi int)) {
-	for lo := 0; lo < n; lo += batchChunk {
-		exec(lo, min(lo+batchChunk, n))
+// renewManyChunk is the most leases renewed by one renew_many call. Redis runs a script
+// atomically and serves no other client meanwhile: a renewal costs it about 1.3µs inside the
+// script (Redis 7.0, 2-vCPU machine), the same from 64 leases a call up, so a larger chunk
+// saves it nothing but holds every other client longer (256: ~0.35ms; 1,024: ~1.3ms).
+const renewManyChunk = 256
+
+// chunked runs exec over [0, n) in chunks of size (a done ctx fails the rest at once).
+func chunked(n, size int, exec func(lo, hi int)) {
+	for lo := 0; lo < n; lo += size {
+		exec(lo, min(lo+size, n))
 	}
 }
 
 func (r redisGroup) acquire(ctx context.Context, b *acquireBatch) {
 	b.replies = make([]acquireReply, len(b.items))
-	chunked(len(b.items), func(lo, hi int) {
+	chunked(len(b.items), batchChunk, func(lo, hi int) {
 		batch := leasekit.NewBatch(r.g.cfg.Client)
 		res := make([]*leasekit.AcquireResult, hi-lo)
 		for i, l := range b.leases[lo:hi] {
@@ -68,28 +75,56 @@ func (r redisGroup) acquire(ctx context.Context, b *acquireBatch) {
 	})
 }
 
+// renew renews every term of b, a chunk at a time, and refreshes the membership. A term's
+// renewal counts from the send time of the call or pipeline that carried it. On a standalone
+// or Sentinel client a chunk is one renew_many call (renewMany); on a Redis Cluster client
+// every lease's keys are in a slot of their own (the hash tag {NAME}), which one script call
+// cannot touch together, so a chunk there is a pipeline of one renew call per lease
+// (renewEach).
 func (r redisGroup) renew(ctx context.Context, b *renewBatch) {
 	b.replies = make([]renewReply, len(b.items))
-	chunked(len(b.items), func(lo, hi int) {
-		batch := leasekit.NewBatch(r.g.cfg.Client)
-		res := make([]*leasekit.Result, hi-lo)
-		for i, it := range b.items[lo:hi] {
-			res[i] = batch.Renew(b.leases[lo+i], it.term, r.g.cfg.LeaseDuration)
-		}
-		sent := r.g.clock.Now()
-		if batch.Len() > 0 {
-			_ = batch.Exec(ctx)
-		}
-		for i, x := range res {
-			b.replies[lo+i] = renewReply{sent: sent, ok: x.OK, err: x.Err}
-		}
-	})
+	if leasekit.OneServer(r.g.cfg.Client) {
+		chunked(len(b.items), renewManyChunk, func(lo, hi int) { r.renewMany(ctx, b, lo, hi) })
+	} else {
+		chunked(len(b.items), batchChunk, func(lo, hi int) { r.renewEach(ctx, b, lo, hi) })
+	}
 	b.live, b.liveErr = r.heartbeat(ctx, "stay")
+}
+
+// renewMany renews the terms of b.items[lo:hi] in one renew_many call (leasekit.RenewMany: an
+// owner-checked renewal of each lease, all in one atomic script call), each from the call's
+// send time; an error of the call is every lease's.
+func (r redisGroup) renewMany(ctx context.Context, b *renewBatch, lo, hi int) {
+	terms := make([]lease.Record, hi-lo)
+	for i, it := range b.items[lo:hi] {
+		terms[i] = it.term
+	}
+	sent := r.g.clock.Now()
+	for i, x := range leasekit.RenewMany(ctx, r.g.cfg.Client, b.leases[lo:hi], terms, r.g.cfg.LeaseDuration) {
+		b.replies[lo+i] = renewReply{sent: sent, ok: x.OK, err: x.Err}
+	}
+}
+
+// renewEach renews the terms of b.items[lo:hi] in one pipeline of renew calls (leasekit.Batch),
+// each from the pipeline's send time.
+func (r redisGroup) renewEach(ctx context.Context, b *renewBatch, lo, hi int) {
+	batch := leasekit.NewBatch(r.g.cfg.Client)
+	res := make([]*leasekit.Result, hi-lo)
+	for i, it := range b.items[lo:hi] {
+		res[i] = batch.Renew(b.leases[lo+i], it.term, r.g.cfg.LeaseDuration)
+	}
+	sent := r.g.clock.Now()
+	if batch.Len() > 0 {
+		_ = batch.Exec(ctx)
+	}
+	for i, x := range res {
+		b.replies[lo+i] = renewReply{sent: sent, ok: x.OK, err: x.Err}
+	}
 }
 
 func (r redisGroup) release(ctx context.Context, b *releaseBatch) {
 	b.errs = make([]error, len(b.items))
-	chunked(len(b.items), func(lo, hi int) {
+	chunked(len(b.items), batchChunk, func(lo, hi int) {
 		batch := leasekit.NewBatch(r.g.cfg.Client)
 		res := make([]*leasekit.Result, hi-lo)
 		for i, it := range b.items[lo:hi] {

@@ -15,8 +15,9 @@ import (
 
 // simGroupRedis is the groupRedis seam of one Group over the simulator's network: the batches
 // run the project's own scripts on the simulated Redis with the keys and arguments that
-// leasekit.Batch sends for a Group's leases (no resign keys, no renewal announcements), one
-// command after the other on one connection (a pipeline, sent from the batch's send time).
+// leasekit.Batch (acquire, release) and leasekit.RenewMany (renew) send for a Group's leases on
+// a standalone client (no resign keys, no renewal announcements), one command after the other
+// on one connection (a pipeline, sent from the batch's send time).
 type simGroupRedis struct {
 	g       *Group
 	node    *sim.Node
@@ -79,19 +80,43 @@ func parseGroupAcquire(sent time.Time, v any, err error) acquireReply {
 	return acquireReply{sent: sent, won: reply[0] == int64(1), rec: rec, ttl: pttlOf(pttl)}
 }
 
+// renew renews as redisGroup.renew does on a standalone client: one renew_many call per chunk,
+// every renewal of a chunk counted from that call's send time.
 func (s *simGroupRedis) renew(ctx context.Context, b *renewBatch) {
 	b.replies = make([]renewReply, len(b.items))
-	sent := s.g.clock.Now()
-	defer s.done("renew", sent)
+	defer s.done("renew", s.g.clock.Now())
 	sortItems(b.items)
-	for i, it := range b.items {
-		k := s.keysOf(it.gl.name)
-		v, err := s.node.Call(ctx, "renew "+it.gl.name, s.scripts.Renew, []string{k.Lease}, []string{it.term.String(), s.ttl()})
-		if err != nil {
-			err = fmt.Errorf("renew: %w", err)
+	chunked(len(b.items), renewManyChunk, func(lo, hi int) {
+		keys := make([]string, 0, hi-lo)
+		args := []string{s.ttl()}
+		for _, it := range b.items[lo:hi] {
+			keys = append(keys, s.keysOf(it.gl.name).Lease)
+			args = append(args, it.term.String())
 		}
-		b.replies[i] = renewReply{sent: sent, ok: err == nil && v == int64(1), err: err}
-	}
+		sent := s.g.clock.Now()
+		v, err := s.node.Call(ctx, fmt.Sprintf("renew_many %d", hi-lo), s.scripts.RenewMany, keys, args)
+		reply, _ := v.([]any)
+		if err == nil && len(reply) != hi-lo {
+			err = fmt.Errorf("unexpected reply %v", v)
+		}
+		for i := range b.items[lo:hi] {
+			r := renewReply{sent: sent, err: err}
+			if err == nil {
+				switch x := reply[i].(type) {
+				case int64:
+					r.ok = x == 1
+				case sim.Error:
+					r.err = x
+				default:
+					r.err = fmt.Errorf("unexpected reply %v", x)
+				}
+			}
+			if r.err != nil {
+				r.err = fmt.Errorf("renew: %w", r.err)
+			}
+			b.replies[lo+i] = r
+		}
+	})
 	b.live, b.liveErr = s.heartbeat(ctx, "stay")
 }
 

@@ -1,0 +1,200 @@
+package election_test
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/elector/elector/internal/leasewire/lualib"
+	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/pkg/election"
+)
+
+// renewCalls counts the renew and renew_many calls a client sends, in any form (FCALL,
+// EVALSHA, EVAL), and the most keys of one renew_many call.
+type renewCalls struct {
+	bySHA map[string]string // script SHA1 -> name
+	mu    sync.Mutex
+	n     map[string]int
+	most  int
+}
+
+func newRenewCalls(t *testing.T) *renewCalls {
+	t.Helper()
+	r := &renewCalls{bySHA: map[string]string{}, n: map[string]int{}}
+	for _, name := range []string{"renew", "renew_many"} {
+		src, err := os.ReadFile("../lease/scripts/" + name + ".lua")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha1.Sum(src)
+		r.bySHA[hex.EncodeToString(sum[:])] = name
+		r.bySHA[string(src)] = name
+	}
+	return r
+}
+
+func (r *renewCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *renewCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		r.record(cmd)
+		return next(ctx, cmd)
+	}
+}
+func (r *renewCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			r.record(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (r *renewCalls) record(cmd redis.Cmder) {
+	args := cmd.Args()
+	if len(args) < 3 {
+		return
+	}
+	var name string
+	switch cmd.Name() {
+	case "fcall":
+		name = strings.TrimPrefix(fmt.Sprint(args[1]), lualib.FunctionName(""))
+	case "evalsha", "eval":
+		name = r.bySHA[fmt.Sprint(args[1])]
+	}
+	if name != "renew" && name != "renew_many" {
+		return
+	}
+	keys, _ := args[2].(int)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n[name]++
+	if name == "renew_many" {
+		r.most = max(r.most, keys)
+	}
+}
+
+// take returns the calls counted since the last take, by script, and the most keys of one
+// renew_many call.
+func (r *renewCalls) take() (map[string]int, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n, most := r.n, r.most
+	r.n, r.most = map[string]int{}, 0
+	return n, most
+}
+
+// runCountingGroup runs a Group of k leases on client, identity pod-a, with spread timing, until
+// the test ends; it returns the Group once it holds all k.
+func runCountingGroup(t *testing.T, client redis.UniversalClient, k int) *election.Group {
+	t.Helper()
+	names := make([]string, k)
+	for i := range names {
+		names[i] = fmt.Sprintf("shard-%04d", i)
+	}
+	w := &work{running: map[string]liveWork{}}
+	g, err := election.NewGroup(election.GroupConfig{
+		Client: client, Group: "shards", Identity: "pod-a", Leases: names,
+		LeaseDuration: spreadLease, RenewDeadline: spreadRenew, RetryPeriod: spreadRetry,
+		Callbacks: election.GroupCallbacks{
+			OnStartedLeading: func(ctx context.Context, lease string) {
+				w.start(ctx, "pod-a", lease)
+				<-ctx.Done()
+				w.end("pod-a", lease)
+			},
+			OnStoppedLeading: func(string) {},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	})
+	waitGroup(t, 30*time.Second, fmt.Sprintf("all %d leases held", k), func() (bool, string) {
+		n := len(g.Held())
+		return n == k, fmt.Sprintf("%d held", n)
+	})
+	return g
+}
+
+// keepsTerms waits 4 retry periods and checks that g kept every term it held (no lease was
+// lost and won again) and that the renewals went on: every lease key expires later than its
+// last renewal's LeaseDuration would allow had they stopped.
+func keepsTerms(t *testing.T, client redis.UniversalClient, g *election.Group) {
+	t.Helper()
+	before := g.Held()
+	time.Sleep(4 * spreadRetry)
+	after := g.Held()
+	for name, token := range before {
+		if after[name] != token {
+			t.Errorf("lease %s: token %d, then %d: the term did not last", name, token, after[name])
+		}
+	}
+	ctx := context.Background()
+	least := time.Duration(-1)
+	for name := range after {
+		pttl, err := client.PTTL(ctx, "elector:{"+name+"}:lease").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if least < 0 || pttl < least {
+			least = pttl
+		}
+	}
+	if floor := spreadLease - 4*spreadRetry; least < floor {
+		t.Errorf("a lease key expires in %v, below %v: its renewals stopped", least, floor)
+	}
+}
+
+// TestGroupRenewsManyLeasesPerCall: on a standalone client the Group renews its leases with
+// renew_many, at most RenewManyChunk per call, never with one renew call per lease, and the
+// terms last.
+func TestGroupRenewsManyLeasesPerCall(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	calls := newRenewCalls(t)
+	client.AddHook(calls)
+	k := election.RenewManyChunk + 76 // two calls per renewal
+	g := runCountingGroup(t, client, k)
+	calls.take()
+	keepsTerms(t, client, g)
+	n, most := calls.take()
+	if n["renew"] != 0 || n["renew_many"] < 2*3 || most != election.RenewManyChunk {
+		t.Errorf("in 4 retry periods the Group sent %v, at most %d leases in one renew_many; want no renew, at least 3 renewals of 2 renew_many calls each, of at most %d leases",
+			n, most, election.RenewManyChunk)
+	}
+	t.Logf("in 4 retry periods: %v", n)
+}
+
+// TestGroupRenewsPerLeaseInCluster: on a Redis Cluster client, where every lease's keys are in
+// a slot of their own, the Group renews each lease with its own renew call (pipelined), never
+// with renew_many, and the terms last.
+func TestGroupRenewsPerLeaseInCluster(t *testing.T) {
+	client := redistest.StartCluster(t, 3).Client(t)
+	calls := newRenewCalls(t)
+	client.AddHook(calls)
+	const k = 60
+	g := runCountingGroup(t, client, k)
+	calls.take()
+	keepsTerms(t, client, g)
+	n, _ := calls.take()
+	if n["renew_many"] != 0 || n["renew"] < 3*k {
+		t.Errorf("in 4 retry periods the Group sent %v; want no renew_many and at least 3 renewals of %d renew calls", n, k)
+	}
+	t.Logf("in 4 retry periods: %v", n)
+}
