@@ -29,12 +29,13 @@ type scenario struct {
 	renewDeadline time.Duration
 	retryPeriod   time.Duration
 	window        time.Duration // the steady-state window
+	settle        time.Duration // from the spread to the window
 	spreadLimit   time.Duration // how long to wait for the spread before going on without it
 	maxRSS        int64         // the replicas' and Redis's RSS together above which the run is aborted
 }
 
 // scenarioFromEnv reads ELECTOR_SCALE (100k or 1m) and the overrides ELECTOR_SCALE_LEASES,
-// _REPLICAS, _CLUSTER (0 or 1), _WINDOW, _TIMING ("15s,10s,2s"), _SPREAD_LIMIT and
+// _REPLICAS, _CLUSTER (0 or 1), _WINDOW, _SETTLE, _TIMING ("15s,10s,2s"), _SPREAD_LIMIT and
 // _MAX_RSS_GB.
 func scenarioFromEnv(t *testing.T) scenario {
 	var s scenario
@@ -88,6 +89,11 @@ func scenarioFromEnv(t *testing.T) scenario {
 			*dst = d
 		}
 	}
+	// The steady state begins once every follower tried each of the others' leases at its
+	// share and parked it (election.Group: the first attempt at the holder's expiry, within a
+	// LeaseDuration of the spread), and those that the spread had unparked came due.
+	s.settle = 4 * s.leaseDuration
+	envDur("ELECTOR_SCALE_SETTLE", &s.settle)
 	gb := 0
 	envInt("ELECTOR_SCALE_MAX_RSS_GB", &gb)
 	if gb > 0 {
@@ -269,7 +275,7 @@ func TestScale(t *testing.T) {
 	}
 
 	// 2. Steady state: settle, then a window.
-	time.Sleep(5 * time.Second)
+	time.Sleep(s.settle)
 	before := make([]nodeStats, len(nodes))
 	for i, n := range nodes {
 		st, err := n.stats(ctx)

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/testing/redistest"
+	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/election"
 )
 
@@ -73,7 +74,10 @@ func BenchmarkGroup10k(b *testing.B) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		settle := time.Since(start)
-		time.Sleep(5 * time.Second) // let the shedding and first attempts settle
+		// The steady state: every follower tried each of the others' leases once at its share
+		// and parked it (follow), within a LeaseDuration of the spread; the leases the spread
+		// unparked came due again.
+		time.Sleep(4 * timing.DefaultLeaseDuration)
 
 		admin.ConfigResetStat(context.Background())
 		runtime.GC()

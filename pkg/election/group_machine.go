@@ -53,6 +53,7 @@ type groupLease struct {
 	l       *leasekit.Lease
 	state   leaseState
 	removed bool // Remove was called (and no Add since): forgotten on reaching idle
+	parked  bool // idle, held by another, tried parkFor later than its holder's expiry (follow)
 
 	next    time.Time // idle: when to try
 	heapIdx int       // index in the try queue, -1 when not queued
@@ -154,6 +155,9 @@ type groupMachine struct {
 	renewBusy, acqBusy, releaseBusy bool
 	nextRenew                       time.Time
 	retry                           backoff
+	anyParked                       bool      // a queued lease may be parked (follow)
+	nextUnpark                      time.Time // unpark runs at most once per LeaseDuration, but before followAll
+	followAll                       time.Time // until then nothing is parked: a member left
 	live                            int
 	lives                           [2]int
 	errs                            errorLog
@@ -308,9 +312,9 @@ func (m *groupMachine) toIdle(gl *groupLease, next time.Time) {
 	}
 }
 
-// schedule queues an idle lease for an attempt at t.
+// schedule queues an idle lease for an attempt at t, not parked.
 func (m *groupMachine) schedule(gl *groupLease, t time.Time) {
-	gl.next = t
+	gl.next, gl.parked = t, false
 	if gl.heapIdx >= 0 {
 		heap.Fix(&m.queue, gl.heapIdx)
 	} else {
@@ -389,6 +393,9 @@ func (m *groupMachine) tick(now time.Time) time.Time {
 	if !m.renewBusy && !now.Before(m.nextRenew) {
 		m.startRenew(now)
 	}
+	if m.anyParked && !m.stopping && (now.Before(m.followAll) || !now.Before(m.nextUnpark) && len(m.held) < m.parkAt()) {
+		m.unpark(now)
+	}
 	if !m.stopping && m.membersKnown && !m.acqBusy {
 		m.startAcquire(now)
 	}
@@ -410,6 +417,9 @@ func (m *groupMachine) tick(now time.Time) time.Time {
 	}
 	if len(m.held) > 0 {
 		next = minTime(next, m.minOK.Add(cfg.RenewDeadline))
+	}
+	if m.anyParked && !m.stopping && len(m.held) < m.parkAt() {
+		next = minTime(next, m.nextUnpark)
 	}
 	m.wakeAt = next
 	return next
@@ -454,6 +464,7 @@ func (m *groupMachine) startAcquire(now time.Time) {
 	b := &acquireBatch{sent: now}
 	for len(m.queue) > 0 && !m.queue[0].next.After(now.Add(coalesce)) && room != 0 {
 		gl := heap.Pop(&m.queue).(*groupLease)
+		gl.parked = false
 		if gl.l == nil {
 			l, err := m.newLease(gl.name)
 			if err != nil { // cannot happen: NewGroup and Add validated every part of it
@@ -485,6 +496,7 @@ func (m *groupMachine) onAcquire(b *acquireBatch) {
 	retry := func() time.Duration { return cfg.RetryPeriod }
 	lateWins := 0
 	failed := false
+	var following []*groupLease // held by others
 	// Leases found held by a token below one seen (a rollback restores many at once): one
 	// line per batch, naming the first.
 	below, belowLease, belowRec, belowSeen := 0, "", lease.Record{}, int64(0)
@@ -524,7 +536,14 @@ func (m *groupMachine) onAcquire(b *acquireBatch) {
 				below++
 			}
 			m.toIdle(gl, now.Add(d.wait+m.jitter()))
+			if d.verdict == verdictHeld && gl.heapIdx >= 0 {
+				following = append(following, gl)
+			}
 		}
+	}
+	// Parked or not by the share as the whole batch left it, not by the order of its replies.
+	for _, gl := range following {
+		m.follow(gl, gl.next, now)
 	}
 	if below > 0 {
 		warnBelow(m.logger.WithValues("lease", belowLease, "leases", below), belowRec, belowSeen)
@@ -586,6 +605,11 @@ func (m *groupMachine) onRenew(b *renewBatch) {
 		failed++
 		m.errs.failed(m.logger, cfg.Metrics, cfg.Group, "heartbeat", b.liveErr, now)
 	} else {
+		if b.live < m.live {
+			// A member left or died: its leases expire within a LeaseDuration, and the
+			// attempts at their expiry are what takes them over.
+			m.followAll = now.Add(cfg.LeaseDuration)
+		}
 		m.observeMembers(b.live)
 	}
 	if failed > 0 {
@@ -684,10 +708,70 @@ func (m *groupMachine) onEvent(name string, ev leasekit.Event) {
 	case wake:
 		if len(m.held) < m.share() {
 			m.schedule(gl, now)
+		} else if gl.parked && gl.heapIdx >= 0 {
+			due := gl.next.Add(-m.parkFor()) // free now: its parking is over
+			if due.Before(now) {
+				due = now
+			}
+			m.schedule(gl, due)
 		}
-	case rearm >= 0:
-		m.schedule(gl, now.Add(rearm+m.jitter()))
+	case rearm >= 0 && gl.heapIdx >= 0:
+		m.follow(gl, now.Add(rearm+m.jitter()), now)
 	}
+}
+
+// parkFor is how much later than its holder's expiry a replica at or above its fair share
+// tries a lease that another replica holds (follow).
+func (m *groupMachine) parkFor() time.Duration { return 3 * m.cfg.LeaseDuration }
+
+// follow queues a queued idle lease that another replica holds until at (as a reply or an
+// event said) for an attempt then. A replica that holds parkAt leases or more parks it
+// instead: tries it parkFor later. That attempt at the expiry almost always finds the lease
+// renewed, and such attempts, (R−1)·K per LeaseDuration, were most of an idle Group's cost to
+// Redis. What frees a lease brings the attempts back: a release wakes or unparks the lease
+// (onEvent); a replica that dies or stops leaves the membership, and for a LeaseDuration after
+// the count went down, within which its leases expire, the others park nothing (followAll); a
+// holder that loses a term tries that lease again itself. Only a release that failed after
+// Remove frees a lease silently: the others find it at their parked attempt.
+func (m *groupMachine) follow(gl *groupLease, at, now time.Time) {
+	if m.stopping || now.Before(m.followAll) || len(m.held) < m.parkAt() {
+		m.schedule(gl, at)
+		return
+	}
+	m.schedule(gl, at.Add(m.parkFor()))
+	gl.parked, m.anyParked = true, true
+}
+
+// parkAt is the fewest leases a replica holds when every lease is held and none holds more
+// than its share, K − (R−1)·share, so that every replica of a settled Group parks (with
+// K = 100,000 and R = 3, replicas may hold 33,334, 33,334 and 33,332); at least 1, at most
+// the share. A replica below it, or that holds nothing, parks nothing.
+func (m *groupMachine) parkAt() int {
+	share := m.share()
+	return max(min(m.active-(max(m.live, 1)-1)*share, share), 1)
+}
+
+// unpark moves the parked leases of a replica below parkAt, or after a member left, back to
+// their holders' expiry; those whose expiry passed are spread evenly over the next
+// RetryPeriod (a dead replica's leases at once would be one large burst). Below parkAt it runs
+// at most once per LeaseDuration, so that a replica that goes below and back (a term lost and
+// taken again) costs no more attempts than following every lease at its expiry would.
+func (m *groupMachine) unpark(now time.Time) {
+	m.anyParked, m.nextUnpark = false, now.Add(m.cfg.LeaseDuration)
+	var past []*groupLease
+	for _, gl := range m.queue {
+		if !gl.parked {
+			continue
+		}
+		gl.parked = false
+		if gl.next = gl.next.Add(-m.parkFor()); gl.next.Before(now) {
+			past = append(past, gl)
+		}
+	}
+	for i, gl := range past {
+		gl.next = now.Add(m.cfg.RetryPeriod * time.Duration(i) / time.Duration(len(past)))
+	}
+	heap.Init(&m.queue)
 }
 
 // share is the number of leases this replica aims to hold: ceil(K/R), capped by MaxLeases.

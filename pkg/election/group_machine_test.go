@@ -914,3 +914,123 @@ func TestGroupMachineWarnsTokenBelowSeen(t *testing.T) {
 		t.Fatalf("warned %d times after a batch with two leases below the token seen, want one more line counting 2: %v", n, logged)
 	}
 }
+
+// TestGroupMachineParksLeasesOfOthersAtItsShare: a replica at its fair share tries a lease
+// another replica holds parkFor after the holder's expiry instead of at it; a release, a lost
+// term (below the share) or a smaller membership brings the attempts back to the expiry.
+func TestGroupMachineParksLeasesOfOthersAtItsShare(t *testing.T) {
+	mt := newMachineTest(t)
+	m := mt.m
+	park := m.parkFor()
+	heartbeat := func(live int) {
+		t.Helper()
+		mt.clk.Step(mtRetry)
+		m.tick(mt.clk.Now())
+		mt.renewReply(nil, live)
+	}
+	heartbeat(2) // two replicas: the share of 4 leases is 2
+	m.add("a")
+	m.add("b")
+	m.add("c")
+	m.add("d")
+	b := mt.tickAcquire("a")
+	if len(b.items) != 4 {
+		t.Fatalf("acquire batch of %d leases, want 4", len(b.items))
+	}
+	sent := mt.clk.Now()
+	b.replies = make([]acquireReply, len(b.items))
+	for i, gl := range b.items {
+		if gl.name == "a" || gl.name == "b" {
+			b.replies[i] = acquireReply{won: true, rec: mt.rec(mtOurs), ttl: mtLease}
+		} else {
+			b.replies[i] = acquireReply{rec: mt.rec(mtTheirs), ttl: mtHeldTTL}
+		}
+	}
+	m.onAcquire(b)
+	c, d := mt.gl("c"), mt.gl("d")
+	for _, gl := range []*groupLease{c, d} {
+		if !gl.parked || !gl.next.Equal(sent.Add(mtHeldTTL+park)) {
+			t.Fatalf("%s at the share: parked %v, next in %v; want parked, next at the expiry + %v", gl.name, gl.parked, gl.next.Sub(sent), park)
+		}
+	}
+
+	// A release of c: it is free now, so its attempt goes back to the expiry.
+	m.onEvent("c", leasekit.Event{Kind: leasekit.Released, Record: lease.Record{Token: c.core.known.token, Instance: mtTheirs, Identity: "pod"}})
+	if c.parked || !c.next.Equal(sent.Add(mtHeldTTL)) {
+		t.Fatalf("c released: parked %v, next in %v; want unparked, at the expiry", c.parked, c.next.Sub(sent))
+	}
+
+	// a is lost: below the share, the next tick unparks d, due at its holder's expiry.
+	mt.clk.Step(mtRetry)
+	m.tick(mt.clk.Now())
+	mt.renewReply(map[string]bool{"a": true}, 2)
+	m.tick(mt.clk.Now())
+	if d.parked || !d.next.Equal(sent.Add(mtHeldTTL)) {
+		t.Fatalf("below the share: d parked %v, next in %v; want unparked, at the expiry", d.parked, d.next.Sub(sent))
+	}
+
+	// At the share again (c won) with d held by another: parked, and not unparked again
+	// within a LeaseDuration of the last unpark.
+	mt.clk.SetTime(d.next)
+	b = mt.tickAcquire("d")
+	b.replies = make([]acquireReply, len(b.items))
+	for i, gl := range b.items {
+		if gl.name == "c" {
+			b.replies[i] = acquireReply{won: true, rec: mt.rec(mtOurs), ttl: mtLease}
+		} else {
+			b.replies[i] = acquireReply{rec: mt.rec(mtTheirs), ttl: mtHeldTTL}
+		}
+	}
+	m.onAcquire(b)
+	if len(m.held) != 2 || !d.parked {
+		t.Fatalf("held %d, d parked %v; want 2 held and d parked", len(m.held), d.parked)
+	}
+}
+
+// TestGroupMachineFollowsAllAfterAMemberLeft: when the member count goes down, a replica
+// unparks at once (whenever it last did) and parks nothing for a LeaseDuration, even where it
+// holds parkAt leases: the leases of the member that left expire within it.
+func TestGroupMachineFollowsAllAfterAMemberLeft(t *testing.T) {
+	mt := newMachineTest(t)
+	m := mt.m
+	heartbeat := func(live int) {
+		t.Helper()
+		mt.clk.Step(mtRetry)
+		m.tick(mt.clk.Now())
+		mt.renewReply(nil, live)
+	}
+	heartbeat(3) // share 2 of 4, parkAt 1
+	for _, n := range []string{"a", "b", "c", "d"} {
+		m.add(n)
+	}
+	b := mt.tickAcquire("a")
+	b.replies = make([]acquireReply, len(b.items))
+	for i, gl := range b.items {
+		if gl.name == "a" || gl.name == "b" {
+			b.replies[i] = acquireReply{won: true, rec: mt.rec(mtOurs), ttl: mtLease}
+		} else {
+			b.replies[i] = acquireReply{rec: mt.rec(mtTheirs), ttl: mtHeldTTL}
+		}
+	}
+	m.onAcquire(b)
+	d := mt.gl("d")
+	if !d.parked {
+		t.Fatalf("d not parked at the share")
+	}
+	m.nextUnpark = mt.clk.Now().Add(time.Hour) // as if it had just unparked
+	heartbeat(2)                               // share 2, parkAt 2: still at it
+	now := mt.clk.Now()
+	m.tick(now)
+	if d.parked || d.next.After(now.Add(mtHeldTTL)) {
+		t.Fatalf("a member left: d parked %v, next in %v; want unparked, at its expiry", d.parked, d.next.Sub(now))
+	}
+	m.follow(d, now.Add(mtHeldTTL), now)
+	if d.parked {
+		t.Fatalf("parked within a LeaseDuration of a member leaving")
+	}
+	mt.clk.Step(mtLease)
+	m.follow(d, mt.clk.Now().Add(mtHeldTTL), mt.clk.Now())
+	if !d.parked {
+		t.Fatalf("not parked a LeaseDuration after a member left, holding %d (parkAt %d)", len(m.held), m.parkAt())
+	}
+}

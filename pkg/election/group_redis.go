@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"k8s.io/klog/v2"
@@ -142,10 +143,16 @@ func (r redisGroup) leave(ctx context.Context) error {
 	return err
 }
 
+// membershipTTL is how long a heartbeat keeps a replica in the membership: RenewDeadline,
+// after which a replica whose renew batches (each ends with the heartbeat) all failed trusts
+// none of its terms any more. The survivors of a replica that died count it out by then, and
+// try its leases (follow unparks them) before they expire, at send time + LeaseDuration.
+func (g *Group) membershipTTL() time.Duration { return g.cfg.RenewDeadline }
+
 // heartbeat runs the membership script; mode "leave" removes this replica.
 func (r redisGroup) heartbeat(ctx context.Context, mode string) (int, error) {
 	g := r.g
-	n, err := membersScript.Run(ctx, lualib.For(g.cfg.Client), g.cfg.Client, "", []any{g.members}, g.member, g.cfg.LeaseDuration.Milliseconds(), mode).Int()
+	n, err := membersScript.Run(ctx, lualib.For(g.cfg.Client), g.cfg.Client, "", []any{g.members}, g.member, g.membershipTTL().Milliseconds(), mode).Int()
 	if err != nil {
 		return 0, fmt.Errorf("group %q membership: %w", g.cfg.Group, membersScript.Explain(err))
 	}

@@ -29,6 +29,7 @@ type groupScenario struct {
 var groupScenarios = []groupScenario{
 	{"acquire error after the holder's term was heard", gScenarioErrorKeepsExpiry},
 	{"Add after Remove while the release is in flight", gScenarioAddDuringRelease},
+	{"a replica dies while the others hold their shares", gScenarioTakeoverAtShare},
 }
 
 // heldSeam is a replica's Group seam whose next acquire batch, once armed, waits before it is
@@ -90,15 +91,22 @@ func (s *heldSeam) let() {
 	}
 }
 
-// gScenarioWorld draws a scenario's Group world: one lease, n replicas that work promptly,
-// return from OnStoppedLeading at once, campaign for the lease, and honour context deadlines.
-func gScenarioWorld(d *groupDriver, n int) {
+// gScenarioWorld draws a scenario's Group world: one lease (L0, or as many as names), n
+// replicas that work promptly, return from OnStoppedLeading at once, campaign for every lease,
+// and honour context deadlines.
+func gScenarioWorld(d *groupDriver, n int, names ...string) {
 	d.chaos = true // the script acts, the driver does not
 	d.timing = simTimings[d.rng.IntN(len(simTimings))]
 	d.names = []string{"L0"}
-	rec := newRecorder(d.w)
-	rec.margin = d.timing.lease - d.timing.renew
-	d.recs = []*recorder{rec}
+	if len(names) > 0 {
+		d.names = names
+	}
+	d.recs = nil
+	for range d.names {
+		rec := newRecorder(d.w)
+		rec.margin = d.timing.lease - d.timing.renew
+		d.recs = append(d.recs, rec)
+	}
 	d.w.Tracef("group scenario world: %d groups, lease %v renew %v retry %v", n, d.timing.lease, d.timing.renew, d.timing.retry)
 	for i := 0; i < n; i++ {
 		r := &groupReplica{d: d, idx: i, work: workPrompt}
@@ -252,6 +260,75 @@ func gScenarioAddDuringRelease(d *groupDriver) bool {
 	return true
 }
 
+// gScenarioTakeoverAtShare (mutants group-never-unpark, group-parks-after-member-left): the
+// replicas settle, each at or near its share, so each parks its attempts on the others'
+// leases (follow), and one crashes. Half the seeds have six leases over three replicas: the
+// survivors' shares rise above what they hold, so they unpark. The others have seven over
+// four, and the one that holds a single lease crashes: the survivors hold two each, as many as
+// parkAt asks of them after, so only the drop in the member count makes them follow every
+// lease for a LeaseDuration (followAll). Either way, every lease is led again within
+// max(LeaseDuration, RenewDeadline + 2 RetryPeriods), plus a retry period and a call timeout
+// for the attempts, on the slowest clock: not a parking later.
+func gScenarioTakeoverAtShare(d *groupDriver) bool {
+	names, n := []string{"L0", "L1", "L2", "L3", "L4", "L5"}, 3
+	if d.rng.IntN(2) == 0 {
+		names, n = append(names, "L6"), 4
+	}
+	gScenarioWorld(d, n, names...)
+	for _, r := range d.replicas {
+		r.startRun()
+	}
+	share := (len(names) + n - 1) / n
+	settled := func() bool {
+		total := 0
+		for _, r := range d.replicas {
+			h := len(r.g.Held())
+			if h > share {
+				return false
+			}
+			total += h
+		}
+		return total == len(names)
+	}
+	if !d.waitFor(20*d.timing.lease, settled) {
+		return false
+	}
+	d.settle(2 * d.timing.lease) // every follower tried every other lease: parked
+	if !settled() {
+		return false
+	}
+	victim := d.replicas[0]
+	for _, r := range d.replicas {
+		if len(r.g.Held()) < len(victim.g.Held()) {
+			victim = r
+		}
+	}
+	d.w.Tracef("scenario: %s crashes holding %v", victim.node.Name(), victim.g.Held())
+	d.w.Crash(victim.node)
+	for _, rec := range d.recs {
+		rec.crash(victim.idx, victim.gen)
+	}
+	victim.crashed = true
+	victim.cancel()
+	d.zombies = append(d.zombies, victim.done)
+	victim.running = false
+	t := d.timing
+	bound := d.onSlowest(max(t.lease, t.renew+2*t.retry) + t.retry + d.callTimeout())
+	allLed := func() bool {
+		for _, rec := range d.recs {
+			rec.flush()
+			if !rec.leading() {
+				return false
+			}
+		}
+		return true
+	}
+	if !d.waitFor(bound, allLed) {
+		d.fail("takeover: the crashed replica's leases were not all led again within %v", bound)
+	}
+	return true
+}
+
 // runGroupScenario runs sc with seed in its own synctest bubble.
 func runGroupScenario(t *testing.T, sc groupScenario, seed uint64) scenarioResult {
 	t.Helper()
@@ -282,10 +359,15 @@ func runGroupScenario(t *testing.T, sc groupScenario, seed uint64) scenarioResul
 			}
 		}
 		d.loop(time.Now().Add(time.Hour), d.done)
-		rec := d.recs[0]
-		rec.flush()
-		res.simResult = simResult{trace: w.Trace(), violations: rec.violations, exceptions: rec.exceptions,
-			simulated: time.Since(start), terms: len(rec.terms)}
+		res.simResult = simResult{trace: w.Trace(), simulated: time.Since(start), violations: d.violations, exceptions: map[string]int{}}
+		for _, rec := range d.recs {
+			rec.flush()
+			res.violations = append(res.violations, rec.violations...)
+			for k, v := range rec.exceptions {
+				res.exceptions[k] += v
+			}
+			res.terms += len(rec.terms)
+		}
 		if !d.done() {
 			res.violations = append(res.violations, "shutdown: a Run did not return within an hour")
 		}

@@ -138,7 +138,7 @@ func (s *simGroupRedis) leave(ctx context.Context) error {
 }
 
 func (s *simGroupRedis) heartbeat(ctx context.Context, mode string) (int, error) {
-	v, err := s.node.Call(ctx, "members "+mode, s.scripts.Members, []string{s.g.members}, []string{s.g.member, s.ttl(), mode})
+	v, err := s.node.Call(ctx, "members "+mode, s.scripts.Members, []string{s.g.members}, []string{s.g.member, millis(s.g.membershipTTL()), mode})
 	if err != nil {
 		return 0, fmt.Errorf("membership: %w", err)
 	}

@@ -311,8 +311,8 @@ func (d *groupDriver) fail(format string, args ...any) {
 
 // quietLen is the Group's liveness bound, counted from the end of the last pause: a callback
 // may ignore its ctx for a lease duration and OnStoppedLeading take two; a lease whose holder
-// stopped renewing expires within one more; the membership count settles (members.lua keeps
-// an entry 2 × LeaseDuration) before the shares do; a call from before the calm may hang for
+// stopped renewing expires within one more; the membership count settles (an entry lasts
+// RenewDeadline, Group.membershipTTL) before the shares do; a call from before the calm may hang for
 // its read timeout without context deadlines. All on the slowest replica's clock.
 func (d *groupDriver) quietLen() time.Duration {
 	t := d.timing
