@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/lease"
 )
 
@@ -454,8 +455,20 @@ func (m *groupMachine) startRenew(now time.Time) {
 		b.leases = append(b.leases, gl.l)
 	}
 	m.renewBusy = true
-	m.nextRenew = now.Add(m.cfg.RetryPeriod)
+	m.nextRenew = now.Add(m.renewEvery())
 	m.fx.renew(b)
+}
+
+// renewEvery is the time between two renew batches that succeed: RetryPeriod, or longer where
+// the deadline allows, so that after a batch that timed out (timing.CallTimeout) one
+// RetryPeriod is left for the next before RenewDeadline: max(RP, RD − CallTimeout − RP), 3 s
+// with client-go's timing (15 s, 10 s, 2 s). A failed batch is retried after a backoff from
+// 50 ms. Renewals were most of a settled Group's cost to Redis, and the rate of renewals is
+// all the deadline asks for. Safety does not depend on it: a term is trusted until
+// RenewDeadline after the send time of its last good renewal, whose lease lasts LeaseDuration.
+func (m *groupMachine) renewEvery() time.Duration {
+	c := m.cfg
+	return max(c.RetryPeriod, c.RenewDeadline-timing.CallTimeout(c.RenewDeadline, c.RetryPeriod)-c.RetryPeriod)
 }
 
 // startAcquire tries, in one batch, every idle lease due within coalesce: "idle + due".
