@@ -2,6 +2,7 @@ package leasekit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -214,4 +215,62 @@ func RenewMany(ctx context.Context, client redis.UniversalClient, leases []*Leas
 		}
 	}
 	return res
+}
+
+// Peek is what a read of one lease's key found (PeekMany).
+type Peek struct {
+	// Status is Held, with the record and its TTL, when the key held a record; not Held when
+	// there was no key, or it was gone by the time its TTL was read.
+	Status lease.Status
+	// Err is set when the read failed or the key held something that is not a record.
+	Err error
+}
+
+// PeekMany reads the lease key of each of leases, GET then PTTL, in one pipeline (one per node
+// on a Cluster), and returns what each found, in order: no script, so a read-only Redis user
+// may call it too. Unlike Lease.Get it is not atomic: the TTL is read after the record and may
+// be a later term's, so the expiry it gives is never earlier than the record's. A failed
+// pipeline is every lease's error.
+func PeekMany(ctx context.Context, client redis.UniversalClient, leases []*Lease) []Peek {
+	res := make([]Peek, len(leases))
+	if len(leases) == 0 {
+		return res
+	}
+	gets := make([]*redis.StringCmd, len(leases))
+	pttls := make([]*redis.DurationCmd, len(leases))
+	pipe := client.Pipeline()
+	for i, l := range leases {
+		key := l.Keys().Lease
+		gets[i], pttls[i] = pipe.Get(ctx, key), pipe.PTTL(ctx, key)
+	}
+	_, _ = pipe.Exec(ctx) // errors are per command
+	for i, l := range leases {
+		v, getErr := gets[i].Result()
+		ttl, ttlErr := pttls[i].Result()
+		res[i] = ReadPeek(l.Name(), l.Keys().Lease, v, getErr, ttl, ttlErr)
+	}
+	return res
+}
+
+// ReadPeek is the Peek of lease name from the replies to GET key (redis.Nil: no key) and then
+// PTTL key (-2: no key, -1: no expiry, as go-redis's DurationCmd gives them).
+func ReadPeek(name, key, v string, getErr error, ttl time.Duration, ttlErr error) Peek {
+	switch {
+	case errors.Is(getErr, redis.Nil):
+		return Peek{} // free
+	case getErr != nil:
+		return Peek{Err: fmt.Errorf("peek lease %q: %w", name, getErr)}
+	}
+	rec, err := ParseRecord(v)
+	switch {
+	case err != nil:
+		return Peek{Err: fmt.Errorf("peek lease %q: value of %s: %w", name, key, err)}
+	case ttlErr != nil:
+		return Peek{Err: fmt.Errorf("peek lease %q: %w", name, ttlErr)}
+	case ttl == -2:
+		return Peek{} // gone by the PTTL: free
+	case ttl < 0:
+		ttl = lease.NoExpiry
+	}
+	return Peek{Status: lease.Status{Held: true, Record: rec, TTL: ttl}}
 }

@@ -221,3 +221,58 @@ func BenchmarkRenewMany1000(b *testing.B) {
 		}
 	}
 }
+
+// TestPeekMany: one pipeline of plain reads answers, per lease, free (no key, or an expired
+// one), held with the record and its TTL, held without expiry, or the error of a key of
+// another type or a value that is not a record; no script is sent.
+func TestPeekMany(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	calls := &scriptCalls{}
+	c := srv.Client(t)
+	admin := srv.Client(t)
+	c.AddHook(calls)
+	held := mustAcquire(t, newLease(t, admin, "held", "pod-b"), 10*time.Second)
+	forever := newLease(t, admin, "forever", "pod-b")
+	rec := mustAcquire(t, forever, 10*time.Second)
+	if err := admin.Persist(ctx, forever.Keys().Lease).Err(); err != nil {
+		t.Fatal(err)
+	}
+	expired := newLease(t, admin, "expired", "pod-b")
+	mustAcquire(t, expired, 10*time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // the key's expiry passed (Redis drops it on access)
+	names := []string{"free", "held", "forever", "expired", "wrongtype", "garbage"}
+	leases := make([]*leasekit.Lease, len(names))
+	for i, n := range names {
+		leases[i] = newLease(t, c, n, "pod-a")
+	}
+	if err := admin.HSet(ctx, leases[4].Keys().Lease, "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Set(ctx, leases[5].Keys().Lease, "not a record", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := leasekit.PeekMany(ctx, c, leases)
+	for i, n := range names {
+		p := got[i]
+		var ok bool
+		switch n {
+		case "free", "expired":
+			ok = p.Err == nil && !p.Status.Held
+		case "held":
+			ok = p.Err == nil && p.Status.Held && p.Status.Record == held && p.Status.TTL > 0 && p.Status.TTL <= 10*time.Second
+		case "forever":
+			ok = p.Err == nil && p.Status.Held && p.Status.Record == rec && p.Status.TTL == lease.NoExpiry
+		case "wrongtype":
+			ok = p.Err != nil && strings.Contains(p.Err.Error(), "WRONGTYPE") && strings.Contains(p.Err.Error(), `"wrongtype"`)
+		case "garbage":
+			ok = p.Err != nil && strings.Contains(p.Err.Error(), leases[5].Keys().Lease)
+		}
+		if !ok {
+			t.Errorf("%s: %+v", n, p)
+		}
+	}
+	if len(calls.calls) != 0 {
+		t.Errorf("scripts sent: %v", calls.calls)
+	}
+}

@@ -13,24 +13,26 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/leasewire/lualib"
 	"github.com/elector/elector/internal/testing/redistest"
 	"github.com/elector/elector/pkg/election"
+	"github.com/elector/elector/pkg/lease"
 )
 
-// renewCalls counts the renew and renew_many calls a client sends, in any form (FCALL,
-// EVALSHA, EVAL), and the most keys of one renew_many call.
-type renewCalls struct {
+// groupCalls counts the acquire, renew and renew_many calls a client sends, in any form
+// (FCALL, EVALSHA, EVAL), its GET commands ("get"), and the most keys of one renew_many call.
+type groupCalls struct {
 	bySHA map[string]string // script SHA1 -> name
 	mu    sync.Mutex
 	n     map[string]int
 	most  int
 }
 
-func newRenewCalls(t *testing.T) *renewCalls {
+func newGroupCalls(t *testing.T) *groupCalls {
 	t.Helper()
-	r := &renewCalls{bySHA: map[string]string{}, n: map[string]int{}}
-	for _, name := range []string{"renew", "renew_many"} {
+	r := &groupCalls{bySHA: map[string]string{}, n: map[string]int{}}
+	for _, name := range []string{"acquire", "renew", "renew_many"} {
 		src, err := os.ReadFile("../lease/scripts/" + name + ".lua")
 		if err != nil {
 			t.Fatal(err)
@@ -42,14 +44,14 @@ func newRenewCalls(t *testing.T) *renewCalls {
 	return r
 }
 
-func (r *renewCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (r *renewCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (r *groupCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *groupCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		r.record(cmd)
 		return next(ctx, cmd)
 	}
 }
-func (r *renewCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (r *groupCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, cmd := range cmds {
 			r.record(cmd)
@@ -58,8 +60,14 @@ func (r *renewCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	}
 }
 
-func (r *renewCalls) record(cmd redis.Cmder) {
+func (r *groupCalls) record(cmd redis.Cmder) {
 	args := cmd.Args()
+	if cmd.Name() == "get" {
+		r.mu.Lock()
+		r.n["get"]++
+		r.mu.Unlock()
+		return
+	}
 	if len(args) < 3 {
 		return
 	}
@@ -70,7 +78,7 @@ func (r *renewCalls) record(cmd redis.Cmder) {
 	case "evalsha", "eval":
 		name = r.bySHA[fmt.Sprint(args[1])]
 	}
-	if name != "renew" && name != "renew_many" {
+	if name != "acquire" && name != "renew" && name != "renew_many" {
 		return
 	}
 	keys, _ := args[2].(int)
@@ -83,7 +91,7 @@ func (r *renewCalls) record(cmd redis.Cmder) {
 }
 
 // count returns how many calls of script name were counted since the last take.
-func (r *renewCalls) count(name string) int {
+func (r *groupCalls) count(name string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.n[name]
@@ -91,7 +99,7 @@ func (r *renewCalls) count(name string) int {
 
 // take returns the calls counted since the last take, by script, and the most keys of one
 // renew_many call.
-func (r *renewCalls) take() (map[string]int, int) {
+func (r *groupCalls) take() (map[string]int, int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n, most := r.n, r.most
@@ -143,7 +151,7 @@ func runCountingGroup(t *testing.T, client redis.UniversalClient, k int) *electi
 // loaded machine renews late) and checks that g kept every term it held (no lease was lost
 // and won again) and that the renewals went on: every lease key expires later than its last
 // renewal's LeaseDuration would allow had they stopped.
-func keepsTerms(t *testing.T, client redis.UniversalClient, g *election.Group, calls *renewCalls, script string, want int) {
+func keepsTerms(t *testing.T, client redis.UniversalClient, g *election.Group, calls *groupCalls, script string, want int) {
 	t.Helper()
 	before := g.Held()
 	waitGroup(t, 30*time.Second, fmt.Sprintf("%d %s calls", want, script), func() (bool, string) {
@@ -178,7 +186,7 @@ func keepsTerms(t *testing.T, client redis.UniversalClient, g *election.Group, c
 func TestGroupRenewsManyLeasesPerCall(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	calls := newRenewCalls(t)
+	calls := newGroupCalls(t)
 	client.AddHook(calls)
 	k := election.RenewManyChunk + 76 // two calls per renewal
 	g := runCountingGroup(t, client, k)
@@ -197,7 +205,7 @@ func TestGroupRenewsManyLeasesPerCall(t *testing.T) {
 // with renew_many, and the terms last.
 func TestGroupRenewsPerLeaseInCluster(t *testing.T) {
 	client := redistest.StartCluster(t, 3).Client(t)
-	calls := newRenewCalls(t)
+	calls := newGroupCalls(t)
 	client.AddHook(calls)
 	const k = 60
 	g := runCountingGroup(t, client, k)
@@ -208,4 +216,69 @@ func TestGroupRenewsPerLeaseInCluster(t *testing.T) {
 		t.Errorf("the Group sent %v; want no renew_many, only renew calls", n)
 	}
 	t.Logf("in 3 renewals: %v", n)
+}
+
+// TestGroupReadsBeforeItAttempts: an attempt on a lease that another process holds is a read
+// (GET, PTTL), not an acquire call; once that holder released the leases, the Group's
+// attempts go on to the acquire script and win them all.
+func TestGroupReadsBeforeItAttempts(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	client := srv.Client(t)
+	calls := newGroupCalls(t)
+	client.AddHook(calls)
+	const k = 20
+	names := make([]string, k)
+	theirs := make([]*leasekit.Lease, k)
+	terms := make([]lease.Record, k)
+	for i := range names {
+		names[i] = fmt.Sprintf("shard-%04d", i)
+		l, err := leasekit.New(admin, names[i], lease.Options{Identity: "pod-x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok, st, err := l.Acquire(ctx, time.Minute)
+		if !ok || err != nil {
+			t.Fatalf("acquire %s: %v %v", names[i], ok, err)
+		}
+		theirs[i], terms[i] = l, st.Record
+	}
+	g, err := election.NewGroup(election.GroupConfig{
+		Client: client, Group: "shards", Identity: "pod-a", Leases: names,
+		LeaseDuration: spreadLease, RenewDeadline: spreadRenew, RetryPeriod: spreadRetry,
+		Callbacks: election.GroupCallbacks{
+			OnStartedLeading: func(ctx context.Context, _ string) { <-ctx.Done() },
+			OnStoppedLeading: func(string) {},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(runCtx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitGroup(t, 30*time.Second, fmt.Sprintf("%d reads", k), func() (bool, string) {
+		n := calls.count("get")
+		return n >= k, fmt.Sprintf("%d GETs", n)
+	})
+	if n := calls.count("acquire"); n != 0 || len(g.Held()) != 0 {
+		t.Fatalf("%d acquire calls, %d held, on leases held elsewhere for a minute; want none", n, len(g.Held()))
+	}
+	for i, l := range theirs {
+		if ok, err := l.Release(ctx, terms[i]); !ok || err != nil {
+			t.Fatalf("release %s: %v %v", names[i], ok, err)
+		}
+	}
+	waitGroup(t, 30*time.Second, fmt.Sprintf("all %d leases held", k), func() (bool, string) {
+		n := len(g.Held())
+		return n == k, fmt.Sprintf("%d held", n)
+	})
+	if n := calls.count("acquire"); n < k {
+		t.Errorf("%d leases won with %d acquire calls", k, n)
+	}
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/testing/sim"
@@ -50,6 +52,25 @@ func (s *simGroupRedis) acquire(ctx context.Context, b *acquireBatch) {
 	defer s.done("acquire", sent)
 	for i, gl := range b.items {
 		k := s.keysOf(gl.name)
+		// The read before the attempt, as redisGroup.acquire's (leasekit.PeekMany): GET, then
+		// PTTL, two commands that other clients' may come between.
+		v, getErr := s.node.Call(ctx, "get "+gl.name, "", nil, []string{"GET", k.Lease})
+		if getErr == nil && v == nil {
+			getErr = redis.Nil
+		}
+		var ttl time.Duration
+		ms, ttlErr := s.node.Call(ctx, "pttl "+gl.name, "", nil, []string{"PTTL", k.Lease})
+		if n, ok := ms.(int64); ok {
+			ttl = time.Duration(n)
+			if n >= 0 {
+				ttl *= time.Millisecond
+			}
+		}
+		peek := leasekit.ReadPeek(gl.name, k.Lease, asString(v), getErr, ttl, ttlErr)
+		if reply, done := afterPeek(peek, s.g.instance, sent); done {
+			b.replies[i] = reply
+			continue
+		}
 		v, err := s.node.Call(ctx, "acquire "+gl.name, s.scripts.Acquire, []string{k.Lease, k.Token, k.Terms}, []string{s.owner(), s.ttl(), k.Events})
 		b.replies[i] = parseGroupAcquire(sent, v, err)
 	}
