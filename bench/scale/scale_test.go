@@ -112,6 +112,7 @@ type node struct {
 type nodeStats struct {
 	cpu   time.Duration // used_cpu_sys + used_cpu_user
 	calls map[string]int64
+	usec  map[string]int64 // time in each command (a script's includes its commands')
 }
 
 func (n node) stats(ctx context.Context) (nodeStats, error) {
@@ -121,11 +122,11 @@ func (n node) stats(ctx context.Context) (nodeStats, error) {
 	}
 	sys, _ := strconv.ParseFloat(m["used_cpu_sys"], 64)
 	user, _ := strconv.ParseFloat(m["used_cpu_user"], 64)
-	calls, err := redisproc.CommandStats(ctx, n.client)
+	calls, usec, err := redisproc.CommandStatsTimes(ctx, n.client)
 	if err != nil {
 		return nodeStats{}, fmt.Errorf("node %s: %w", n.srv.Addr(), err)
 	}
-	return nodeStats{cpu: time.Duration((sys + user) * float64(time.Second)), calls: calls}, nil
+	return nodeStats{cpu: time.Duration((sys + user) * float64(time.Second)), calls: calls, usec: usec}, nil
 }
 
 // results are the figures of a run, printed at its end even when it stopped early.
@@ -145,6 +146,7 @@ type results struct {
 	heldAtWindow []int
 	redisPct     []float64 // per node, % of one core
 	callsPerSec  map[string]float64
+	usecPerSec   map[string]float64 // Redis's time in each command, µs per second
 	redisRSSMB   []float64
 
 	killedShare  int
@@ -298,7 +300,7 @@ func TestScale(t *testing.T) {
 		t.Fatalf("aborted in the steady-state window: %s", res.aborted)
 	}
 	res.windowSecs = w1.Sub(w0).Seconds()
-	res.callsPerSec = map[string]float64{}
+	res.callsPerSec, res.usecPerSec = map[string]float64{}, map[string]float64{}
 	for i, n := range nodes {
 		st, err := n.stats(ctx)
 		if err != nil {
@@ -307,6 +309,7 @@ func TestScale(t *testing.T) {
 		res.redisPct = append(res.redisPct, 100*(st.cpu-before[i].cpu).Seconds()/res.windowSecs)
 		for cmd, c := range st.calls {
 			res.callsPerSec[cmd] += float64(c-before[i].calls[cmd]) / res.windowSecs
+			res.usecPerSec[cmd] += float64(st.usec[cmd]-before[i].usec[cmd]) / res.windowSecs
 		}
 		res.redisRSSMB = append(res.redisRSSMB, float64(rss(n.srv.PID()))/(1<<20))
 	}
@@ -479,7 +482,9 @@ func (r *results) table() string {
 		row("Redis calls/s, all (scripts' included)", fmt.Sprintf("%.0f", total), "")
 		for _, c := range calls {
 			if c.v >= 1 {
-				row("  "+c.k, fmt.Sprintf("%.0f", c.v), "")
+				// The share of a core Redis spent in the command (a script's includes its
+				// commands'), from commandstats' usec.
+				row("  "+c.k, fmt.Sprintf("%.0f (%.1f %% of a core)", c.v, r.usecPerSec[c.k]/1e4), "")
 			}
 		}
 	}

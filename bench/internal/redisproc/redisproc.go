@@ -158,11 +158,18 @@ func Info(ctx context.Context, c redis.UniversalClient, section string) (map[str
 // CommandStats returns the calls of every command from INFO commandstats ("evalsha" -> 12).
 // Redis counts the commands that scripts call too.
 func CommandStats(ctx context.Context, c redis.UniversalClient) (map[string]int64, error) {
+	calls, _, err := CommandStatsTimes(ctx, c)
+	return calls, err
+}
+
+// CommandStatsTimes is CommandStats with the microseconds Redis spent in each command
+// (commandstats usec; a script's includes the commands it called, which count on their own too).
+func CommandStatsTimes(ctx context.Context, c redis.UniversalClient) (calls, usec map[string]int64, err error) {
 	m, err := Info(ctx, c, "commandstats")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	calls := map[string]int64{}
+	calls, usec = map[string]int64{}, map[string]int64{}
 	for k, v := range m {
 		name, ok := strings.CutPrefix(k, "cmdstat_")
 		if !ok {
@@ -172,9 +179,12 @@ func CommandStats(ctx context.Context, c redis.UniversalClient) (map[string]int6
 			if n, ok := strings.CutPrefix(field, "calls="); ok {
 				calls[name], _ = strconv.ParseInt(n, 10, 64)
 			}
+			if n, ok := strings.CutPrefix(field, "usec="); ok {
+				usec[name], _ = strconv.ParseInt(n, 10, 64)
+			}
 		}
 	}
-	return calls, nil
+	return calls, usec, nil
 }
 
 // Call is one command a client sent, as a MONITOR line shows it.
