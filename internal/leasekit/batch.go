@@ -226,47 +226,47 @@ type Peek struct {
 	Err error
 }
 
-// PeekMany reads the lease key of each of leases, GET then PTTL, in one pipeline (one per node
-// on a Cluster), and returns what each found, in order: no script, so a read-only Redis user
-// may call it too. Unlike Lease.Get it is not atomic: the TTL is read after the record and may
-// be a later term's, so the expiry it gives is never earlier than the record's. A failed
-// pipeline is every lease's error.
-func PeekMany(ctx context.Context, client redis.UniversalClient, leases []*Lease) []Peek {
-	res := make([]Peek, len(leases))
-	if len(leases) == 0 {
+// PeekMany reads each of keys, lease keys (leasewire.Keys.Lease), GET then PTTL, in one
+// pipeline (one per node on a Cluster), and returns what each found, in order: no script and no
+// Lease, so a read-only Redis user may call it and a caller need not build one. Unlike
+// Lease.Get it is not atomic: the TTL is read after the record and may be a later term's, so
+// the expiry it gives is never earlier than the record's. A failed pipeline is every key's
+// error.
+func PeekMany(ctx context.Context, client redis.UniversalClient, keys []string) []Peek {
+	res := make([]Peek, len(keys))
+	if len(keys) == 0 {
 		return res
 	}
-	gets := make([]*redis.StringCmd, len(leases))
-	pttls := make([]*redis.DurationCmd, len(leases))
+	gets := make([]*redis.StringCmd, len(keys))
+	pttls := make([]*redis.DurationCmd, len(keys))
 	pipe := client.Pipeline()
-	for i, l := range leases {
-		key := l.Keys().Lease
+	for i, key := range keys {
 		gets[i], pttls[i] = pipe.Get(ctx, key), pipe.PTTL(ctx, key)
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
-	for i, l := range leases {
+	for i, key := range keys {
 		v, getErr := gets[i].Result()
 		ttl, ttlErr := pttls[i].Result()
-		res[i] = ReadPeek(l.Name(), l.Keys().Lease, v, getErr, ttl, ttlErr)
+		res[i] = ReadPeek(key, v, getErr, ttl, ttlErr)
 	}
 	return res
 }
 
-// ReadPeek is the Peek of lease name from the replies to GET key (redis.Nil: no key) and then
+// ReadPeek is the Peek of a lease key from the replies to GET key (redis.Nil: no key) and then
 // PTTL key (-2: no key, -1: no expiry, as go-redis's DurationCmd gives them).
-func ReadPeek(name, key, v string, getErr error, ttl time.Duration, ttlErr error) Peek {
+func ReadPeek(key, v string, getErr error, ttl time.Duration, ttlErr error) Peek {
 	switch {
 	case errors.Is(getErr, redis.Nil):
 		return Peek{} // free
 	case getErr != nil:
-		return Peek{Err: fmt.Errorf("peek lease %q: %w", name, getErr)}
+		return Peek{Err: fmt.Errorf("read lease key %s: %w", key, getErr)}
 	}
 	rec, err := ParseRecord(v)
 	switch {
 	case err != nil:
-		return Peek{Err: fmt.Errorf("peek lease %q: value of %s: %w", name, key, err)}
+		return Peek{Err: fmt.Errorf("read lease key %s: %w", key, err)}
 	case ttlErr != nil:
-		return Peek{Err: fmt.Errorf("peek lease %q: %w", name, ttlErr)}
+		return Peek{Err: fmt.Errorf("read lease key %s: PTTL: %w", key, ttlErr)}
 	case ttl == -2:
 		return Peek{} // gone by the PTTL: free
 	case ttl < 0:

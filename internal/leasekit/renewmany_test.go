@@ -252,7 +252,11 @@ func TestPeekMany(t *testing.T) {
 	if err := admin.Set(ctx, leases[5].Keys().Lease, "not a record", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	got := leasekit.PeekMany(ctx, c, leases)
+	keys := make([]string, len(leases))
+	for i, l := range leases {
+		keys[i] = l.Keys().Lease
+	}
+	got := leasekit.PeekMany(ctx, c, keys)
 	for i, n := range names {
 		p := got[i]
 		var ok bool
@@ -264,7 +268,7 @@ func TestPeekMany(t *testing.T) {
 		case "forever":
 			ok = p.Err == nil && p.Status.Held && p.Status.Record == rec && p.Status.TTL == lease.NoExpiry
 		case "wrongtype":
-			ok = p.Err != nil && strings.Contains(p.Err.Error(), "WRONGTYPE") && strings.Contains(p.Err.Error(), `"wrongtype"`)
+			ok = p.Err != nil && strings.Contains(p.Err.Error(), "WRONGTYPE") && strings.Contains(p.Err.Error(), leases[4].Keys().Lease)
 		case "garbage":
 			ok = p.Err != nil && strings.Contains(p.Err.Error(), leases[5].Keys().Lease)
 		}

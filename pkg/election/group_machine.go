@@ -45,12 +45,14 @@ func (s leaseState) String() string {
 // groupLease is one lease of a Group replica, owned by the machine.
 type groupLease struct {
 	name string
-	// l is built when an attempt begins (startAcquire) and dropped on reaching idle: an idle
-	// lease, most of a Group's K, keeps no leasekit.Lease (its keys, boxed arguments, owner),
-	// only its name and the fields below. The batches take l with them (their leases
-	// slices), so that a batch still in flight never reads gl.l after the loop dropped it. A
-	// fresh Lease of the same client, name, prefix, identity and instance sends the same keys
-	// and arguments: only its boxes (argBoxes, a cache) start empty.
+	// l is built by an acquire batch for an attempt that goes on to the acquire script (most
+	// attempts end with the read before it: groupRedis.acquire), kept from a won reply
+	// (onAcquire) and dropped on reaching idle: a lease that is not held, most of a Group's K,
+	// keeps no leasekit.Lease (its keys, boxed arguments, owner), only its name and the fields
+	// below. The renew and release batches take l with them (their leases slices), so that a
+	// batch still in flight never reads gl.l after the loop dropped it. A fresh Lease of the
+	// same client, name, prefix, identity and instance sends the same keys and arguments: only
+	// its boxes (argBoxes, a cache) start empty.
 	l       *leasekit.Lease
 	state   leaseState
 	removed bool // Remove was called (and no Add since): forgotten on reaching idle
@@ -73,12 +75,13 @@ type groupLease struct {
 	wakeStop chan struct{} // closed to let the term's goroutine run OnStoppedLeading (groupRun's)
 }
 
-// acquireBatch is one pipeline of acquires; replies is filled in by the batch goroutine.
+// acquireBatch is one batch of attempts; replies and leases are filled in by the batch
+// goroutine.
 type acquireBatch struct {
 	sent    time.Time
 	took    time.Duration
 	items   []*groupLease
-	leases  []*leasekit.Lease // items[i].l when the batch was made
+	leases  []*leasekit.Lease // the Lease built for items[i]'s acquire call; nil: none was sent
 	replies []acquireReply
 }
 
@@ -133,7 +136,6 @@ type groupMachine struct {
 	jitter   func() time.Duration
 	fx       groupEffects
 	logger   logr.Logger
-	newLease func(name string) (*leasekit.Lease, error)
 	instance string // ours: events about our own terms carry no news
 
 	leases    map[string]*groupLease
@@ -172,9 +174,9 @@ type groupMachine struct {
 }
 
 func newGroupMachine(cfg *GroupConfig, clk clock.PassiveClock, fx groupEffects, view *groupView, logger logr.Logger,
-	instance string, newLease func(string) (*leasekit.Lease, error)) *groupMachine {
+	instance string) *groupMachine {
 	return &groupMachine{
-		cfg: cfg, clock: clk, jitter: jitter, fx: fx, view: view, logger: logger, newLease: newLease, instance: instance,
+		cfg: cfg, clock: clk, jitter: jitter, fx: fx, view: view, logger: logger, instance: instance,
 		leases: map[string]*groupLease{}, held: map[*groupLease]struct{}{}, cores: map[string]*leaseCore{},
 		retry: newBackoff(cfg.RetryPeriod),
 		live:  1,
@@ -478,18 +480,8 @@ func (m *groupMachine) startAcquire(now time.Time) {
 	for len(m.queue) > 0 && !m.queue[0].next.After(now.Add(coalesce)) && room != 0 {
 		gl := heap.Pop(&m.queue).(*groupLease)
 		gl.parked = false
-		if gl.l == nil {
-			l, err := m.newLease(gl.name)
-			if err != nil { // cannot happen: NewGroup and Add validated every part of it
-				m.logger.Error(err, "Cannot campaign for lease", "lease", gl.name)
-				m.schedule(gl, now.Add(m.cfg.LeaseDuration+m.jitter()))
-				continue
-			}
-			gl.l = l
-		}
 		m.setState(gl, stateAcquiring)
 		b.items = append(b.items, gl)
-		b.leases = append(b.leases, gl.l)
 		room--
 	}
 	if len(b.items) == 0 {
@@ -522,6 +514,9 @@ func (m *groupMachine) onAcquire(b *acquireBatch) {
 		}
 		if r.sent.IsZero() {
 			r.sent = b.sent
+		}
+		if i < len(b.leases) && b.leases[i] != nil {
+			gl.l = b.leases[i] // a won term renews and releases with it; dropped on reaching idle
 		}
 		d := gl.core.reply(t, now, r, gl.removed || m.stopping, retry, true)
 		switch d.verdict {

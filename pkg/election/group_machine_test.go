@@ -10,7 +10,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
-	"github.com/redis/go-redis/v9"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/elector/elector/internal/leasekit"
@@ -62,13 +61,9 @@ const (
 
 func newMachineTest(t *testing.T) *machineTest {
 	t.Helper()
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
-	t.Cleanup(func() { client.Close() })
 	mt := &machineTest{t: t, fx: &fakeEffects{cancels: map[string]int{}}, clk: clocktesting.NewFakeClock(time.Unix(1_000_000, 0)), tok: 100}
 	mt.cfg = GroupConfig{Group: "g", Identity: "pod", LeaseDuration: mtLease, RenewDeadline: mtRenew, RetryPeriod: mtRetry}
-	mt.m = newGroupMachine(&mt.cfg, mt.clk, mt.fx, newGroupView(), logr.Discard(), mtOurs, func(name string) (*leasekit.Lease, error) {
-		return leasekit.NewWith(client, name, lease.Options{Identity: "pod"}, leasekit.Ext{Instance: mtOurs})
-	})
+	mt.m = newGroupMachine(&mt.cfg, mt.clk, mt.fx, newGroupView(), logr.Discard(), mtOurs)
 	mt.m.jitter = func() time.Duration { return 0 }
 	// The first heartbeat: one live member.
 	mt.m.tick(mt.clk.Now())

@@ -62,33 +62,52 @@ func chunked(n, size int, exec func(lo, hi int)) {
 
 // acquire runs an acquire batch a chunk at a time: it reads the chunk's lease keys first
 // (leasekit.PeekMany: GET and PTTL, no script) and sends the acquire script only for the leases
-// that read found free or held by this replica (afterPeek). An attempt mostly finds the lease
-// renewed by its holder, and the read costs Redis a fraction of a script call.
+// that read found free or held by this replica (afterPeek), each with a Lease built for it
+// (b.leases; the machine keeps those that won). An attempt mostly finds the lease renewed by
+// its holder, and the read costs Redis a fraction of a script call, and this replica no Lease.
 func (r redisGroup) acquire(ctx context.Context, b *acquireBatch) {
+	g := r.g
 	b.replies = make([]acquireReply, len(b.items))
+	b.leases = make([]*leasekit.Lease, len(b.items))
 	chunked(len(b.items), batchChunk, func(lo, hi int) {
-		sent := r.g.clock.Now()
-		peeks := leasekit.PeekMany(ctx, r.g.cfg.Client, b.leases[lo:hi])
-		batch := leasekit.NewBatch(r.g.cfg.Client)
+		keys := make([]string, hi-lo)
+		for i, gl := range b.items[lo:hi] {
+			keys[i] = leasewire.KeysFor(g.cfg.KeyPrefix, gl.name).Lease
+		}
+		sent := g.clock.Now()
+		peeks := leasekit.PeekMany(ctx, g.cfg.Client, keys)
+		batch := leasekit.NewBatch(g.cfg.Client)
 		res := make([]*leasekit.AcquireResult, hi-lo)
-		for i, l := range b.leases[lo:hi] {
-			if reply, done := afterPeek(peeks[i], r.g.instance, sent); done {
+		for i, gl := range b.items[lo:hi] {
+			if reply, done := afterPeek(peeks[i], g.instance, sent); done {
 				b.replies[lo+i] = reply
-			} else {
-				res[i] = batch.Acquire(l, r.g.cfg.LeaseDuration)
+				continue
 			}
+			l, err := g.newLease(gl.name)
+			if err != nil { // cannot happen: NewGroup and Add validated every part of it
+				b.replies[lo+i] = acquireReply{sent: sent, err: err}
+				continue
+			}
+			b.leases[lo+i] = l
+			res[i] = batch.Acquire(l, g.cfg.LeaseDuration)
 		}
 		if batch.Len() == 0 {
 			return
 		}
-		sent = r.g.clock.Now() // a term won here counts from this pipeline's send time
-		_ = batch.Exec(ctx)    // errors are per operation
+		sent = g.clock.Now() // a term won here counts from this pipeline's send time
+		_ = batch.Exec(ctx)  // errors are per operation
 		for i, x := range res {
 			if x != nil {
 				b.replies[lo+i] = acquireReply{sent: sent, won: x.Acquired, rec: x.Status.Record, ttl: x.Status.TTL, err: x.Err}
 			}
 		}
 	})
+}
+
+// newLease builds the Lease of one of the Group's leases, for an acquire call and the term it
+// may win.
+func (g *Group) newLease(name string) (*leasekit.Lease, error) {
+	return leasekit.NewWith(g.cfg.Client, name, lease.Options{Prefix: g.cfg.KeyPrefix, Identity: g.cfg.Identity}, leasekit.Ext{Instance: g.instance})
 }
 
 // afterPeek is the reply of an attempt whose read (peek, at sent) already answers it, and

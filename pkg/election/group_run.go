@@ -58,9 +58,7 @@ func (g *Group) Run(ctx context.Context) error {
 		r.rd = g.seam
 	}
 	g.view.reset() // a new Run starts holding nothing
-	r.m = newGroupMachine(&g.cfg, g.clock, r, g.view, logger, g.instance, func(name string) (*leasekit.Lease, error) {
-		return leasekit.NewWith(g.cfg.Client, name, lease.Options{Prefix: g.cfg.KeyPrefix, Identity: g.cfg.Identity}, leasekit.Ext{Instance: g.instance})
-	})
+	r.m = newGroupMachine(&g.cfg, g.clock, r, g.view, logger, g.instance)
 	r.m.cores = g.cores
 	if g.rand != nil { // the simulator's seeded source (Elector.rand's counterpart)
 		r.m.jitter = func() time.Duration { return g.rand(maxJitter) }

@@ -66,7 +66,7 @@ func (s *simGroupRedis) acquire(ctx context.Context, b *acquireBatch) {
 				ttl *= time.Millisecond
 			}
 		}
-		peek := leasekit.ReadPeek(gl.name, k.Lease, asString(v), getErr, ttl, ttlErr)
+		peek := leasekit.ReadPeek(k.Lease, asString(v), getErr, ttl, ttlErr)
 		if reply, done := afterPeek(peek, s.g.instance, sent); done {
 			b.replies[i] = reply
 			continue
