@@ -41,7 +41,10 @@ type GroupCallbacks struct {
 	// A panic in either callback is recovered and logged, and treated as a return.
 }
 
-// GroupConfig configures a Group. Timing fields and their defaults are those of Config.
+// GroupConfig configures a Group. Timing fields and their defaults are those of Config, but
+// for the renewals: a Group renews its leases every max(RetryPeriod, RenewDeadline − call
+// timeout − RetryPeriod), 3s at the default timing, the call timeout being max(RetryPeriod,
+// RenewDeadline/2).
 type GroupConfig struct {
 	// Client is the Redis client shared by all leases. Required.
 	Client redis.UniversalClient
@@ -69,8 +72,10 @@ type GroupConfig struct {
 	Metrics *Metrics
 }
 
-// Group campaigns for many leases over one Redis client, with batched round trips: each
-// retry period costs a few pipelines (one per Redis node), not one round trip per lease.
+// Group campaigns for many leases over one Redis client, with batched round trips: a renewal
+// of every held lease costs a few calls (one per 256 leases and Redis node), not one round
+// trip per lease, and an attempt on a lease another replica holds is a read, tried once per
+// 4 × LeaseDuration by a replica that holds about its share (docs/DESIGN.md, "Parking").
 // The replicas of a group spread the leases evenly: each counts the live replicas R through a
 // membership key and aims at ceil(K/R) of the K leases, shedding (releasing) what it holds
 // beyond that so that a replica that joins gets its share at once; leases of a replica that
