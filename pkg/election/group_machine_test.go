@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -105,6 +106,27 @@ func (mt *machineTest) tickAcquire(name string) *acquireBatch {
 	}
 	mt.t.Fatalf("acquire batch without %s", name)
 	return nil
+}
+
+// answerWon answers the acquire batch b: won for the leases named in won, held by another
+// replica (for mtHeldTTL) for the others.
+func (mt *machineTest) answerWon(b *acquireBatch, won ...string) {
+	b.replies = make([]acquireReply, len(b.items))
+	for i, gl := range b.items {
+		if slices.Contains(won, gl.name) {
+			b.replies[i] = acquireReply{won: true, rec: mt.rec(mtOurs), ttl: mtLease}
+		} else {
+			b.replies[i] = acquireReply{rec: mt.rec(mtTheirs), ttl: mtHeldTTL}
+		}
+	}
+}
+
+// heartbeat runs the next renew batch, a RetryPeriod later, its heartbeat answering live members.
+func (mt *machineTest) heartbeat(live int) {
+	mt.t.Helper()
+	mt.clk.Step(mtRetry)
+	mt.m.tick(mt.clk.Now())
+	mt.renewReply(nil, live)
 }
 
 func answer(b *acquireBatch, r acquireReply) {
@@ -917,13 +939,7 @@ func TestGroupMachineParksLeasesOfOthersAtItsShare(t *testing.T) {
 	mt := newMachineTest(t)
 	m := mt.m
 	park := m.parkFor()
-	heartbeat := func(live int) {
-		t.Helper()
-		mt.clk.Step(mtRetry)
-		m.tick(mt.clk.Now())
-		mt.renewReply(nil, live)
-	}
-	heartbeat(2) // two replicas: the share of 4 leases is 2
+	mt.heartbeat(2) // two replicas: the share of 4 leases is 2
 	m.add("a")
 	m.add("b")
 	m.add("c")
@@ -933,14 +949,7 @@ func TestGroupMachineParksLeasesOfOthersAtItsShare(t *testing.T) {
 		t.Fatalf("acquire batch of %d leases, want 4", len(b.items))
 	}
 	sent := mt.clk.Now()
-	b.replies = make([]acquireReply, len(b.items))
-	for i, gl := range b.items {
-		if gl.name == "a" || gl.name == "b" {
-			b.replies[i] = acquireReply{won: true, rec: mt.rec(mtOurs), ttl: mtLease}
-		} else {
-			b.replies[i] = acquireReply{rec: mt.rec(mtTheirs), ttl: mtHeldTTL}
-		}
-	}
+	mt.answerWon(b, "a", "b")
 	m.onAcquire(b)
 	c, d := mt.gl("c"), mt.gl("d")
 	for _, gl := range []*groupLease{c, d} {
@@ -964,18 +973,10 @@ func TestGroupMachineParksLeasesOfOthersAtItsShare(t *testing.T) {
 		t.Fatalf("below the share: d parked %v, next in %v; want unparked, at the expiry", d.parked, d.next.Sub(sent))
 	}
 
-	// At the share again (c won) with d held by another: parked, and not unparked again
-	// within a LeaseDuration of the last unpark.
+	// At the share again (c won), d, held by another, is parked again.
 	mt.clk.SetTime(d.next)
 	b = mt.tickAcquire("d")
-	b.replies = make([]acquireReply, len(b.items))
-	for i, gl := range b.items {
-		if gl.name == "c" {
-			b.replies[i] = acquireReply{won: true, rec: mt.rec(mtOurs), ttl: mtLease}
-		} else {
-			b.replies[i] = acquireReply{rec: mt.rec(mtTheirs), ttl: mtHeldTTL}
-		}
-	}
+	mt.answerWon(b, "c")
 	m.onAcquire(b)
 	if len(m.held) != 2 || !d.parked {
 		t.Fatalf("held %d, d parked %v; want 2 held and d parked", len(m.held), d.parked)
@@ -988,32 +989,19 @@ func TestGroupMachineParksLeasesOfOthersAtItsShare(t *testing.T) {
 func TestGroupMachineFollowsAllAfterAMemberLeft(t *testing.T) {
 	mt := newMachineTest(t)
 	m := mt.m
-	heartbeat := func(live int) {
-		t.Helper()
-		mt.clk.Step(mtRetry)
-		m.tick(mt.clk.Now())
-		mt.renewReply(nil, live)
-	}
-	heartbeat(3) // share 2 of 4, parkAt 1
+	mt.heartbeat(3) // share 2 of 4, parkAt 1
 	for _, n := range []string{"a", "b", "c", "d"} {
 		m.add(n)
 	}
 	b := mt.tickAcquire("a")
-	b.replies = make([]acquireReply, len(b.items))
-	for i, gl := range b.items {
-		if gl.name == "a" || gl.name == "b" {
-			b.replies[i] = acquireReply{won: true, rec: mt.rec(mtOurs), ttl: mtLease}
-		} else {
-			b.replies[i] = acquireReply{rec: mt.rec(mtTheirs), ttl: mtHeldTTL}
-		}
-	}
+	mt.answerWon(b, "a", "b")
 	m.onAcquire(b)
 	d := mt.gl("d")
 	if !d.parked {
 		t.Fatalf("d not parked at the share")
 	}
 	m.nextUnpark = mt.clk.Now().Add(time.Hour) // as if it had just unparked
-	heartbeat(2)                               // share 2, parkAt 2: still at it
+	mt.heartbeat(2)                            // share 2, parkAt 2: still at it
 	now := mt.clk.Now()
 	m.tick(now)
 	if d.parked || d.next.After(now.Add(mtHeldTTL)) {
