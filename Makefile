@@ -97,9 +97,13 @@ conformance: python-test
 ## test-under-load: the timing-sensitive packages (election and Group, lease, the e2e tests)
 ## under the race detector while two busy loops load both cores (hack/under-load.sh; in CI,
 ## while its builds lane still runs, the lane is the load instead: UNDER_LOAD_LANE).
+## The simulator's tests (SIM_TESTS) run on simulated time against a simulated Redis: load and
+## the server change nothing in them, so make test-under-load and make compat leave them out.
 LOAD_PKGS ?= ./pkg/election/... ./pkg/lease/... ./internal/leasekit/... ./test/e2e/...
+SIM_TESTS := ^TestSim
+export SIM_TESTS
 test-under-load: test-deps
-	hack/under-load.sh $(GO) test -race -count=1 -timeout 20m $(LOAD_PKGS)
+	hack/under-load.sh $(GO) test -race -count=1 -timeout 20m -skip '$(SIM_TESTS)' $(LOAD_PKGS)
 
 ## flake-hunt: the timing-sensitive packages (election, lease, child, e2e, reliability, the
 ## adapters) FLAKE_N times (default 10) beside two busy loops and a compile loop at nice 19,

@@ -11,7 +11,9 @@
 #
 # For each one this script copies the work tree (tracked and untracked files, not ignored
 # ones) to a temporary folder, applies the patch there with git apply, and runs
-# `go test -count=1 -run TEST-REGEX PACKAGE` in the copy with the ENV given: the mutant is
+# `go test -trimpath -count=1 -run TEST-REGEX PACKAGE` in the copy with the ENV given (with
+# -trimpath the copy's path is not in the build cache's keys, so the packages a patch leaves
+# alone are compiled once for all the mutants, not once per copy): the mutant is
 # caught when that test fails. A patch that no longer applies fails the run, as does a
 # mutant that survives, and so does one whose copy does not build (a test must fail: a
 # '--- FAIL' line). The tree itself is never touched.
@@ -47,7 +49,7 @@ for p in "${patches[@]}"; do
 	fi
 	start=$SECONDS
 	# shellcheck disable=SC2086 # envs is a list of VAR=value words
-	if (cd "$copy" && env ${envs:-} "$GO" test -count=1 -timeout 30m -run "$regex" "$pkg") >"$copy.log" 2>&1; then
+	if (cd "$copy" && env ${envs:-} "$GO" test -trimpath -count=1 -timeout 30m -run "$regex" "$pkg") >"$copy.log" 2>&1; then
 		echo "FAIL $name ($what): survived: $pkg -run '$regex' passed with the bug in ($((SECONDS - start)) s)"
 		tail -n 20 "$copy.log"
 		fail=1

@@ -628,10 +628,10 @@ func TestSimGroup(t *testing.T) {
 	t.Logf("features exercised (total/seeds): %v", &features)
 }
 
-// TestSimGroupReplaysIdentically runs Group seeds 1 to 30 twice and requires byte-identical
-// traces, as TestSimReplaysIdentically does for the Elector.
+// TestSimGroupReplaysIdentically runs Group seeds 1 to replaySeeds() twice and requires
+// byte-identical traces, as TestSimReplaysIdentically does for the Elector.
 func TestSimGroupReplaysIdentically(t *testing.T) {
-	for seed := uint64(1); seed <= 30; seed++ {
+	for seed := uint64(1); seed <= replaySeeds(); seed++ {
 		a, b := runGroupSeed(t, seed, 0), runGroupSeed(t, seed, 0)
 		if a.trace != b.trace {
 			t.Errorf("seed %d: traces differ (%d and %d bytes)\n%s", seed, len(a.trace), len(b.trace), firstDiff(a.trace, b.trace))

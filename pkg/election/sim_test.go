@@ -432,6 +432,18 @@ func (d *simDriver) shutdown() {
 	}
 }
 
+// replaySeeds is how many seeds, from 1, the replay checks (TestSimReplaysIdentically,
+// TestSimGroupReplaysIdentically) run twice: 30, or 5 under the race detector, where 30 seeds
+// twice would be a third of make test's time in this package. The replays are timing-free,
+// the race detector has TestSim's and TestSimGroup's seeds besides, and make sim (CI's checks
+// lane) runs the 30 without it.
+func replaySeeds() uint64 {
+	if raceEnabled {
+		return 5
+	}
+	return 30
+}
+
 // simEnv reads an integer knob of `make sim`.
 func simEnv(name string, def uint64) uint64 {
 	if v, err := strconv.ParseUint(os.Getenv(name), 10, 64); err == nil {
@@ -491,13 +503,13 @@ func TestSim(t *testing.T) {
 	t.Logf("features exercised (total/seeds): %v", &features)
 }
 
-// TestSimReplaysIdentically runs seeds twice and requires byte-identical traces: seeds 1 to 30,
-// worlds whose clients honour context deadlines and worlds whose clients do not. Seeds 7, 10,
+// TestSimReplaysIdentically runs seeds twice and requires byte-identical traces: seeds 1 to
+// replaySeeds(), worlds whose clients honour context deadlines and worlds whose clients do not. Seeds 7, 10,
 // 11, 15, 18, 22 and 29 replayed differently while the Elector's timers were runtime timers: one
 // that fired while its goroutine was in a call stayed ready, and a user cancel made a second
 // case of its select ready (docs/MODEL.md, "Deterministic simulator").
 func TestSimReplaysIdentically(t *testing.T) {
-	for seed := uint64(1); seed <= 30; seed++ {
+	for seed := uint64(1); seed <= replaySeeds(); seed++ {
 		a, b := runSeed(t, seed, 0), runSeed(t, seed, 0)
 		ha, hb := sha256.Sum256([]byte(a.trace)), sha256.Sum256([]byte(b.trace))
 		if ha != hb {
