@@ -18,6 +18,7 @@ import (
 // server's validation and admission without storing anything. test/helm decodes the same
 // renders strictly; this is the server's own word on them.
 func TestEveryCombinationDryRun(t *testing.T) {
+	sideBySide(t)
 	ctx := context.Background()
 	const ns = "dryrun"
 	if _, err := e.c.Kubectl(ctx, "create", "namespace", ns); err != nil {

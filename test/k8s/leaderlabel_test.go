@@ -170,6 +170,7 @@ func probeService(ctx context.Context, ip string, out *[]serviceAnswer, mu *sync
 // it releases the lease); the leader Service answers from the leader with every pod Ready;
 // the Events are there; with the RoleBinding deleted the election goes on.
 func TestLeaderLabel(t *testing.T) {
+	sideBySide(t)
 	ctx := context.Background()
 	r := e.install(t, ctx, "ll", "--set", "replicaCount=3", "--set", "app.command={/worker,idle}",
 		"--set", "leaderLabel.enabled=true", "--set", "leaderService.enabled=true", "--set", "events.enabled=true",

@@ -67,6 +67,13 @@ func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "%s e2e: %s\n", time.Now().UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 }
 
+// sideBySide lets t run beside the other tests marked so, once the rest have run (two at a
+// time: go test's -parallel). It marks the tests that mostly wait (schedule slots, pod starts,
+// lease expiries) and whose checks load cannot bend (no two workers at once, every slot done
+// or recorded missed, one labelled pod), each in releases, lease names and namespaces of its
+// own. The tests that count leadership moves or time a handover stay alone.
+func sideBySide(t *testing.T) { t.Parallel() }
+
 func TestMain(m *testing.M) {
 	os.Exit(testMain(m))
 }

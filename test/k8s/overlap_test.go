@@ -35,6 +35,7 @@ func deletionsPerMode(t *testing.T) int {
 //     2 s after SIGTERM reached the app;
 //   - run mode: elector run stops the command (1 s, within run.killGrace 3.5s), then releases.
 func TestPodDeletionOverlap(t *testing.T) {
+	sideBySide(t)
 	ctx := context.Background()
 	n := deletionsPerMode(t)
 	const stopDelay = time.Second

@@ -35,6 +35,7 @@ rec end`
 // rollout restart), checked from the runs the command recorded and from elector status -o json:
 // no two runs at once, every slot from the first to the last done or recorded missed.
 func TestScheduleMode(t *testing.T) {
+	sideBySide(t)
 	ctx := context.Background()
 	const period = 10 * time.Second
 	key := "e2e:{sched}:runs"
