@@ -50,7 +50,7 @@ func scenarioFromEnv(t *testing.T) scenario {
 		t.Fatalf("ELECTOR_SCALE=%q: want 100k or 1m", v)
 	}
 	s.leaseDuration, s.renewDeadline, s.retryPeriod = 15*time.Second, 10*time.Second, 2*time.Second
-	s.window, s.spreadLimit, s.maxRSS = 30*time.Second, 10*time.Minute, 14<<30
+	s.spreadLimit, s.maxRSS = 10*time.Minute, 14<<30
 	envInt := func(name string, dst *int) {
 		if v := os.Getenv(name); v != "" {
 			n, err := strconv.Atoi(v)
@@ -74,7 +74,6 @@ func scenarioFromEnv(t *testing.T) scenario {
 	if v := os.Getenv("ELECTOR_SCALE_CLUSTER"); v != "" {
 		s.cluster = v == "1"
 	}
-	envDur("ELECTOR_SCALE_WINDOW", &s.window)
 	envDur("ELECTOR_SCALE_SPREAD_LIMIT", &s.spreadLimit)
 	if v := os.Getenv("ELECTOR_SCALE_TIMING"); v != "" {
 		parts := strings.Split(v, ",")
@@ -92,8 +91,11 @@ func scenarioFromEnv(t *testing.T) scenario {
 	// The steady state begins once every follower tried each of the others' leases at its
 	// share and parked it (election.Group: the first attempt at the holder's expiry, within a
 	// LeaseDuration of the spread), and those that the spread had unparked came due.
-	s.settle = 4 * s.leaseDuration
+	// The window is one cycle of those parked attempts (each comes once per 4 ×
+	// LeaseDuration), so that it measures their mean rate, not one of their waves.
+	s.settle, s.window = 4*s.leaseDuration, 4*s.leaseDuration
 	envDur("ELECTOR_SCALE_SETTLE", &s.settle)
+	envDur("ELECTOR_SCALE_WINDOW", &s.window)
 	gb := 0
 	envInt("ELECTOR_SCALE_MAX_RSS_GB", &gb)
 	if gb > 0 {
