@@ -451,7 +451,7 @@ func (m *groupMachine) room() int {
 }
 
 func (m *groupMachine) startRenew(now time.Time) {
-	b := &renewBatch{sent: now}
+	b := &renewBatch{sent: now, items: make([]termItem, 0, len(m.held)), leases: make([]*leasekit.Lease, 0, len(m.held))}
 	for gl := range m.held {
 		b.items = append(b.items, termItem{gl, gl.term})
 		b.leases = append(b.leases, gl.l)
@@ -801,7 +801,9 @@ func (m *groupMachine) observeMembers(live int) {
 		m.live = live
 		m.view.setLive(live)
 	}
-	if m.stopping || m.lives[0] != m.lives[1] {
+	// Nothing to shed while the held leases, leading or not, are within the share: the
+	// common case, checked before a slice of them is made at every renew batch.
+	if m.stopping || m.lives[0] != m.lives[1] || len(m.held) <= m.share() {
 		return
 	}
 	var mine []*groupLease
