@@ -504,10 +504,10 @@ func TestSim(t *testing.T) {
 }
 
 // TestSimReplaysIdentically runs seeds twice and requires byte-identical traces: seeds 1 to
-// replaySeeds(), worlds whose clients honour context deadlines and worlds whose clients do not. Seeds 7, 10,
-// 11, 15, 18, 22 and 29 replayed differently while the Elector's timers were runtime timers: one
-// that fired while its goroutine was in a call stayed ready, and a user cancel made a second
-// case of its select ready (docs/MODEL.md, "Deterministic simulator").
+// replaySeeds(), worlds whose clients honour context deadlines and worlds whose clients do
+// not. Seeds 7, 10, 11, 15, 18, 22 and 29 replayed differently while the Elector's timers were
+// runtime timers: one that fired while its goroutine was in a call stayed ready, and a user
+// cancel made a second case of its select ready (docs/MODEL.md, "Deterministic simulator").
 func TestSimReplaysIdentically(t *testing.T) {
 	for seed := uint64(1); seed <= replaySeeds(); seed++ {
 		a, b := runSeed(t, seed, 0), runSeed(t, seed, 0)
