@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/leasewire"
+	"github.com/elector/elector/internal/testing/racebuild"
 	"github.com/elector/elector/internal/testing/sim"
 	"github.com/elector/elector/pkg/lease"
 )
@@ -438,7 +439,7 @@ func (d *simDriver) shutdown() {
 // the race detector has TestSim's and TestSimGroup's seeds besides, and make sim (CI's checks
 // lane) runs the 30 without it.
 func replaySeeds() uint64 {
-	if raceEnabled {
+	if racebuild.Enabled {
 		return 5
 	}
 	return 30

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/elector/elector/internal/testing/racebuild"
 	"github.com/elector/elector/internal/testing/testbin"
 )
 
@@ -42,7 +43,7 @@ func binaries(t testing.TB) (elector, worker string) {
 	built.once.Do(func() {
 		built.elector = filepath.Join(binDir, "elector")
 		built.worker = filepath.Join(binDir, "worker")
-		if built.err = testbin.Build(built.elector, "../../cmd/elector", raceEnabled); built.err != nil {
+		if built.err = testbin.Build(built.elector, "../../cmd/elector", racebuild.Enabled); built.err != nil {
 			return
 		}
 		built.err = testbin.Build(built.worker, "./worker", false)

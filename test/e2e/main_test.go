@@ -27,6 +27,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/testing/outbuf"
+	"github.com/elector/elector/internal/testing/racebuild"
 	"github.com/elector/elector/internal/testing/testbin"
 	"github.com/elector/elector/internal/testing/wakeprobe"
 )
@@ -58,7 +59,7 @@ func runTests(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	bins.elector = filepath.Join(dir, "elector")
 	bins.worker = filepath.Join(dir, "worker")
-	if err := testbin.Build(bins.elector, "../../cmd/elector", raceEnabled); err != nil {
+	if err := testbin.Build(bins.elector, "../../cmd/elector", racebuild.Enabled); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
@@ -67,7 +68,7 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	bins.libreplica = filepath.Join(dir, "libreplica")
-	if err := testbin.Build(bins.libreplica, "./testdata/libreplica", raceEnabled); err != nil {
+	if err := testbin.Build(bins.libreplica, "./testdata/libreplica", racebuild.Enabled); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/elector/elector/internal/leasewire"
+	"github.com/elector/elector/internal/testing/racebuild"
 	"github.com/elector/elector/internal/testing/redistest"
 	"github.com/elector/elector/internal/testing/testbin"
 	"github.com/elector/elector/pkg/lease"
@@ -80,7 +81,7 @@ func TestREADMELibrarySnippet(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "snippet")
-	if err := testbin.Build(bin, src, raceEnabled); err != nil {
+	if err := testbin.Build(bin, src, racebuild.Enabled); err != nil {
 		t.Fatalf("README.md's library snippet does not build: %v", err)
 	}
 
