@@ -981,6 +981,26 @@ func TestGroupMachineParksLeasesOfOthersAtItsShare(t *testing.T) {
 	if len(m.held) != 2 || !d.parked {
 		t.Fatalf("held %d, d parked %v; want 2 held and d parked", len(m.held), d.parked)
 	}
+
+	// Below the share again (c lost) within a LeaseDuration of the last unpark: d stays
+	// parked until that LeaseDuration is over, then unparks. The renew batch in flight since
+	// d's attempt was sent before c was won: answered first, then the next one loses c.
+	if !m.renewBusy {
+		t.Fatal("no renew batch in flight")
+	}
+	mt.renewReply(nil, 2)
+	mt.clk.SetTime(m.nextRenew)
+	m.tick(mt.clk.Now())
+	mt.renewReply(map[string]bool{"c": true}, 2)
+	m.tick(mt.clk.Now())
+	if len(m.held) != 1 || !d.parked {
+		t.Fatalf("held %d, d parked %v within a LeaseDuration of the last unpark; want 1 held and d still parked", len(m.held), d.parked)
+	}
+	mt.clk.SetTime(m.nextUnpark)
+	m.tick(mt.clk.Now())
+	if d.parked {
+		t.Fatalf("d still parked a LeaseDuration after the last unpark, below the share")
+	}
 }
 
 // TestGroupMachineFollowsAllAfterAMemberLeft: when the member count goes down, a replica
