@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/leasewire/lualib"
 	"github.com/elector/elector/pkg/lease"
 )
@@ -15,7 +16,9 @@ import (
 // Batch queues acquire, renew and release operations on many leases and runs them in one
 // pipeline: one round trip per Redis node (go-redis splits a Cluster pipeline by node). It is
 // how one process keeps thousands of leases for the cost of a few round trips. All leases of
-// a Batch must share one client. A Batch is not safe for concurrent use.
+// a Batch must share its client; renewals and releases name a held term (leasewire.HeldTerm)
+// rather than a Lease, so that a holder of many terms keeps no Lease for each. A Batch is not
+// safe for concurrent use.
 type Batch struct {
 	client redis.UniversalClient
 	ops    []*batchOp
@@ -42,7 +45,7 @@ type Result struct {
 // batchOp is one queued operation: its script call and the decoder of its reply into the
 // caller's result, both from package lease.
 type batchOp struct {
-	lease  *Lease
+	lease  *Lease // the acquiring Lease; nil for a held term's renewal or release
 	op     *lualib.Op
 	finish func(*redis.Cmd) error
 	cmd    *redis.Cmd
@@ -69,24 +72,31 @@ func (b *Batch) Acquire(l *Lease, ttl time.Duration) *AcquireResult {
 	return r
 }
 
-// Renew queues l.Renew(term, ttl).
-func (b *Batch) Renew(l *Lease, term lease.Record, ttl time.Duration) *Result {
+// Renew queues the renewal of the held term t, which returns what Lease.Renew would. It sends
+// the lease key alone: no announcement and no resign request, whatever the lease's Ext.
+func (b *Batch) Renew(t leasewire.HeldTerm, ttl time.Duration) *Result {
 	r := &Result{}
-	op, result, err := seam.BatchRenew(l.Lease, term, ttl)
+	op, result, err := seam.BatchRenew(b.client, t, ttl)
 	if err != nil {
 		r.Err = err
 		return r
 	}
-	b.ops = append(b.ops, &batchOp{lease: l, op: op, finish: r.finish(result)})
+	b.ops = append(b.ops, &batchOp{op: op, finish: r.finish(result)})
 	return r
 }
 
-// Release queues l.Release(term).
-func (b *Batch) Release(l *Lease, term lease.Record) *Result {
+// Release queues the release of the held term t, which returns what Lease.Release would; like
+// Renew it sends no resign key.
+func (b *Batch) Release(t leasewire.HeldTerm) *Result {
 	r := &Result{}
-	op, result := seam.BatchRelease(l.Lease, term)
-	b.ops = append(b.ops, &batchOp{lease: l, op: op, finish: r.finish(result)})
+	op, result := seam.BatchRelease(b.client, t)
+	b.ops = append(b.ops, &batchOp{op: op, finish: r.finish(result)})
 	return r
+}
+
+// Term returns the held term rec of l, for Renew, Release and RenewMany.
+func Term(l *Lease, rec lease.Record) leasewire.HeldTerm {
+	return leasewire.HeldTerm{Prefix: seam.Prefix(l.Lease), Name: l.Name(), Record: rec.String()}
 }
 
 // finish returns the decoder that fills r in from the reply.
@@ -107,7 +117,7 @@ func (b *Batch) Exec(ctx context.Context) error {
 	ops := b.ops
 	b.ops = nil
 	for _, op := range ops {
-		if seam.Client(op.lease.Lease) != b.client {
+		if op.lease != nil && seam.Client(op.lease.Lease) != b.client {
 			return fmt.Errorf("lease batch: lease %q uses another client than the batch", op.lease.Name())
 		}
 	}
@@ -180,34 +190,21 @@ func OneServer(client redis.UniversalClient) bool {
 	return ok
 }
 
-// RenewMany renews terms[i] of leases[i] for ttl in one script call, each as a Renew queued in
-// a Batch would (the lease key alone: no announcement, no resign request), and returns their
-// results in order: N owner-checked renewals, run atomically by Redis. An error of the call,
-// including NOSCRIPT or a missing function that its retries (lualib.Script.Run) did not get
-// past, is every lease's. The leases must share client, and OneServer(client) must hold;
+// RenewMany renews every held term of terms for ttl in one script call, each as a Renew queued
+// in a Batch would, and returns their results in order: N owner-checked renewals, run
+// atomically by Redis. An error of the call, including NOSCRIPT or a missing function that its
+// retries (lualib.Script.Run) did not get past, is every term's. OneServer(client) must hold;
 // otherwise nothing is sent and every result is that error.
-func RenewMany(ctx context.Context, client redis.UniversalClient, leases []*Lease, terms []lease.Record, ttl time.Duration) []Result {
-	res := make([]Result, len(leases))
-	fail := func(err error) []Result {
+func RenewMany(ctx context.Context, client redis.UniversalClient, terms []leasewire.HeldTerm, ttl time.Duration) []Result {
+	res := make([]Result, len(terms))
+	if !OneServer(client) {
+		err := fmt.Errorf("lease renew many: a %T may send the keys of many leases to many servers; queue Renew in a Batch", client)
 		for i := range res {
 			res[i].Err = err
 		}
 		return res
 	}
-	switch {
-	case len(leases) != len(terms):
-		return fail(fmt.Errorf("lease renew many: %d leases, %d terms", len(leases), len(terms)))
-	case !OneServer(client):
-		return fail(fmt.Errorf("lease renew many: a %T may send the keys of many leases to many servers; queue Renew in a Batch", client))
-	}
-	ls := make([]*lease.Lease, len(leases))
-	for i, l := range leases {
-		if seam.Client(l.Lease) != client {
-			return fail(fmt.Errorf("lease renew many: lease %q uses another client than the call", l.Name()))
-		}
-		ls[i] = l.Lease
-	}
-	ok, errs := seam.RenewMany(ctx, ls, terms, ttl)
+	ok, errs := seam.RenewMany(ctx, client, terms, ttl)
 	for i := range res {
 		res[i].OK = ok[i]
 		if errs != nil {

@@ -49,9 +49,9 @@ func testBatch(t *testing.T, c redis.UniversalClient) {
 	// Renew everything we hold, and (falsely) one we do not.
 	renew := map[int]*leasekit.Result{}
 	for i := 1; i < n; i += 2 {
-		renew[i] = b.Renew(mine[i], acq[i].Status.Record, 20*time.Second)
+		renew[i] = b.Renew(leasekit.Term(mine[i], acq[i].Status.Record), 20*time.Second)
 	}
-	bogus := b.Renew(mine[0], acq[1].Status.Record, 20*time.Second)
+	bogus := b.Renew(leasekit.Term(mine[0], acq[1].Status.Record), 20*time.Second)
 	if err := b.Exec(ctx); err != nil {
 		t.Fatalf("Exec renew: %v", err)
 	}
@@ -72,7 +72,7 @@ func testBatch(t *testing.T, c redis.UniversalClient) {
 	}
 	rel := map[int]*leasekit.Result{}
 	for i := 1; i < n; i += 2 {
-		rel[i] = b.Release(mine[i], acq[i].Status.Record)
+		rel[i] = b.Release(leasekit.Term(mine[i], acq[i].Status.Record))
 	}
 	if err := b.Exec(ctx); err != nil {
 		t.Fatalf("Exec release after SCRIPT FLUSH: %v", err)
@@ -120,7 +120,7 @@ func BenchmarkBatchRenew1000(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		for i, l := range leases {
-			batch.Renew(l, terms[i], time.Minute)
+			batch.Renew(leasekit.Term(l, terms[i]), time.Minute)
 		}
 		if err := batch.Exec(ctx); err != nil {
 			b.Fatal(err)

@@ -41,9 +41,9 @@ type internals interface {
 	PTTL(ms int64) time.Duration
 	DurationTTL(d time.Duration) time.Duration
 	BatchAcquire(l *lease.Lease, ttl time.Duration) (*lualib.Op, func(*redis.Cmd) (bool, lease.Status, []any, error), error)
-	BatchRenew(l *lease.Lease, term lease.Record, ttl time.Duration) (*lualib.Op, func(*redis.Cmd) (bool, error), error)
-	BatchRelease(l *lease.Lease, term lease.Record) (*lualib.Op, func(*redis.Cmd) (bool, error))
-	RenewMany(ctx context.Context, leases []*lease.Lease, terms []lease.Record, ttl time.Duration) (ok []bool, errs []error)
+	BatchRenew(client redis.UniversalClient, t leasewire.HeldTerm, ttl time.Duration) (*lualib.Op, func(*redis.Cmd) (bool, error), error)
+	BatchRelease(client redis.UniversalClient, t leasewire.HeldTerm) (*lualib.Op, func(*redis.Cmd) (bool, error))
+	RenewMany(ctx context.Context, client redis.UniversalClient, terms []leasewire.HeldTerm, ttl time.Duration) (ok []bool, errs []error)
 	LoadBatchScripts(ctx context.Context, client redis.UniversalClient) error
 }
 

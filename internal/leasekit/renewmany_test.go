@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/leasewire/lualib"
 	"github.com/elector/elector/internal/testing/redistest"
 	_ "github.com/elector/elector/pkg/election" // registers members.lua: Install loads the whole library
@@ -106,7 +107,7 @@ func TestRenewMany(t *testing.T) {
 
 	leases := []*leasekit.Lease{own1, foreign, gone, oldTerm, wrongType, own2}
 	terms := []lease.Record{rec1, rec1, goneRec, first, rec2, rec2}
-	res := leasekit.RenewMany(ctx, c, leases, terms, 20*time.Second)
+	res := leasekit.RenewMany(ctx, c, termsOf(leases, terms), 20*time.Second)
 	if got := rec.take(); !slices.Equal(got, []string{"evalsha", "eval"}) {
 		t.Errorf("RenewMany sent %v, want one call: evalsha, and eval after NOSCRIPT", got)
 	}
@@ -144,7 +145,7 @@ func TestRenewMany(t *testing.T) {
 	}
 
 	// Cached now: EVALSHA alone. With the library loaded, FCALL of its function.
-	if res := leasekit.RenewMany(ctx, c, leases[:1], terms[:1], 20*time.Second); !res[0].OK || res[0].Err != nil {
+	if res := leasekit.RenewMany(ctx, c, termsOf(leases[:1], terms[:1]), 20*time.Second); !res[0].OK || res[0].Err != nil {
 		t.Errorf("second call: %+v", res[0])
 	}
 	if got := rec.take(); !slices.Equal(got, []string{"evalsha"}) {
@@ -155,7 +156,7 @@ func TestRenewMany(t *testing.T) {
 	}
 	fc, frec := recordedClient(t, srv, lualib.Functions)
 	own := newLease(t, fc, "own-1", "pod-a")
-	if res := leasekit.RenewMany(ctx, fc, []*leasekit.Lease{own}, []lease.Record{rec1}, 20*time.Second); !res[0].OK || res[0].Err != nil {
+	if res := leasekit.RenewMany(ctx, fc, []leasewire.HeldTerm{leasekit.Term(own, rec1)}, 20*time.Second); !res[0].OK || res[0].Err != nil {
 		t.Errorf("FCALL: %+v, want renewed", res[0])
 	}
 	if got := frec.take(); !slices.Equal(got, []string{"fcall renew_many"}) {
@@ -163,43 +164,39 @@ func TestRenewMany(t *testing.T) {
 	}
 }
 
-// TestRenewManyRefusesWhatItCannotSend: leases of another client, a Cluster client (whose
-// leases' keys are in many slots) and terms that do not match the leases fail every result
-// and send nothing.
-func TestRenewManyRefusesWhatItCannotSend(t *testing.T) {
+// TestRenewManyRefusesACluster: a Cluster client, whose leases' keys are in many slots, fails
+// every result and sends nothing.
+func TestRenewManyRefusesACluster(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	c, rec := recordedClient(t, srv, "")
-	other := srv.Client(t)
 	l := newLease(t, c, "x", "pod-a")
 	term := mustAcquire(t, l, 10*time.Second)
 	rec.take()
 	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr()}})
 	t.Cleanup(func() { _ = cluster.Close() })
-	for _, tc := range []struct {
-		name   string
-		client redis.UniversalClient
-		leases []*leasekit.Lease
-		terms  []lease.Record
-	}{
-		{"another client", other, []*leasekit.Lease{l}, []lease.Record{term}},
-		{"cluster client", cluster, []*leasekit.Lease{newLease(t, cluster, "x", "pod-a")}, []lease.Record{term}},
-		{"terms and leases differ", c, []*leasekit.Lease{l, l}, []lease.Record{term}},
-	} {
-		res := leasekit.RenewMany(ctx, tc.client, tc.leases, tc.terms, 20*time.Second)
-		for i, r := range res {
-			if r.OK || r.Err == nil {
-				t.Errorf("%s: result %d = %+v, want an error", tc.name, i, r)
-			}
+	res := leasekit.RenewMany(ctx, cluster, []leasewire.HeldTerm{leasekit.Term(l, term), leasekit.Term(l, term)}, 20*time.Second)
+	for i, r := range res {
+		if r.OK || r.Err == nil {
+			t.Errorf("result %d = %+v, want an error", i, r)
 		}
-		t.Logf("%s: %v", tc.name, res[0].Err)
 	}
+	t.Logf("cluster client: %v", res[0].Err)
 	if got := rec.take(); len(got) > 0 {
 		t.Errorf("sent %v", got)
 	}
 	if leasekit.OneServer(cluster) || !leasekit.OneServer(c) {
 		t.Errorf("OneServer: cluster client %v, standalone %v", leasekit.OneServer(cluster), leasekit.OneServer(c))
 	}
+}
+
+// termsOf returns the held terms terms[i] of leases[i].
+func termsOf(leases []*leasekit.Lease, terms []lease.Record) []leasewire.HeldTerm {
+	held := make([]leasewire.HeldTerm, len(leases))
+	for i, l := range leases {
+		held[i] = leasekit.Term(l, terms[i])
+	}
+	return held
 }
 
 // BenchmarkRenewMany1000 is BenchmarkBatchRenew1000 with one renew_many call.
@@ -212,9 +209,10 @@ func BenchmarkRenewMany1000(b *testing.B) {
 		leases[i] = newLease(b, c, fmt.Sprintf("shard-%d", i), "pod-a")
 		terms[i] = mustAcquire(b, leases[i], time.Minute)
 	}
+	held := termsOf(leases, terms)
 	b.ReportAllocs()
 	for b.Loop() {
-		for _, r := range leasekit.RenewMany(ctx, c, leases, terms, time.Minute) {
+		for _, r := range leasekit.RenewMany(ctx, c, held, time.Minute) {
 			if !r.OK || r.Err != nil {
 				b.Fatal(r)
 			}

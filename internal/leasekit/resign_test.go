@@ -103,7 +103,7 @@ func TestResignRequestAndRenew(t *testing.T) {
 		t.Fatalf("Renew of a lease without ResignRequests = %v, %v; want true, nil (it ignores requests)", ok, err)
 	}
 	b := leasekit.NewBatch(f.c)
-	r := b.Renew(f.a, f.term, 20*time.Second)
+	r := b.Renew(leasekit.Term(f.a, f.term), 20*time.Second)
 	if err := b.Exec(ctx); err != nil || !r.OK {
 		t.Fatalf("Batch renew with a request = %+v, %v; want OK (a Batch ignores requests)", r, err)
 	}

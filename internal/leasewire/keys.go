@@ -4,8 +4,9 @@ import "strings"
 
 // Keys names the Redis keys and the pub/sub channel of one lease, as docs/PROTOCOL.md lays
 // them out: PREFIX:{NAME}:lease and so on. All of them carry the hash tag {NAME}, so they
-// live in one Redis Cluster slot. KeysFor is the only place that builds these names: every
-// other package (the lease, the election, the CLI, the adapters) asks it.
+// live in one Redis Cluster slot. KeysFor (and LeaseKey and EventsChannel, for one of them) is
+// the only place that builds these names: every other package (the lease, the election, the
+// CLI, the adapters) asks it.
 type Keys struct {
 	// Lease holds the holder's record, with a PX expiry.
 	Lease string
@@ -78,6 +79,22 @@ func KeysFor(prefix, name string) Keys {
 		Candidates: key(9),
 		base:       all[:base],
 	}
+}
+
+// LeaseKey returns Keys.Lease of the lease called name under prefix, and EventsChannel its
+// Keys.Events, without building the other names: for a caller that sends one key of many
+// leases at a time (the renewals and releases of a HeldTerm).
+func LeaseKey(prefix, name string) string { return prefix + ":{" + name + "}:" + keySuffixes[0] }
+
+// EventsChannel returns Keys.Events of the lease called name under prefix (LeaseKey).
+func EventsChannel(prefix, name string) string { return prefix + ":{" + name + "}:" + keySuffixes[3] }
+
+// HeldTerm names a term of a lease that this process holds, as its renewal and its release
+// send it without the lease's lease.Lease (about a kilobyte): an election.Group holds tens of
+// thousands of terms and keeps only their records. Prefix is the lease's key prefix, already
+// defaulted, and Record the term's record as Redis stores it (lease.Record.String).
+type HeldTerm struct {
+	Prefix, Name, Record string
 }
 
 // keySuffixes are the suffixes of Keys's names after PREFIX:{NAME}:, in the order of its fields.

@@ -118,6 +118,12 @@ func TestKeysForNames(t *testing.T) {
 				t.Errorf("KeysFor(%q, %q): key %d = %q, want %q", prefix, name, i, got[i], base+want[i])
 			}
 		}
+		if got := leasewire.LeaseKey(prefix, name); got != k.Lease {
+			t.Errorf("LeaseKey(%q, %q) = %q, want KeysFor's %q", prefix, name, got, k.Lease)
+		}
+		if got := leasewire.EventsChannel(prefix, name); got != k.Events {
+			t.Errorf("EventsChannel(%q, %q) = %q, want KeysFor's %q", prefix, name, got, k.Events)
+		}
 	}
 	if n := testing.AllocsPerRun(100, func() { _ = leasewire.KeysFor("elector", "tenant-0000001") }); n != 1 {
 		t.Errorf("KeysFor allocates %v times, want 1", n)

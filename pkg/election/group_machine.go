@@ -45,15 +45,10 @@ func (s leaseState) String() string {
 // groupLease is one lease of a Group replica, owned by the machine.
 type groupLease struct {
 	name string
-	// l is built by an acquire batch for an attempt that goes on to the acquire script (most
-	// attempts end with the read before it: groupRedis.acquire), kept from a won reply
-	// (onAcquire) and dropped on reaching idle: a lease that is not held, most of a Group's K,
-	// keeps no leasekit.Lease (its keys, boxed arguments, owner), only its name and the fields
-	// below. The renew and release batches take l with them (their leases slices), so that a
-	// batch still in flight never reads gl.l after the loop dropped it. A fresh Lease of the
-	// same client, name, prefix, identity and instance sends the same keys and arguments: only
-	// its boxes (argBoxes, a cache) start empty.
-	l       *leasekit.Lease
+	// A held term is renewed and released by its name and record (leasewire.HeldTerm), not
+	// with a leasekit.Lease: a Lease is about a kilobyte, and a Group holds tens of thousands
+	// of terms. An acquire batch builds a Lease for each attempt that goes on to the acquire
+	// script (groupRedis.acquire) and drops it with the reply.
 	state   leaseState
 	removed bool // Remove was called (and no Add since): forgotten on reaching idle
 	parked  bool // idle, held by another, tried parkFor later than its holder's expiry (follow)
@@ -81,7 +76,6 @@ type acquireBatch struct {
 	sent    time.Time
 	took    time.Duration
 	items   []*groupLease
-	leases  []*leasekit.Lease // the Lease built for items[i]'s acquire call; nil: none was sent
 	replies []acquireReply
 }
 
@@ -103,7 +97,6 @@ type renewBatch struct {
 	sent    time.Time
 	took    time.Duration
 	items   []termItem
-	leases  []*leasekit.Lease // items[i].gl.l when the batch was made
 	replies []renewReply
 	live    int   // live members after the heartbeat
 	liveErr error // of the heartbeat
@@ -111,9 +104,8 @@ type renewBatch struct {
 
 // releaseBatch releases terms (owner-checked).
 type releaseBatch struct {
-	items  []termItem
-	leases []*leasekit.Lease // items[i].gl.l when the batch was sent
-	errs   []error
+	items []termItem
+	errs  []error
 }
 
 // groupEffects is what the machine asks of the world. Each method returns at once; the
@@ -299,7 +291,6 @@ func (m *groupMachine) finished() bool {
 func (m *groupMachine) toIdle(gl *groupLease, next time.Time) {
 	m.setState(gl, stateIdle)
 	gl.workDone, gl.notify, gl.lost, gl.relErr, gl.cancel = false, false, false, false, nil
-	gl.l = nil // built again by the next attempt; a batch in flight has its own reference
 	switch {
 	case gl.removed:
 		if gl.heapIdx >= 0 {
@@ -403,10 +394,7 @@ func (m *groupMachine) tick(now time.Time) time.Time {
 		m.startAcquire(now)
 	}
 	if !m.releaseBusy && len(m.releases) > 0 {
-		b := &releaseBatch{items: m.releases, leases: make([]*leasekit.Lease, len(m.releases))}
-		for i, it := range m.releases {
-			b.leases[i] = it.gl.l
-		}
+		b := &releaseBatch{items: m.releases}
 		m.releases = nil
 		m.releaseBusy = true
 		m.fx.release(b)
@@ -451,10 +439,9 @@ func (m *groupMachine) room() int {
 }
 
 func (m *groupMachine) startRenew(now time.Time) {
-	b := &renewBatch{sent: now, items: make([]termItem, 0, len(m.held)), leases: make([]*leasekit.Lease, 0, len(m.held))}
+	b := &renewBatch{sent: now, items: make([]termItem, 0, len(m.held))}
 	for gl := range m.held {
 		b.items = append(b.items, termItem{gl, gl.term})
-		b.leases = append(b.leases, gl.l)
 	}
 	m.renewBusy = true
 	m.nextRenew = now.Add(m.renewEvery())
@@ -514,9 +501,6 @@ func (m *groupMachine) onAcquire(b *acquireBatch) {
 		}
 		if r.sent.IsZero() {
 			r.sent = b.sent
-		}
-		if i < len(b.leases) && b.leases[i] != nil {
-			gl.l = b.leases[i] // a won term renews and releases with it; dropped on reaching idle
 		}
 		d := gl.core.reply(t, now, r, gl.removed || m.stopping, retry, true)
 		switch d.verdict {

@@ -62,13 +62,13 @@ func chunked(n, size int, exec func(lo, hi int)) {
 
 // acquire runs an acquire batch a chunk at a time: it reads the chunk's lease keys first
 // (leasekit.PeekMany: GET and PTTL, no script) and sends the acquire script only for the leases
-// that read found free or held by this replica (afterPeek), each with a Lease built for it
-// (b.leases; the machine keeps those that won). An attempt mostly finds the lease renewed by
-// its holder, and the read costs Redis a fraction of a script call, and this replica no Lease.
+// that read found free or held by this replica (afterPeek), each with a Lease built for that
+// call and dropped after it (a won term is renewed and released by its record: termOf). An
+// attempt mostly finds the lease renewed by its holder, and the read costs Redis a fraction of
+// a script call, and this replica no Lease.
 func (r redisGroup) acquire(ctx context.Context, b *acquireBatch) {
 	g := r.g
 	b.replies = make([]acquireReply, len(b.items))
-	b.leases = make([]*leasekit.Lease, len(b.items))
 	chunked(len(b.items), batchChunk, func(lo, hi int) {
 		keys := make([]string, hi-lo)
 		for i, gl := range b.items[lo:hi] {
@@ -88,7 +88,6 @@ func (r redisGroup) acquire(ctx context.Context, b *acquireBatch) {
 				b.replies[lo+i] = acquireReply{sent: sent, err: err}
 				continue
 			}
-			b.leases[lo+i] = l
 			res[i] = batch.Acquire(l, g.cfg.LeaseDuration)
 		}
 		if batch.Len() == 0 {
@@ -145,12 +144,12 @@ func (r redisGroup) renew(ctx context.Context, b *renewBatch) {
 // owner-checked renewal of each lease, all in one atomic script call), each from the call's
 // send time; an error of the call is every lease's.
 func (r redisGroup) renewMany(ctx context.Context, b *renewBatch, lo, hi int) {
-	terms := make([]lease.Record, hi-lo)
+	terms := make([]leasewire.HeldTerm, hi-lo)
 	for i, it := range b.items[lo:hi] {
-		terms[i] = it.term
+		terms[i] = r.termOf(it)
 	}
 	sent := r.g.clock.Now()
-	for i, x := range leasekit.RenewMany(ctx, r.g.cfg.Client, b.leases[lo:hi], terms, r.g.cfg.LeaseDuration) {
+	for i, x := range leasekit.RenewMany(ctx, r.g.cfg.Client, terms, r.g.cfg.LeaseDuration) {
 		b.replies[lo+i] = renewReply{sent: sent, ok: x.OK, err: x.Err}
 	}
 }
@@ -161,7 +160,7 @@ func (r redisGroup) renewEach(ctx context.Context, b *renewBatch, lo, hi int) {
 	batch := leasekit.NewBatch(r.g.cfg.Client)
 	res := make([]*leasekit.Result, hi-lo)
 	for i, it := range b.items[lo:hi] {
-		res[i] = batch.Renew(b.leases[lo+i], it.term, r.g.cfg.LeaseDuration)
+		res[i] = batch.Renew(r.termOf(it), r.g.cfg.LeaseDuration)
 	}
 	sent := r.g.clock.Now()
 	if batch.Len() > 0 {
@@ -172,13 +171,19 @@ func (r redisGroup) renewEach(ctx context.Context, b *renewBatch, lo, hi int) {
 	}
 }
 
+// termOf is the term of it as its renewal and release send it: the Group's prefix, the lease's
+// name and the record (the same keys and arguments as a Lease of the Group's would send).
+func (r redisGroup) termOf(it termItem) leasewire.HeldTerm {
+	return leasewire.HeldTerm{Prefix: r.g.cfg.KeyPrefix, Name: it.gl.name, Record: it.term.String()}
+}
+
 func (r redisGroup) release(ctx context.Context, b *releaseBatch) {
 	b.errs = make([]error, len(b.items))
 	chunked(len(b.items), batchChunk, func(lo, hi int) {
 		batch := leasekit.NewBatch(r.g.cfg.Client)
 		res := make([]*leasekit.Result, hi-lo)
 		for i, it := range b.items[lo:hi] {
-			res[i] = batch.Release(b.leases[lo+i], it.term)
+			res[i] = batch.Release(r.termOf(it))
 		}
 		_ = batch.Exec(ctx)
 		for i, x := range res {

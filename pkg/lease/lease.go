@@ -240,9 +240,8 @@ func acquireError(name string, err error) error {
 	return fmt.Errorf("acquire lease %q: %w", name, acquireScript.Explain(err))
 }
 
-// acquireArgs, renewArgs and releaseArgs are the ARGV of the scripts, for one call or a
-// Batch, with l.acquireKeys (acquire) or l.termKeys (renew, release). A Batch renews with the
-// lease key alone, l.termKeys[:1]: its renewals do not look at resign requests.
+// acquireArgs, renewArgs and releaseArgs are the ARGV of the scripts, with l.acquireKeys
+// (acquire, also in a Batch) or l.termKeys (renew, release).
 func (l *Lease) acquireArgs(ms int64) []any {
 	return []any{l.boxes.owner, l.ttlArg(ms), l.boxes.channel}
 }

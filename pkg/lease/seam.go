@@ -109,33 +109,34 @@ func (internals) BatchAcquire(l *Lease, ttl time.Duration) (op *lualib.Op, resul
 	return op, result, nil
 }
 
-// BatchRenew is BatchAcquire for l.Renew(term, ttl), with the lease key alone: a batch's
-// renewals do not look at resign requests.
-func (internals) BatchRenew(l *Lease, term Record, ttl time.Duration) (op *lualib.Op, result func(*redis.Cmd) (bool, error), err error) {
+// BatchRenew returns the renewal of the held term t through client, prepared for a pipeline,
+// and the decoder of its reply, which returns what Lease.Renew would: the renew script with the
+// lease key alone (no announcement, no resign request). err is what Renew would refuse before
+// sending.
+func (internals) BatchRenew(client redis.UniversalClient, t leasewire.HeldTerm, ttl time.Duration) (op *lualib.Op, result func(*redis.Cmd) (bool, error), err error) {
 	ms, err := leasewire.TTLMillis(ttl)
 	if err != nil {
-		return nil, nil, fmt.Errorf("renew lease %q: %w", l.name, err)
+		return nil, nil, fmt.Errorf("renew lease %q: %w", t.Name, err)
 	}
-	op = renewScript.Prepare(l.scripts, "", l.termKeys[:1], l.renewArgs(term, ms)...)
-	return op, termResult(l, "renew", renewScript), nil
+	op = renewScript.Prepare(lualib.For(client), "", []any{leasewire.LeaseKey(t.Prefix, t.Name)}, t.Record, ms)
+	return op, termResult(t.Name, "renew", renewScript), nil
 }
 
-// RenewMany renews terms[i] of leases[i] to ttl, every one as BatchRenew's call would (the lease
-// key alone: no announcement, no resign request), in one call of scripts/renew_many.lua through
-// the leases' client, in its scripts mode (FCALL, EVALSHA, or EVAL after NOSCRIPT: as Run).
-// ok[i] and errs[i] are what BatchRenew's decoder would return for lease i; an error of the
-// call is every lease's; errs is nil when no lease has one. The leases must share one client,
-// one that sends every command to one server (a standalone or Sentinel client): their keys are
-// in many Cluster slots.
-func (internals) RenewMany(ctx context.Context, leases []*Lease, terms []Record, ttl time.Duration) (ok []bool, errs []error) {
-	ok = make([]bool, len(leases))
-	if len(leases) == 0 {
+// RenewMany renews every held term of terms to ttl, each as BatchRenew's call would, in one
+// call of scripts/renew_many.lua through client, in its scripts mode (FCALL, EVALSHA, or EVAL
+// after NOSCRIPT: as Run). ok[i] and errs[i] are what BatchRenew's decoder would return for
+// terms[i]; an error of the call is every term's; errs is nil when no term has one. The
+// client must send every command to one server (a standalone or Sentinel client): the leases'
+// keys are in many Cluster slots.
+func (internals) RenewMany(ctx context.Context, client redis.UniversalClient, terms []leasewire.HeldTerm, ttl time.Duration) (ok []bool, errs []error) {
+	ok = make([]bool, len(terms))
+	if len(terms) == 0 {
 		return ok, nil
 	}
 	fail := func(err error) []error {
-		errs := make([]error, len(leases))
-		for i, l := range leases {
-			errs[i] = fmt.Errorf("renew lease %q: %w", l.name, err)
+		errs := make([]error, len(terms))
+		for i, t := range terms {
+			errs[i] = fmt.Errorf("renew lease %q: %w", t.Name, err)
 		}
 		return errs
 	}
@@ -143,20 +144,19 @@ func (internals) RenewMany(ctx context.Context, leases []*Lease, terms []Record,
 	if err != nil {
 		return ok, fail(err)
 	}
-	keys := make([]any, len(leases))
-	args := make([]any, 1, 1+len(leases))
-	args[0] = leases[0].ttlArg(ms)
-	for i, l := range leases {
-		keys[i] = l.termKeys[0]
-		args = append(args, l.termArg(terms[i]))
+	keys := make([]any, len(terms))
+	args := make([]any, 1, 1+len(terms))
+	args[0] = ms
+	for i, t := range terms {
+		keys[i] = leasewire.LeaseKey(t.Prefix, t.Name)
+		args = append(args, t.Record)
 	}
-	first := leases[0]
-	reply, err := first.run(ctx, first.client, renewManyScript, keys, args...).Slice()
+	reply, err := renewManyScript.Run(ctx, lualib.For(client), client, "", keys, args...).Slice()
 	switch {
 	case err != nil:
 		return ok, fail(renewManyScript.Explain(err))
-	case len(reply) != len(leases):
-		return ok, fail(fmt.Errorf("unexpected reply of %d elements to a renewal of %d leases", len(reply), len(leases)))
+	case len(reply) != len(terms):
+		return ok, fail(fmt.Errorf("unexpected reply of %d elements to a renewal of %d leases", len(reply), len(terms)))
 	}
 	for i, v := range reply {
 		switch v := v.(type) {
@@ -164,31 +164,32 @@ func (internals) RenewMany(ctx context.Context, leases []*Lease, terms []Record,
 			ok[i] = v == 1
 		case error:
 			if errs == nil {
-				errs = make([]error, len(leases))
+				errs = make([]error, len(terms))
 			}
-			errs[i] = fmt.Errorf("renew lease %q: %w", leases[i].name, renewManyScript.Explain(v))
+			errs[i] = fmt.Errorf("renew lease %q: %w", terms[i].Name, renewManyScript.Explain(v))
 		default:
 			if errs == nil {
-				errs = make([]error, len(leases))
+				errs = make([]error, len(terms))
 			}
-			errs[i] = fmt.Errorf("renew lease %q: unexpected reply %v", leases[i].name, v)
+			errs[i] = fmt.Errorf("renew lease %q: unexpected reply %v", terms[i].Name, v)
 		}
 	}
 	return ok, errs
 }
 
-// BatchRelease is BatchAcquire for l.Release(term).
-func (internals) BatchRelease(l *Lease, term Record) (op *lualib.Op, result func(*redis.Cmd) (bool, error)) {
-	op = releaseScript.Prepare(l.scripts, "", l.termKeys, l.releaseArgs(term)...)
-	return op, termResult(l, "release", releaseScript)
+// BatchRelease is BatchRenew for the release of t, which Lease.Release would send without a
+// resign key: the record deleted if it is still t's, and "released" announced.
+func (internals) BatchRelease(client redis.UniversalClient, t leasewire.HeldTerm) (op *lualib.Op, result func(*redis.Cmd) (bool, error)) {
+	op = releaseScript.Prepare(lualib.For(client), "", []any{leasewire.LeaseKey(t.Prefix, t.Name)}, t.Record, leasewire.EventsChannel(t.Prefix, t.Name))
+	return op, termResult(t.Name, "release", releaseScript)
 }
 
 // termResult decodes the reply of a renewal or release sent in a batch.
-func termResult(l *Lease, verb string, s *lualib.Script) func(*redis.Cmd) (bool, error) {
+func termResult(name, verb string, s *lualib.Script) func(*redis.Cmd) (bool, error) {
 	return func(cmd *redis.Cmd) (bool, error) {
 		n, err := cmd.Int64()
 		if err != nil {
-			return n == 1, fmt.Errorf("%s lease %q: %w", verb, l.name, s.Explain(err))
+			return n == 1, fmt.Errorf("%s lease %q: %w", verb, name, s.Explain(err))
 		}
 		return n == 1, nil
 	}

@@ -150,7 +150,7 @@ func ElectorBatch(c redis.UniversalClient, keys []string) (Op, int, error) {
 			if !acquired[i].Acquired {
 				return fmt.Errorf("elector batch acquire %s: %w", l.Name(), errNotDone)
 			}
-			b.Release(l, acquired[i].Status.Record)
+			b.Release(leasekit.Term(l, acquired[i].Status.Record))
 		}
 		if err := b.Exec(ctx); err != nil {
 			return fmt.Errorf("elector batch release: %w", err)
@@ -249,7 +249,7 @@ func ElectorBatchRenew(ctx context.Context, c redis.UniversalClient, keys []stri
 	return func(ctx context.Context) error {
 		b := leasekit.NewBatch(c)
 		for i, l := range leases {
-			results[i] = b.Renew(l, terms[i], PrimitiveTTL)
+			results[i] = b.Renew(leasekit.Term(l, terms[i]), PrimitiveTTL)
 		}
 		if err := b.Exec(ctx); err != nil {
 			return fmt.Errorf("elector batch renew: %w", err)
