@@ -4,7 +4,7 @@ GOFLAGS ?=
 export GOFLAGS
 
 .PHONY: test test-deps lint build check-static helm-test bench-quick adapters-test fuzz-smoke demo ci \
-	ci-tests ci-lane \
+	ci-tests satellites ci-lane \
 	test-under-load model compat k8s-e2e check-adapters flake-hunt mutants conformance python-test \
 	schedule-chaos
 
@@ -14,7 +14,12 @@ export GOFLAGS
 ## beside the compiler: from a cold cache it keeps both cores busy for minutes.
 test: test-deps
 	$(GO) test -race -count=1 -exec true ./... >/dev/null
-	$(GO) test -race -count=1 -timeout 15m ./...
+	$(GO) test -race -count=1 -p $(TEST_P) -timeout 15m ./...
+
+## TEST_P: test binaries run at once by make test and make test-under-load. The long packages (election, e2e, chaos, conformance, reliability) mostly wait for
+## lease expiries and take 60 % of a 2-core machine four at a time, so go test's default (one
+## per core) left it half idle.
+TEST_P ?= 4
 
 test-deps:
 	@hack/install-test-deps.sh
@@ -103,7 +108,7 @@ LOAD_PKGS ?= ./pkg/election/... ./pkg/lease/... ./internal/leasekit/... ./test/e
 SIM_TESTS := ^TestSim
 export SIM_TESTS
 test-under-load: test-deps
-	hack/under-load.sh $(GO) test -race -count=1 -timeout 20m -skip '$(SIM_TESTS)' $(LOAD_PKGS)
+	hack/under-load.sh $(GO) test -race -count=1 -p $(TEST_P) -timeout 20m -skip '$(SIM_TESTS)' $(LOAD_PKGS)
 
 ## flake-hunt: the timing-sensitive packages (election, lease, child, e2e, reliability, the
 ## adapters) FLAKE_N times (default 10) beside two busy loops and a compile loop at nice 19,
@@ -168,7 +173,12 @@ demo:
 ## foreground, and ci-lane at the lowest CPU priority beside it: what is CPU-bound, timing-free
 ## and not needed by ci-tests (the fuzz targets, the spin models, the simulator's seeds), so
 ## that it fills the cores the timing tests leave idle.
+## ci-tests runs make test beside the satellite modules' checks (two make jobs; each target's
+## output is printed whole when it ends), then the benchmark guards alone.
 ci: ci-tests fuzz-smoke
-ci-tests: lint test python-test build adapters-test check-adapters helm-test bench-quick
+ci-tests: lint
+	$(MAKE) --no-print-directory -j2 --output-sync=target test satellites
+	$(MAKE) --no-print-directory bench-quick
+satellites: python-test build adapters-test check-adapters helm-test
 ci-lane: SIM_REDIS = 0
 ci-lane: fuzz-smoke model sim mutants
