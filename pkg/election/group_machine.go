@@ -42,13 +42,13 @@ func (s leaseState) String() string {
 	return "invalid"
 }
 
-// groupLease is one lease of a Group replica, owned by the machine.
+// groupLease is one lease of a Group replica, owned by the machine. A held term is renewed and
+// released by its name and record (leasewire.HeldTerm), not with a leasekit.Lease: a Lease is
+// about a kilobyte, and a Group holds tens of thousands of terms. An acquire batch builds a
+// Lease for each attempt that goes on to the acquire script (groupRedis.acquire) and drops it
+// with the reply.
 type groupLease struct {
-	name string
-	// A held term is renewed and released by its name and record (leasewire.HeldTerm), not
-	// with a leasekit.Lease: a Lease is about a kilobyte, and a Group holds tens of thousands
-	// of terms. An acquire batch builds a Lease for each attempt that goes on to the acquire
-	// script (groupRedis.acquire) and drops it with the reply.
+	name    string
 	state   leaseState
 	removed bool // Remove was called (and no Add since): forgotten on reaching idle
 	parked  bool // idle, held by another, tried parkFor later than its holder's expiry (follow)
