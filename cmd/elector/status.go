@@ -304,7 +304,7 @@ func (c *cli) statusAll(ctx context.Context, who string, co *commonOptions, clie
 	}
 	list := make([]leaseStatus, 0, len(found))
 	for _, f := range found {
-		list = append(list, newLeaseStatus(f.Name, leasewire.KeysFor(co.lease.prefix, f.Name).Lease, f.Status))
+		list = append(list, newLeaseStatus(f.Name, leasewire.LeaseKey(co.lease.prefix, f.Name), f.Status))
 	}
 	if output != "text" {
 		err = encode(c.stdout, output, list)

@@ -20,8 +20,9 @@ import (
 // rather than a Lease, so that a holder of many terms keeps no Lease for each. A Batch is not
 // safe for concurrent use.
 type Batch struct {
-	client redis.UniversalClient
-	ops    []*batchOp
+	client  redis.UniversalClient
+	scripts *lualib.State // the client's scripts mode (lualib.For), looked up once per Batch
+	ops     []*batchOp
 }
 
 // AcquireResult is the outcome of an Acquire queued in a Batch, filled in by Exec.
@@ -52,7 +53,9 @@ type batchOp struct {
 }
 
 // NewBatch returns an empty Batch for leases created with client.
-func NewBatch(client redis.UniversalClient) *Batch { return &Batch{client: client} }
+func NewBatch(client redis.UniversalClient) *Batch {
+	return &Batch{client: client, scripts: lualib.For(client)}
+}
 
 // Len returns the number of queued operations.
 func (b *Batch) Len() int { return len(b.ops) }
@@ -76,7 +79,7 @@ func (b *Batch) Acquire(l *Lease, ttl time.Duration) *AcquireResult {
 // the lease key alone: no announcement and no resign request, whatever the lease's Ext.
 func (b *Batch) Renew(t leasewire.HeldTerm, ttl time.Duration) *Result {
 	r := &Result{}
-	op, result, err := seam.BatchRenew(b.client, t, ttl)
+	op, result, err := seam.BatchRenew(b.scripts, t, ttl)
 	if err != nil {
 		r.Err = err
 		return r
@@ -89,7 +92,7 @@ func (b *Batch) Renew(t leasewire.HeldTerm, ttl time.Duration) *Result {
 // Renew it sends no resign key.
 func (b *Batch) Release(t leasewire.HeldTerm) *Result {
 	r := &Result{}
-	op, result := seam.BatchRelease(b.client, t)
+	op, result := seam.BatchRelease(b.scripts, t)
 	b.ops = append(b.ops, &batchOp{op: op, finish: r.finish(result)})
 	return r
 }

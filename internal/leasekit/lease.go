@@ -41,8 +41,8 @@ type internals interface {
 	PTTL(ms int64) time.Duration
 	DurationTTL(d time.Duration) time.Duration
 	BatchAcquire(l *lease.Lease, ttl time.Duration) (*lualib.Op, func(*redis.Cmd) (bool, lease.Status, []any, error), error)
-	BatchRenew(client redis.UniversalClient, t leasewire.HeldTerm, ttl time.Duration) (*lualib.Op, func(*redis.Cmd) (bool, error), error)
-	BatchRelease(client redis.UniversalClient, t leasewire.HeldTerm) (*lualib.Op, func(*redis.Cmd) (bool, error))
+	BatchRenew(scripts *lualib.State, t leasewire.HeldTerm, ttl time.Duration) (*lualib.Op, func(*redis.Cmd) (bool, error), error)
+	BatchRelease(scripts *lualib.State, t leasewire.HeldTerm) (*lualib.Op, func(*redis.Cmd) (bool, error))
 	RenewMany(ctx context.Context, client redis.UniversalClient, terms []leasewire.HeldTerm, ttl time.Duration) (ok []bool, errs []error)
 	LoadBatchScripts(ctx context.Context, client redis.UniversalClient) error
 }

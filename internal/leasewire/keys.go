@@ -82,8 +82,8 @@ func KeysFor(prefix, name string) Keys {
 }
 
 // LeaseKey returns Keys.Lease of the lease called name under prefix, and EventsChannel its
-// Keys.Events, without building the other names: for a caller that sends one key of many
-// leases at a time (the renewals and releases of a HeldTerm).
+// Keys.Events, without building the other names: for a caller that needs only that one (the
+// renewals and releases of a HeldTerm, the reads of many leases).
 func LeaseKey(prefix, name string) string { return prefix + ":{" + name + "}:" + keySuffixes[0] }
 
 // EventsChannel returns Keys.Events of the lease called name under prefix (LeaseKey).

@@ -72,7 +72,7 @@ func (r redisGroup) acquire(ctx context.Context, b *acquireBatch) {
 	chunked(len(b.items), batchChunk, func(lo, hi int) {
 		keys := make([]string, hi-lo)
 		for i, gl := range b.items[lo:hi] {
-			keys[i] = leasewire.KeysFor(g.cfg.KeyPrefix, gl.name).Lease
+			keys[i] = leasewire.LeaseKey(g.cfg.KeyPrefix, gl.name)
 		}
 		sent := g.clock.Now()
 		peeks := leasekit.PeekMany(ctx, g.cfg.Client, keys)

@@ -109,16 +109,16 @@ func (internals) BatchAcquire(l *Lease, ttl time.Duration) (op *lualib.Op, resul
 	return op, result, nil
 }
 
-// BatchRenew returns the renewal of the held term t through client, prepared for a pipeline,
-// and the decoder of its reply, which returns what Lease.Renew would: the renew script with the
-// lease key alone (no announcement, no resign request). err is what Renew would refuse before
-// sending.
-func (internals) BatchRenew(client redis.UniversalClient, t leasewire.HeldTerm, ttl time.Duration) (op *lualib.Op, result func(*redis.Cmd) (bool, error), err error) {
+// BatchRenew returns the renewal of the held term t, prepared for a pipeline in the scripts mode
+// scripts (lualib.For of the pipeline's client), and the decoder of its reply, which returns
+// what Lease.Renew would: the renew script with the lease key alone (no announcement, no resign
+// request). err is what Renew would refuse before sending.
+func (internals) BatchRenew(scripts *lualib.State, t leasewire.HeldTerm, ttl time.Duration) (op *lualib.Op, result func(*redis.Cmd) (bool, error), err error) {
 	ms, err := leasewire.TTLMillis(ttl)
 	if err != nil {
 		return nil, nil, fmt.Errorf("renew lease %q: %w", t.Name, err)
 	}
-	op = renewScript.Prepare(lualib.For(client), "", []any{leasewire.LeaseKey(t.Prefix, t.Name)}, t.Record, ms)
+	op = renewScript.Prepare(scripts, "", []any{leasewire.LeaseKey(t.Prefix, t.Name)}, t.Record, ms)
 	return op, termResult(t.Name, "renew", renewScript), nil
 }
 
@@ -179,8 +179,8 @@ func (internals) RenewMany(ctx context.Context, client redis.UniversalClient, te
 
 // BatchRelease is BatchRenew for the release of t, which Lease.Release would send without a
 // resign key: the record deleted if it is still t's, and "released" announced.
-func (internals) BatchRelease(client redis.UniversalClient, t leasewire.HeldTerm) (op *lualib.Op, result func(*redis.Cmd) (bool, error)) {
-	op = releaseScript.Prepare(lualib.For(client), "", []any{leasewire.LeaseKey(t.Prefix, t.Name)}, t.Record, leasewire.EventsChannel(t.Prefix, t.Name))
+func (internals) BatchRelease(scripts *lualib.State, t leasewire.HeldTerm) (op *lualib.Op, result func(*redis.Cmd) (bool, error)) {
+	op = releaseScript.Prepare(scripts, "", []any{leasewire.LeaseKey(t.Prefix, t.Name)}, t.Record, leasewire.EventsChannel(t.Prefix, t.Name))
 	return op, termResult(t.Name, "release", releaseScript)
 }
 

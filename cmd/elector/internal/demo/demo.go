@@ -512,7 +512,7 @@ func (d *demo) stopAll(reps []*replica) {
 }
 
 // leaseKey is the Redis key of the demo's lease.
-func (d *demo) leaseKey() string { return leasewire.KeysFor(keyPrefix, d.leaseName).Lease }
+func (d *demo) leaseKey() string { return leasewire.LeaseKey(keyPrefix, d.leaseName) }
 
 // cleanup removes the demo's keys; the lease itself was released.
 func (d *demo) cleanup(admin redis.UniversalClient) {
