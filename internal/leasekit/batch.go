@@ -1,6 +1,7 @@
 package leasekit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -97,6 +98,52 @@ func (b *Batch) Release(t leasewire.HeldTerm) *Result {
 	return r
 }
 
+// RenewMany queues the renewal of every held term of terms in one call of renew_many.lua, each
+// term renewed as Renew would renew it, and returns their results, in order, filled in by
+// Exec: N owner-checked renewals that Redis runs atomically, for the cost of one script call.
+// An error of the call is every term's. Every key of one call must be on one server: the
+// Batch's client is a standalone or Sentinel one (OneServer), or every term's lease is in one
+// Redis Cluster slot (leasewire.LeaseSlot); otherwise nothing is queued and every result is
+// that error.
+func (b *Batch) RenewMany(terms []leasewire.HeldTerm, ttl time.Duration) []Result {
+	res := make([]Result, len(terms))
+	fail := func(err error) []Result {
+		for i := range res {
+			res[i].Err = err
+		}
+		return res
+	}
+	if len(terms) == 0 {
+		return res
+	}
+	if !OneServer(b.client) {
+		slot := leasewire.LeaseSlot(terms[0].Name)
+		for _, t := range terms[1:] {
+			if leasewire.LeaseSlot(t.Name) != slot {
+				return fail(fmt.Errorf("lease renew many: leases %q and %q are in different Redis Cluster slots, which one script call cannot touch; a %T renews together only the leases of one slot",
+					terms[0].Name, t.Name, b.client))
+			}
+		}
+	}
+	op, result, err := seam.BatchRenewMany(b.scripts, terms, ttl)
+	if err != nil {
+		return fail(err)
+	}
+	b.ops = append(b.ops, &batchOp{op: op, finish: func(cmd *redis.Cmd) error {
+		ok, errs := result(cmd)
+		var first error
+		for i := range res {
+			res[i].OK = ok[i]
+			if errs != nil {
+				res[i].Err = errs[i]
+				first = cmp.Or(first, errs[i])
+			}
+		}
+		return first
+	}})
+	return res
+}
+
 // Term returns the held term rec of l, for Renew, Release and RenewMany.
 func Term(l *Lease, rec lease.Record) leasewire.HeldTerm {
 	return leasewire.HeldTerm{Prefix: seam.Prefix(l.Lease), Name: l.Name(), Record: rec.String()}
@@ -187,34 +234,10 @@ func (b *Batch) run(ctx context.Context, ops []*batchOp) {
 
 // OneServer reports whether client sends every command to one server: a standalone or
 // Sentinel failover client (*redis.Client). Only there may one script call touch the keys of
-// many leases (RenewMany); on a Redis Cluster each lease's keys are in a slot of their own.
+// leases in many Redis Cluster slots (RenewMany).
 func OneServer(client redis.UniversalClient) bool {
 	_, ok := client.(*redis.Client)
 	return ok
-}
-
-// RenewMany renews every held term of terms for ttl in one script call, each as a Renew queued
-// in a Batch would, and returns their results in order: N owner-checked renewals, run
-// atomically by Redis. An error of the call, including NOSCRIPT or a missing function that its
-// retries (lualib.Script.Run) did not get past, is every term's. OneServer(client) must hold;
-// otherwise nothing is sent and every result is that error.
-func RenewMany(ctx context.Context, client redis.UniversalClient, terms []leasewire.HeldTerm, ttl time.Duration) []Result {
-	res := make([]Result, len(terms))
-	if !OneServer(client) {
-		err := fmt.Errorf("lease renew many: a %T may send the keys of many leases to many servers; queue Renew in a Batch", client)
-		for i := range res {
-			res[i].Err = err
-		}
-		return res
-	}
-	ok, errs := seam.RenewMany(ctx, client, terms, ttl)
-	for i := range res {
-		res[i].OK = ok[i]
-		if errs != nil {
-			res[i].Err = errs[i]
-		}
-	}
-	return res
 }
 
 // Peek is what a read of one lease's key found (PeekMany).

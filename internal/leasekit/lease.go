@@ -43,7 +43,7 @@ type internals interface {
 	BatchAcquire(l *lease.Lease, ttl time.Duration) (*lualib.Op, func(*redis.Cmd) (bool, lease.Status, []any, error), error)
 	BatchRenew(scripts *lualib.State, t leasewire.HeldTerm, ttl time.Duration) (*lualib.Op, func(*redis.Cmd) (bool, error), error)
 	BatchRelease(scripts *lualib.State, t leasewire.HeldTerm) (*lualib.Op, func(*redis.Cmd) (bool, error))
-	RenewMany(ctx context.Context, client redis.UniversalClient, terms []leasewire.HeldTerm, ttl time.Duration) (ok []bool, errs []error)
+	BatchRenewMany(scripts *lualib.State, terms []leasewire.HeldTerm, ttl time.Duration) (*lualib.Op, func(*redis.Cmd) ([]bool, []error), error)
 	LoadBatchScripts(ctx context.Context, client redis.UniversalClient) error
 }
 

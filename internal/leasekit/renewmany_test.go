@@ -107,9 +107,9 @@ func TestRenewMany(t *testing.T) {
 
 	leases := []*leasekit.Lease{own1, foreign, gone, oldTerm, wrongType, own2}
 	terms := []lease.Record{rec1, rec1, goneRec, first, rec2, rec2}
-	res := leasekit.RenewMany(ctx, c, termsOf(leases, terms), 20*time.Second)
-	if got := rec.take(); !slices.Equal(got, []string{"evalsha", "eval"}) {
-		t.Errorf("RenewMany sent %v, want one call: evalsha, and eval after NOSCRIPT", got)
+	res := renewMany(t, c, termsOf(leases, terms), 20*time.Second)
+	if got := rec.take(); !slices.Equal(got, []string{"evalsha", "evalsha"}) {
+		t.Errorf("RenewMany sent %v, want one call: evalsha, and evalsha again after NOSCRIPT and SCRIPT LOAD", got)
 	}
 	want := []bool{true, false, false, false, false, true}
 	for i, r := range res {
@@ -145,7 +145,7 @@ func TestRenewMany(t *testing.T) {
 	}
 
 	// Cached now: EVALSHA alone. With the library loaded, FCALL of its function.
-	if res := leasekit.RenewMany(ctx, c, termsOf(leases[:1], terms[:1]), 20*time.Second); !res[0].OK || res[0].Err != nil {
+	if res := renewMany(t, c, termsOf(leases[:1], terms[:1]), 20*time.Second); !res[0].OK || res[0].Err != nil {
 		t.Errorf("second call: %+v", res[0])
 	}
 	if got := rec.take(); !slices.Equal(got, []string{"evalsha"}) {
@@ -156,7 +156,7 @@ func TestRenewMany(t *testing.T) {
 	}
 	fc, frec := recordedClient(t, srv, lualib.Functions)
 	own := newLease(t, fc, "own-1", "pod-a")
-	if res := leasekit.RenewMany(ctx, fc, []leasewire.HeldTerm{leasekit.Term(own, rec1)}, 20*time.Second); !res[0].OK || res[0].Err != nil {
+	if res := renewMany(t, fc, []leasewire.HeldTerm{leasekit.Term(own, rec1)}, 20*time.Second); !res[0].OK || res[0].Err != nil {
 		t.Errorf("FCALL: %+v, want renewed", res[0])
 	}
 	if got := frec.take(); !slices.Equal(got, []string{"fcall renew_many"}) {
@@ -164,30 +164,75 @@ func TestRenewMany(t *testing.T) {
 	}
 }
 
-// TestRenewManyRefusesACluster: a Cluster client, whose leases' keys are in many slots, fails
-// every result and sends nothing.
-func TestRenewManyRefusesACluster(t *testing.T) {
+// TestRenewManyOnACluster: on a Redis Cluster one renew_many call renews the leases of one
+// slot (LeaseSlot agrees with the Cluster's CLUSTER KEYSLOT), and a call of leases in two
+// slots fails every result and sends nothing.
+func TestRenewManyOnACluster(t *testing.T) {
 	ctx := context.Background()
-	srv := redistest.Start(t)
-	c, rec := recordedClient(t, srv, "")
-	l := newLease(t, c, "x", "pod-a")
-	term := mustAcquire(t, l, 10*time.Second)
-	rec.take()
-	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr()}})
-	t.Cleanup(func() { _ = cluster.Close() })
-	res := leasekit.RenewMany(ctx, cluster, []leasewire.HeldTerm{leasekit.Term(l, term), leasekit.Term(l, term)}, 20*time.Second)
-	for i, r := range res {
-		if r.OK || r.Err == nil {
-			t.Errorf("result %d = %+v, want an error", i, r)
+	cl := redistest.StartCluster(t, 3)
+	c := cl.Client(t)
+	rec := &scriptCalls{}
+	c.AddHook(rec)
+	bySlot := map[int][]string{}
+	var same []string // three leases of one slot
+	for i := 0; same == nil; i++ {
+		name := fmt.Sprintf("shard-%d", i)
+		slot := leasewire.LeaseSlot(name)
+		if i < 300 {
+			if want := c.ClusterKeySlot(ctx, leasewire.LeaseKey(lease.DefaultPrefix, name)).Val(); int64(slot) != want {
+				t.Fatalf("LeaseSlot(%q) = %d, CLUSTER KEYSLOT of its lease key = %d", name, slot, want)
+			}
+		}
+		if bySlot[slot] = append(bySlot[slot], name); len(bySlot[slot]) == 3 {
+			same = bySlot[slot]
 		}
 	}
-	t.Logf("cluster client: %v", res[0].Err)
+	var held []leasewire.HeldTerm
+	for _, name := range same {
+		l := newLease(t, c, name, "pod-a")
+		held = append(held, leasekit.Term(l, mustAcquire(t, l, 10*time.Second)))
+	}
+	rec.take()
+	for i, r := range renewMany(t, c, held, 20*time.Second) {
+		if !r.OK || r.Err != nil {
+			t.Errorf("%s: %+v, want renewed", same[i], r)
+		}
+	}
+	for _, name := range same {
+		if pttl := c.PTTL(ctx, leasewire.LeaseKey(lease.DefaultPrefix, name)).Val(); pttl <= 19*time.Second {
+			t.Errorf("%s: PTTL %v after the renewal to 20s", name, pttl)
+		}
+	}
+	if got := rec.take(); len(got) == 0 || got[len(got)-1] != "evalsha" && got[len(got)-1] != "fcall renew_many" {
+		t.Errorf("sent %v, want one renew_many call (after NOSCRIPT, again)", got)
+	}
+
+	other := newLease(t, c, "other", "pod-a")
+	if leasewire.LeaseSlot("other") == leasewire.LeaseSlot(same[0]) {
+		t.Fatal("pick another name: other shares the slot")
+	}
+	mixed := []leasewire.HeldTerm{held[0], leasekit.Term(other, mustAcquire(t, other, 10*time.Second))}
+	rec.take()
+	for i, r := range renewMany(t, c, mixed, 20*time.Second) {
+		if r.OK || r.Err == nil || !strings.Contains(r.Err.Error(), "different Redis Cluster slots") {
+			t.Errorf("result %d = %+v, want the error that names the slots", i, r)
+		}
+	}
 	if got := rec.take(); len(got) > 0 {
-		t.Errorf("sent %v", got)
+		t.Errorf("a call of two slots' leases sent %v", got)
 	}
-	if leasekit.OneServer(cluster) || !leasekit.OneServer(c) {
-		t.Errorf("OneServer: cluster client %v, standalone %v", leasekit.OneServer(cluster), leasekit.OneServer(c))
+	if leasekit.OneServer(c) || !leasekit.OneServer(redistest.Start(t).Client(t)) {
+		t.Error("OneServer: want false for a cluster client, true for a standalone one")
 	}
+}
+
+// renewMany renews terms in one renew_many call of a Batch of c and returns the results.
+func renewMany(t testing.TB, c redis.UniversalClient, terms []leasewire.HeldTerm, ttl time.Duration) []leasekit.Result {
+	t.Helper()
+	b := leasekit.NewBatch(c)
+	res := b.RenewMany(terms, ttl)
+	_ = b.Exec(context.Background()) // errors are per result
+	return res
 }
 
 // termsOf returns the held terms terms[i] of leases[i].
@@ -201,7 +246,6 @@ func termsOf(leases []*leasekit.Lease, terms []lease.Record) []leasewire.HeldTer
 
 // BenchmarkRenewMany1000 is BenchmarkBatchRenew1000 with one renew_many call.
 func BenchmarkRenewMany1000(b *testing.B) {
-	ctx := context.Background()
 	c := redistest.Start(b).Client(b)
 	leases := make([]*leasekit.Lease, 1000)
 	terms := make([]lease.Record, len(leases))
@@ -212,7 +256,7 @@ func BenchmarkRenewMany1000(b *testing.B) {
 	held := termsOf(leases, terms)
 	b.ReportAllocs()
 	for b.Loop() {
-		for _, r := range leasekit.RenewMany(ctx, c, held, time.Minute) {
+		for _, r := range renewMany(b, c, held, time.Minute) {
 			if !r.OK || r.Err != nil {
 				b.Fatal(r)
 			}

@@ -129,3 +129,14 @@ func TestKeysForNames(t *testing.T) {
 		t.Errorf("KeysFor allocates %v times, want 1", n)
 	}
 }
+
+// TestLeaseSlot checks LeaseSlot against the CRC16 check value of the Redis Cluster
+// specification (CRC16("123456789") = 0x31C3) and slots Redis's CLUSTER KEYSLOT gives; the
+// leasekit Cluster test compares it with a real Cluster for many names.
+func TestLeaseSlot(t *testing.T) {
+	for name, want := range map[string]int{"123456789": 0x31C3, "foo": 12182, "bar": 5061, "hello": 866} {
+		if got := leasewire.LeaseSlot(name); got != want {
+			t.Errorf("LeaseSlot(%q) = %d, want %d", name, got, want)
+		}
+	}
+}

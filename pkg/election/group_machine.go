@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/lease"
 )
@@ -50,8 +51,9 @@ func (s leaseState) String() string {
 type groupLease struct {
 	name    string
 	state   leaseState
-	removed bool // Remove was called (and no Add since): forgotten on reaching idle
-	parked  bool // idle, held by another, tried parkFor later than its holder's expiry (follow)
+	removed bool   // Remove was called (and no Add since): forgotten on reaching idle
+	parked  bool   // idle, held by another, tried parkFor later than its holder's expiry (follow)
+	slot    uint16 // the lease's Redis Cluster hash slot (leasewire.LeaseSlot): renewals share a call per slot
 
 	next    time.Time // idle: when to try
 	heapIdx int       // index in the try queue, -1 when not queued
@@ -218,7 +220,7 @@ func (m *groupMachine) add(name string) {
 			c = &leaseCore{}
 			m.cores[name] = c
 		}
-		gl = &groupLease{name: name, heapIdx: -1, core: c}
+		gl = &groupLease{name: name, heapIdx: -1, core: c, slot: uint16(leasewire.LeaseSlot(name))}
 		m.leases[name] = gl
 		m.active++
 		m.toIdle(gl, now)

@@ -1,10 +1,12 @@
 package election
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -52,6 +54,10 @@ const batchChunk = 256
 // script (Redis 7.0, 2-vCPU machine), the same from 64 leases a call up, so a larger chunk
 // saves it nothing but holds every other client longer (256: ~0.35ms; 1,024: ~1.3ms).
 const renewManyChunk = 256
+
+// renewPipeline is the most leases renewed by one pipeline of renew_many calls: 8 full calls,
+// a few milliseconds of Redis's time, within a client's read timeout on a loaded machine.
+const renewPipeline = 8 * renewManyChunk
 
 // chunked runs exec over [0, n) in chunks of size (a done ctx fails the rest at once).
 func chunked(n, size int, exec func(lo, hi int)) {
@@ -124,51 +130,57 @@ func afterPeek(p leasekit.Peek, instance string, sent time.Time) (reply acquireR
 	return acquireReply{sent: sent, rec: p.Status.Record, ttl: p.Status.TTL}, true
 }
 
-// renew renews every term of b, a chunk at a time, and refreshes the membership. A term's
-// renewal counts from the send time of the call or pipeline that carried it. On a standalone
-// or Sentinel client a chunk is one renew_many call (renewMany); on a Redis Cluster client
-// every lease's keys are in a slot of their own (the hash tag {NAME}), which one script call
-// cannot touch together, so a chunk there is a pipeline of one renew call per lease
-// (renewEach).
+// renew renews every term of b and refreshes the membership. The terms go in renew_many calls
+// (leasekit.Batch.RenewMany: an owner-checked renewal of each lease, all in one atomic script
+// call) of at most renewManyChunk leases, sent in pipelines of at most renewPipeline leases;
+// each term's renewal counts from the send time of the pipeline that carried it, and an error
+// of a call is every lease's in it. One call must touch one server: on a standalone or
+// Sentinel client any leases share a call; on a Redis Cluster client only the leases of one
+// hash slot (groupLease.slot) do, so the terms are sorted by slot first and a call ends where
+// the slot changes. A replica that holds many leases of a Cluster shares a call among the
+// several it holds per slot (1,000,000 leases over 10 replicas: about 6), rather than sending
+// one call per lease (docs/PERFORMANCE.md, "Many leases: election.Group").
 func (r redisGroup) renew(ctx context.Context, b *renewBatch) {
 	b.replies = make([]renewReply, len(b.items))
-	if leasekit.OneServer(r.g.cfg.Client) {
-		chunked(len(b.items), renewManyChunk, func(lo, hi int) { r.renewMany(ctx, b, lo, hi) })
-	} else {
-		chunked(len(b.items), batchChunk, func(lo, hi int) { r.renewEach(ctx, b, lo, hi) })
+	oneServer := leasekit.OneServer(r.g.cfg.Client)
+	if !oneServer {
+		slices.SortFunc(b.items, func(x, y termItem) int { return cmp.Compare(x.gl.slot, y.gl.slot) })
 	}
-	b.live, b.liveErr = r.heartbeat(ctx, "stay")
-}
-
-// renewMany renews the terms of b.items[lo:hi] in one renew_many call (leasekit.RenewMany: an
-// owner-checked renewal of each lease, all in one atomic script call), each from the call's
-// send time; an error of the call is every lease's.
-func (r redisGroup) renewMany(ctx context.Context, b *renewBatch, lo, hi int) {
-	terms := make([]leasewire.HeldTerm, hi-lo)
-	for i, it := range b.items[lo:hi] {
-		terms[i] = r.termOf(it)
-	}
-	sent := r.g.clock.Now()
-	for i, x := range leasekit.RenewMany(ctx, r.g.cfg.Client, terms, r.g.cfg.LeaseDuration) {
-		b.replies[lo+i] = renewReply{sent: sent, ok: x.OK, err: x.Err}
-	}
-}
-
-// renewEach renews the terms of b.items[lo:hi] in one pipeline of renew calls (leasekit.Batch),
-// each from the pipeline's send time.
-func (r redisGroup) renewEach(ctx context.Context, b *renewBatch, lo, hi int) {
 	batch := leasekit.NewBatch(r.g.cfg.Client)
-	res := make([]*leasekit.Result, hi-lo)
-	for i, it := range b.items[lo:hi] {
-		res[i] = batch.Renew(r.termOf(it), r.g.cfg.LeaseDuration)
+	var calls [][]leasekit.Result // the queued calls' results
+	var from []int                // the index in b.items of each queued call's first term
+	queued := 0                   // leases queued in batch
+	flush := func() {
+		if batch.Len() == 0 {
+			return
+		}
+		sent := r.g.clock.Now()
+		_ = batch.Exec(ctx) // errors are per operation
+		for c, res := range calls {
+			for i, x := range res {
+				b.replies[from[c]+i] = renewReply{sent: sent, ok: x.OK, err: x.Err}
+			}
+		}
+		calls, from, queued = calls[:0], from[:0], 0
 	}
-	sent := r.g.clock.Now()
-	if batch.Len() > 0 {
-		_ = batch.Exec(ctx)
+	for lo := 0; lo < len(b.items); {
+		hi := lo + 1
+		for hi < len(b.items) && hi-lo < renewManyChunk && (oneServer || b.items[hi].gl.slot == b.items[lo].gl.slot) {
+			hi++
+		}
+		terms := make([]leasewire.HeldTerm, hi-lo)
+		for i, it := range b.items[lo:hi] {
+			terms[i] = r.termOf(it)
+		}
+		calls = append(calls, batch.RenewMany(terms, r.g.cfg.LeaseDuration))
+		from = append(from, lo)
+		if queued += hi - lo; queued >= renewPipeline || batch.Len() >= batchChunk {
+			flush()
+		}
+		lo = hi
 	}
-	for i, x := range res {
-		b.replies[lo+i] = renewReply{sent: sent, ok: x.OK, err: x.Err}
-	}
+	flush()
+	b.live, b.liveErr = r.heartbeat(ctx, "stay")
 }
 
 // termOf is the term of it as its renewal and release send it: the Group's prefix, the lease's

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/internal/leasewire"
 	"github.com/elector/elector/internal/leasewire/lualib"
 	"github.com/elector/elector/internal/testing/redistest"
 	"github.com/elector/elector/pkg/election"
@@ -107,14 +108,20 @@ func (r *groupCalls) take() (map[string]int, int) {
 	return n, most
 }
 
-// runCountingGroup runs a Group of k leases on client, identity pod-a, with spread timing, until
-// the test ends; it returns the Group once it holds all k.
-func runCountingGroup(t *testing.T, client redis.UniversalClient, k int) *election.Group {
-	t.Helper()
+// shardNames returns the k lease names shard-0000, shard-0001, ...
+func shardNames(k int) []string {
 	names := make([]string, k)
 	for i := range names {
 		names[i] = fmt.Sprintf("shard-%04d", i)
 	}
+	return names
+}
+
+// runCountingGroup runs a Group of the leases names on client, identity pod-a, with spread
+// timing, until the test ends; it returns the Group once it holds them all.
+func runCountingGroup(t *testing.T, client redis.UniversalClient, names []string) *election.Group {
+	t.Helper()
+	k := len(names)
 	w := &work{running: map[string]liveWork{}}
 	g, err := election.NewGroup(election.GroupConfig{
 		Client: client, Group: "shards", Identity: "pod-a", Leases: names,
@@ -189,7 +196,7 @@ func TestGroupRenewsManyLeasesPerCall(t *testing.T) {
 	calls := newGroupCalls(t)
 	client.AddHook(calls)
 	k := election.RenewManyChunk + 76 // two calls per renewal
-	g := runCountingGroup(t, client, k)
+	g := runCountingGroup(t, client, shardNames(k))
 	calls.take()
 	keepsTerms(t, client, g, calls, "renew_many", 2*3) // 3 renewals of 2 calls each
 	n, most := calls.take()
@@ -200,20 +207,34 @@ func TestGroupRenewsManyLeasesPerCall(t *testing.T) {
 	t.Logf("in 3 renewals: %v", n)
 }
 
-// TestGroupRenewsPerLeaseInCluster: on a Redis Cluster client, where every lease's keys are in
-// a slot of their own, the Group renews each lease with its own renew call (pipelined), never
-// with renew_many, and the terms last.
-func TestGroupRenewsPerLeaseInCluster(t *testing.T) {
+// TestGroupRenewsPerSlotInCluster: on a Redis Cluster client the Group renews the leases of
+// one hash slot together, in one renew_many call (one script call may touch only one slot's
+// keys), never with one renew call per lease, and the terms last: 20 slots of 3 leases each
+// take 20 calls per renewal, each of 3 keys.
+func TestGroupRenewsPerSlotInCluster(t *testing.T) {
 	client := redistest.StartCluster(t, 3).Client(t)
 	calls := newGroupCalls(t)
 	client.AddHook(calls)
-	const k = 60
-	g := runCountingGroup(t, client, k)
+	const slots, perSlot = 20, 3
+	bySlot := map[int][]string{}
+	var names []string
+	for i := 0; len(names) < slots*perSlot; i++ {
+		name := fmt.Sprintf("shard-%06d", i)
+		slot := leasewire.LeaseSlot(name)
+		if len(bySlot) == slots && bySlot[slot] == nil || len(bySlot[slot]) == perSlot {
+			continue
+		}
+		if bySlot[slot] = append(bySlot[slot], name); len(bySlot[slot]) == perSlot {
+			names = append(names, bySlot[slot]...)
+		}
+	}
+	g := runCountingGroup(t, client, names)
 	calls.take()
-	keepsTerms(t, client, g, calls, "renew", 3*k) // 3 renewals of k calls each
-	n, _ := calls.take()
-	if n["renew_many"] != 0 {
-		t.Errorf("the Group sent %v; want no renew_many, only renew calls", n)
+	keepsTerms(t, client, g, calls, "renew_many", 3*slots) // 3 renewals of 20 calls each
+	n, most := calls.take()
+	if n["renew"] != 0 || most != perSlot {
+		t.Errorf("the Group sent %v, at most %d leases in one renew_many; want no renew, renew_many calls of %d leases (one slot's)",
+			n, most, perSlot)
 	}
 	t.Logf("in 3 renewals: %v", n)
 }

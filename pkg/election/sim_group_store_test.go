@@ -17,7 +17,7 @@ import (
 
 // simGroupRedis is the groupRedis seam of one Group over the simulator's network: the batches
 // run the project's own scripts on the simulated Redis with the keys and arguments that
-// leasekit.Batch (acquire, release) and leasekit.RenewMany (renew) send for a Group's leases on
+// leasekit.Batch (acquire, release, renew_many) sends for a Group's leases on
 // a standalone client (no resign keys, no renewal announcements), one command after the other
 // on one connection (a pipeline, sent from the batch's send time).
 type simGroupRedis struct {
@@ -102,11 +102,13 @@ func parseGroupAcquire(sent time.Time, v any, err error) acquireReply {
 }
 
 // renew renews as redisGroup.renew does on a standalone client: one renew_many call per chunk,
-// every renewal of a chunk counted from that call's send time.
+// the calls in pipelines of renewPipeline leases, every renewal counted from its pipeline's
+// send time.
 func (s *simGroupRedis) renew(ctx context.Context, b *renewBatch) {
 	b.replies = make([]renewReply, len(b.items))
 	defer s.done("renew", s.g.clock.Now())
 	sortItems(b.items)
+	var sent time.Time
 	chunked(len(b.items), renewManyChunk, func(lo, hi int) {
 		keys := make([]string, 0, hi-lo)
 		args := []string{s.ttl()}
@@ -114,7 +116,9 @@ func (s *simGroupRedis) renew(ctx context.Context, b *renewBatch) {
 			keys = append(keys, s.keysOf(it.gl.name).Lease)
 			args = append(args, it.term.String())
 		}
-		sent := s.g.clock.Now()
+		if lo%renewPipeline == 0 {
+			sent = s.g.clock.Now()
+		}
 		v, err := s.node.Call(ctx, fmt.Sprintf("renew_many %d", hi-lo), s.scripts.RenewMany, keys, args)
 		reply, _ := v.([]any)
 		if err == nil && len(reply) != hi-lo {

@@ -122,27 +122,16 @@ func (internals) BatchRenew(scripts *lualib.State, t leasewire.HeldTerm, ttl tim
 	return op, termResult(t.Name, "renew", renewScript), nil
 }
 
-// RenewMany renews every held term of terms to ttl, each as BatchRenew's call would, in one
-// call of scripts/renew_many.lua through client, in its scripts mode (FCALL, EVALSHA, or EVAL
-// after NOSCRIPT: as Run). ok[i] and errs[i] are what BatchRenew's decoder would return for
-// terms[i]; an error of the call is every term's; errs is nil when no term has one. The
-// client must send every command to one server (a standalone or Sentinel client): the leases'
-// keys are in many Cluster slots.
-func (internals) RenewMany(ctx context.Context, client redis.UniversalClient, terms []leasewire.HeldTerm, ttl time.Duration) (ok []bool, errs []error) {
-	ok = make([]bool, len(terms))
-	if len(terms) == 0 {
-		return ok, nil
-	}
-	fail := func(err error) []error {
-		errs := make([]error, len(terms))
-		for i, t := range terms {
-			errs[i] = fmt.Errorf("renew lease %q: %w", t.Name, err)
-		}
-		return errs
-	}
+// BatchRenewMany is BatchRenew for every held term of terms at once: one call of
+// scripts/renew_many.lua, each term renewed to ttl as BatchRenew's call would renew it. The
+// decoder returns, for terms[i], ok[i] and errs[i] as BatchRenew's decoder would; an error of
+// the call is every term's; errs is nil when no term has one. Every key of the call must be on
+// the server that runs it: one standalone or Sentinel server, or terms that share a Redis
+// Cluster slot (leasewire.LeaseSlot). err is what BatchRenew would refuse before sending.
+func (internals) BatchRenewMany(scripts *lualib.State, terms []leasewire.HeldTerm, ttl time.Duration) (op *lualib.Op, result func(*redis.Cmd) ([]bool, []error), err error) {
 	ms, err := leasewire.TTLMillis(ttl)
 	if err != nil {
-		return ok, fail(err)
+		return nil, nil, fmt.Errorf("renew %d leases: %w", len(terms), err)
 	}
 	keys := make([]any, len(terms))
 	args := make([]any, 1, 1+len(terms))
@@ -151,7 +140,22 @@ func (internals) RenewMany(ctx context.Context, client redis.UniversalClient, te
 		keys[i] = leasewire.LeaseKey(t.Prefix, t.Name)
 		args = append(args, t.Record)
 	}
-	reply, err := renewManyScript.Run(ctx, lualib.For(client), client, "", keys, args...).Slice()
+	return renewManyScript.Prepare(scripts, "", keys, args...), func(cmd *redis.Cmd) ([]bool, []error) {
+		return renewManyResult(terms, cmd)
+	}, nil
+}
+
+// renewManyResult decodes the reply of a renew_many call that carried terms.
+func renewManyResult(terms []leasewire.HeldTerm, cmd *redis.Cmd) (ok []bool, errs []error) {
+	ok = make([]bool, len(terms))
+	fail := func(err error) []error {
+		errs := make([]error, len(terms))
+		for i, t := range terms {
+			errs[i] = fmt.Errorf("renew lease %q: %w", t.Name, err)
+		}
+		return errs
+	}
+	reply, err := cmd.Slice()
 	switch {
 	case err != nil:
 		return ok, fail(renewManyScript.Explain(err))
@@ -195,10 +199,11 @@ func termResult(name, verb string, s *lualib.Script) func(*redis.Cmd) (bool, err
 	}
 }
 
-// LoadBatchScripts loads the acquire, renew and release scripts into Redis through client
-// (SCRIPT LOAD), so that a batch's EVALSHA finds them.
+// LoadBatchScripts loads the acquire, renew, renew_many and release scripts into Redis
+// through client (SCRIPT LOAD; every master of a Cluster), so that a batch's EVALSHA finds
+// them.
 func (internals) LoadBatchScripts(ctx context.Context, client redis.UniversalClient) error {
-	for _, s := range []*lualib.Script{acquireScript, renewScript, releaseScript} {
+	for _, s := range []*lualib.Script{acquireScript, renewScript, renewManyScript, releaseScript} {
 		if err := client.ScriptLoad(ctx, s.Source()).Err(); err != nil {
 			return err
 		}

@@ -1,8 +1,8 @@
 -- renew_many: renew many leases in one call, each exactly as renew.lua renews it with its lease
 -- key alone and no channel: N independent owner-checked renewals, run atomically.
 --
--- KEYS[i]    lease key i  P:{NAME_i}:lease; the leases' hash tags differ, so every key must be
---                         on the server that runs the script (not a Redis Cluster)
+-- KEYS[i]    lease key i  P:{NAME_i}:lease; every key must be on the server that runs the
+--                         script: one standalone server, or leases of one Redis Cluster slot
 -- ARGV[1]    ttl          new time to live in milliseconds, of every lease
 -- ARGV[i+1]  record i     the holder's full record of lease i, as acquire returned it
 --

@@ -1,0 +1,23 @@
+package leasewire
+
+// SlotCount is the number of Redis Cluster hash slots.
+const SlotCount = 16384
+
+// LeaseSlot returns the Redis Cluster hash slot of every key of the lease called name: the
+// CRC16 (XMODEM, as Redis computes it) of its hash tag {NAME}, modulo SlotCount. Keys of
+// leases that share a slot are served by one Cluster node and may be touched by one script
+// call (lease.Batch.RenewMany).
+func LeaseSlot(name string) int {
+	var crc uint16
+	for i := 0; i < len(name); i++ {
+		crc ^= uint16(name[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % SlotCount
+}
