@@ -462,11 +462,12 @@ func (m *groupMachine) renewEvery() time.Duration {
 	return max(c.RetryPeriod, c.RenewDeadline-timing.CallTimeout(c.RenewDeadline, c.RetryPeriod)-c.RetryPeriod)
 }
 
-// startAcquire tries, in one batch, every idle lease due within coalesce: "idle + due".
+// startAcquire tries, in one batch, the idle leases due within coalesce, at most
+// maxAcquireBatch of them: "idle + due". The rest stay due, for the next batch.
 func (m *groupMachine) startAcquire(now time.Time) {
 	room := m.room()
 	b := &acquireBatch{sent: now}
-	for len(m.queue) > 0 && !m.queue[0].next.After(now.Add(coalesce)) && room != 0 {
+	for len(m.queue) > 0 && !m.queue[0].next.After(now.Add(coalesce)) && room != 0 && len(b.items) < maxAcquireBatch {
 		gl := heap.Pop(&m.queue).(*groupLease)
 		gl.parked = false
 		m.setState(gl, stateAcquiring)
@@ -812,6 +813,13 @@ func (m *groupMachine) observeMembers(live int) {
 
 // coalesce groups attempts due within this window into one batch.
 const coalesce = 5 * time.Millisecond
+
+// maxAcquireBatch bounds the attempts of one acquire batch. Its replies come back to the loop
+// together, and a won lease starts a term only if that is before its chunk's send time +
+// RenewDeadline: a batch of every lease of a large Group (a replica's start, with 1,000,000
+// leases) took longer than that on a loaded machine, so that its early wins were released as
+// late and the next batch did the same. 16 chunks of 256 take well under a second.
+const maxAcquireBatch = 16 * batchChunk
 
 // tryQueue is a min-heap of idle leases by their next attempt.
 type tryQueue []*groupLease

@@ -626,6 +626,37 @@ func TestGroupMachineLateWinStartsNoTerm(t *testing.T) {
 	}
 }
 
+// TestGroupMachineBoundsAcquireBatches: of more leases due than maxAcquireBatch, one batch
+// tries maxAcquireBatch and the next, started when the first came back, the rest; every lease
+// won in either starts a term (a batch of all of them would come back too late to start any
+// on a loaded machine).
+func TestGroupMachineBoundsAcquireBatches(t *testing.T) {
+	mt := newMachineTest(t)
+	k := maxAcquireBatch + 100
+	for i := range k {
+		mt.m.add(fmt.Sprintf("lease-%05d", i))
+	}
+	for _, want := range []int{maxAcquireBatch, 100} {
+		n := len(mt.fx.acquires)
+		mt.m.tick(mt.clk.Now())
+		if len(mt.fx.acquires) != n+1 {
+			t.Fatalf("no acquire batch started; %d held", len(mt.m.held))
+		}
+		b := mt.fx.acquires[n]
+		if len(b.items) != want {
+			t.Fatalf("acquire batch of %d leases, want %d", len(b.items), want)
+		}
+		b.replies = make([]acquireReply, len(b.items))
+		for i := range b.items {
+			b.replies[i] = acquireReply{won: true, rec: mt.rec(mtOurs), ttl: mtLease}
+		}
+		mt.m.onAcquire(b)
+	}
+	if len(mt.m.held) != k || len(mt.fx.started) != k {
+		t.Errorf("%d held, %d terms started; want all %d", len(mt.m.held), len(mt.fx.started), k)
+	}
+}
+
 // TestGroupMachineCapsAndOrder: TTLs from replies and events are capped at LeaseDuration, a
 // lease without expiry is tried every RetryPeriod, and older events are ignored.
 func TestGroupMachineCapsAndOrder(t *testing.T) {
