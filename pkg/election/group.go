@@ -27,16 +27,19 @@ var membersScript = lualib.Register("members", membersSource, true)
 
 // GroupCallbacks are called as the Group's leadership of each lease changes.
 type GroupCallbacks struct {
-	// OnStartedLeading runs on the lease's callback goroutine when this replica begins a term
+	// OnStartedLeading runs on a goroutine of its own when this replica begins a term
 	// of lease name; TokenFrom(ctx) is the term's fencing token, as for an Elector's callback.
 	// ctx is cancelled when the term can no longer be trusted, when the lease is shed to
 	// another replica or removed, or when Run's ctx is cancelled; the lease is kept (renewed)
-	// until it returns, then released. Required.
+	// until it returns, then released. It may also return at once, leaving the term to run
+	// until ctx is cancelled (no goroutine waits for a term then: the form for very many
+	// leases); the lease is then released right after the cancel, so work handed to other
+	// goroutines must stop at it and write with the fencing token. Required.
 	OnStartedLeading func(ctx context.Context, name string)
 	// OnStoppedLeading is called when a term of lease name is over: always after that term's
 	// OnStartedLeading returned (and, for a term given up on purpose, after its release),
-	// on the same goroutine, and before any later term of the lease begins. It may take its
-	// time: no other lease waits for it. Required.
+	// and before any later term of the lease begins. It may take its time: no other lease
+	// waits for it. Required.
 	OnStoppedLeading func(name string)
 	// A panic in either callback is recovered and logged, and treated as a return.
 }

@@ -68,8 +68,6 @@ type groupLease struct {
 	warnedBelow int64        // the last holder's token logged as below one seen before (warnBelow)
 
 	core *leaseCore // what this replica knows of the lease (term.go), kept by the Group across Runs and Remove/Add
-
-	wakeStop chan struct{} // closed to let the term's goroutine run OnStoppedLeading (groupRun's)
 }
 
 // acquireBatch is one batch of attempts; replies and leases are filled in by the batch
@@ -116,10 +114,10 @@ type groupEffects interface {
 	acquire(b *acquireBatch)
 	renew(b *renewBatch)
 	release(b *releaseBatch)
-	// startTerm starts OnStartedLeading for the term on the lease's callback goroutine and
-	// returns the function that cancels its ctx.
+	// startTerm starts OnStartedLeading for the term on a goroutine of its own and returns the
+	// function that cancels its ctx.
 	startTerm(gl *groupLease, term lease.Record) func()
-	// notifyStopped lets the lease's callback goroutine run OnStoppedLeading.
+	// notifyStopped starts OnStoppedLeading of the lease's ended term.
 	notifyStopped(gl *groupLease)
 }
 

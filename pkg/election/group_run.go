@@ -260,29 +260,27 @@ func (r *groupRun) release(b *releaseBatch) {
 	r.inBackground(r.callTimeout(), func(ctx context.Context) { r.rd.release(ctx, b) }, func() { r.released <- b })
 }
 
-// startTerm starts the term's callback goroutine: OnStartedLeading, then, once the machine
-// lets it (notifyStopped), OnStoppedLeading. One goroutine per term, and a term begins only
-// after the previous term's goroutine reported OnStoppedLeading returned: the callbacks of a
-// lease never overlap and come in order.
+// startTerm runs OnStartedLeading for the term on a goroutine of its own, which reports its
+// return and ends; notifyStopped runs OnStoppedLeading on another, once the machine lets it.
+// The machine calls notifyStopped only after the return was reported, and begins a later term
+// of the lease only after OnStoppedLeading's return was: the callbacks of a lease never overlap
+// and come in order. No goroutine waits between the two, so a callback that hands its work to
+// goroutines of the user's own and returns at once costs no goroutine for its term.
 func (r *groupRun) startTerm(gl *groupLease, term lease.Record) func() {
 	ctx, cancel := context.WithCancel(context.WithValue(r.base, tokenKey{}, term.Token))
-	wake := make(chan struct{})
-	gl.wakeStop = wake
-	cb := r.g.cfg.Callbacks
-	name := gl.name
 	go func() {
-		r.call("OnStartedLeading", name, term.Token, func() { cb.OnStartedLeading(ctx, name) })
+		r.call("OnStartedLeading", gl.name, term.Token, func() { r.g.cfg.Callbacks.OnStartedLeading(ctx, gl.name) })
 		r.returned <- termDone{gl, term}
-		<-wake
-		r.call("OnStoppedLeading", name, term.Token, func() { cb.OnStoppedLeading(name) })
-		r.notified <- termDone{gl, term}
 	}()
 	return cancel
 }
 
 func (r *groupRun) notifyStopped(gl *groupLease) {
-	close(gl.wakeStop)
-	gl.wakeStop = nil
+	term := gl.term
+	go func() {
+		r.call("OnStoppedLeading", gl.name, term.Token, func() { r.g.cfg.Callbacks.OnStoppedLeading(gl.name) })
+		r.notified <- termDone{gl, term}
+	}()
 }
 
 // call runs a user callback; a panic is logged and taken as a return.
