@@ -6,7 +6,7 @@ const SlotCount = 16384
 // LeaseSlot returns the Redis Cluster hash slot of every key of the lease called name: the
 // CRC16 (XMODEM, as Redis computes it) of its hash tag {NAME}, modulo SlotCount. Keys of
 // leases that share a slot are served by one Cluster node and may be touched by one script
-// call (lease.Batch.RenewMany).
+// call (leasekit.Batch.RenewMany).
 func LeaseSlot(name string) int {
 	var crc uint16
 	for i := 0; i < len(name); i++ {
