@@ -1,6 +1,7 @@
 package leasewire_test
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -139,4 +140,18 @@ func TestLeaseSlot(t *testing.T) {
 			t.Errorf("LeaseSlot(%q) = %d, want %d", name, got, want)
 		}
 	}
+}
+
+// BenchmarkLeaseSlot: a Group on a Cluster computes the slot of each lease it holds in every
+// renew batch (leasekit.Batch.RenewMany's check).
+func BenchmarkLeaseSlot(b *testing.B) {
+	names := make([]string, 1024)
+	for i := range names {
+		names[i] = fmt.Sprintf("tenant-%07d", i)
+	}
+	n := 0
+	for i := 0; b.Loop(); i++ {
+		n += leasewire.LeaseSlot(names[i%len(names)])
+	}
+	_ = n
 }

@@ -10,7 +10,17 @@ const SlotCount = 16384
 func LeaseSlot(name string) int {
 	var crc uint16
 	for i := 0; i < len(name); i++ {
-		crc ^= uint16(name[i]) << 8
+		crc = crc<<8 ^ crc16Table[byte(crc>>8)^name[i]]
+	}
+	return int(crc) % SlotCount
+}
+
+// crc16Table is the CRC16/XMODEM (polynomial 0x1021) of each byte value, read-only: a Group
+// renewing on a Cluster computes the slot of every lease it holds in each renew batch, a byte
+// at a time rather than a bit at a time.
+var crc16Table = func() (t [256]uint16) {
+	for i := range t {
+		crc := uint16(i) << 8
 		for range 8 {
 			if crc&0x8000 != 0 {
 				crc = crc<<1 ^ 0x1021
@@ -18,6 +28,7 @@ func LeaseSlot(name string) int {
 				crc <<= 1
 			}
 		}
+		t[i] = crc
 	}
-	return int(crc) % SlotCount
-}
+	return t
+}()

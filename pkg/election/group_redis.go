@@ -147,21 +147,24 @@ func (r redisGroup) renew(ctx context.Context, b *renewBatch) {
 		slices.SortFunc(b.items, func(x, y termItem) int { return cmp.Compare(x.gl.slot, y.gl.slot) })
 	}
 	batch := leasekit.NewBatch(r.g.cfg.Client)
-	var calls [][]leasekit.Result // the queued calls' results
-	var from []int                // the index in b.items of each queued call's first term
-	queued := 0                   // leases queued in batch
+	type call struct {
+		from int               // the index in b.items of its first term
+		res  []leasekit.Result // filled in by Exec
+	}
+	var calls []call // queued in batch
+	queued := 0      // leases queued in batch
 	flush := func() {
 		if batch.Len() == 0 {
 			return
 		}
 		sent := r.g.clock.Now()
 		_ = batch.Exec(ctx) // errors are per operation
-		for c, res := range calls {
-			for i, x := range res {
-				b.replies[from[c]+i] = renewReply{sent: sent, ok: x.OK, err: x.Err}
+		for _, c := range calls {
+			for i, x := range c.res {
+				b.replies[c.from+i] = renewReply{sent: sent, ok: x.OK, err: x.Err}
 			}
 		}
-		calls, from, queued = calls[:0], from[:0], 0
+		calls, queued = calls[:0], 0
 	}
 	for lo := 0; lo < len(b.items); {
 		hi := lo + 1
@@ -172,8 +175,7 @@ func (r redisGroup) renew(ctx context.Context, b *renewBatch) {
 		for i, it := range b.items[lo:hi] {
 			terms[i] = r.termOf(it)
 		}
-		calls = append(calls, batch.RenewMany(terms, r.g.cfg.LeaseDuration))
-		from = append(from, lo)
+		calls = append(calls, call{lo, batch.RenewMany(terms, r.g.cfg.LeaseDuration)})
 		if queued += hi - lo; queued >= renewPipeline || batch.Len() >= batchChunk {
 			flush()
 		}
