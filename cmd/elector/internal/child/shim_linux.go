@@ -88,6 +88,7 @@ func RunShim(args []string) int {
 	}
 	sigs := make(chan os.Signal, 64)
 	signal.Notify(sigs) // every signal: the shim must outlive whatever its group receives
+	warmStart()
 	env, ok := awaitStart(ctrl, sigs)
 	if !ok {
 		return 0 // given up, or the elector died: nothing was started
@@ -122,6 +123,16 @@ func awaitStart(ctrl *bufio.Reader, sigs <-chan os.Signal) (env []string, ok boo
 	}
 }
 
+// warmStart does ahead of the go-ahead what the command's start would otherwise do first: the
+// os package's one-time check that pidfds work (pidfd_open, waitid, and a clone of a child
+// that exits at once), which os.FindProcess runs as os.StartProcess does. A shim prepared
+// ahead (Prepare) thus starts the command 0.1-0.2 ms sooner.
+func warmStart() {
+	if p, err := os.FindProcess(os.Getpid()); err == nil {
+		_ = p.Release()
+	}
+}
+
 // startCommand starts path with argv and env as the shim's child, in a process group of
 // its own, with the terminal's foreground if the shim's group has it.
 func startCommand(path string, argv, env []string) (*exec.Cmd, error) {
@@ -149,27 +160,16 @@ type shim struct {
 
 // shimWait is one result of wait4 in the shim.
 type shimWait struct {
-	pid int
-	ws  syscall.WaitStatus
-	err error
+	pid  int
+	ws   syscall.WaitStatus
+	err  error
+	gone bool // the command's exit, with no child left, was reported already: exit as it did
 }
 
 // loop supervises until no child is left, and returns (or dies) as the command did.
 func (s *shim) loop(sigs <-chan os.Signal, ctrl *bufio.Reader) int {
 	waits := make(chan shimWait, 16)
-	go func() {
-		for {
-			var ws syscall.WaitStatus
-			pid, err := syscall.Wait4(-1, &ws, syscall.WUNTRACED|syscall.WCONTINUED|syscall.WALL, nil)
-			if errors.Is(err, syscall.EINTR) {
-				continue
-			}
-			waits <- shimWait{pid: pid, ws: ws, err: err}
-			if err != nil {
-				return // ECHILD: no child is left
-			}
-		}
-	}()
+	go s.reap(waits)
 	requests := make(chan syscall.Signal, 16)
 	go readRequests(ctrl, requests)
 	// A forwarded signal's /proc walk, for descendants that left the command's group, runs
@@ -230,29 +230,57 @@ func (s *shim) loop(sigs <-chan os.Signal, ctrl *bufio.Reader) int {
 			signalDescendants(s.self, syscall.SIGKILL, 0)
 		case w := <-waits:
 			switch {
+			case w.gone:
+				return exitAs(w.ws)
 			case w.err != nil:
 				if status == nil {
 					return 1 // cannot happen: the command is a child until reaped here
 				}
 				fmt.Fprintf(s.report, "%s %d\n", shimReportGone, uint32(*status)) // ECHILD: no descendant is left
 				return exitAs(*status)
-			case w.ws.Stopped():
-				fmt.Fprintf(s.report, "%s %d %d\n", shimReportStopped, w.pid, int(w.ws.StopSignal()))
-			case w.ws.Continued():
-				fmt.Fprintf(s.report, "%s %d\n", shimReportContinued, w.pid)
-			case w.pid == s.cmd:
+			case w.pid == s.cmd: // reaped with descendants left (reap)
 				ws := w.ws
 				status = &ws
-				if _, err := waitid(pAll, 0, syscall.WEXITED|syscall.WNOHANG|syscall.WNOWAIT); errors.Is(err, syscall.ECHILD) {
-					// No child, so no descendant (an orphan becomes the subreaper's child):
-					// the common exit of a handover needs no /proc walk.
-					fmt.Fprintf(s.report, "%s %d\n", shimReportGone, uint32(ws))
-					return exitAs(ws)
-				}
 				startKilling() // nothing the command started may outlive it
 			}
 		}
 	}
+}
+
+// reap reaps the shim's children and reports their stops and continuations. The command's
+// exit with no child left, the common end of a handover, is reported right here: no
+// descendant is left (an orphan becomes the subreaper's child), so it needs no /proc walk,
+// and the elector, which releases the lease on this report, waits for no hand-off to the
+// loop's goroutine (a thread's wake-up); the loop then only exits. The command's exit with
+// children left, the other reaped children and wait4's ECHILD go to the loop as they are.
+func (s *shim) reap(waits chan<- shimWait) {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WUNTRACED|syscall.WCONTINUED|syscall.WALL, nil)
+		switch {
+		case errors.Is(err, syscall.EINTR):
+			continue
+		case err != nil:
+			waits <- shimWait{err: err}
+			return // ECHILD: no child is left
+		case ws.Stopped():
+			fmt.Fprintf(s.report, "%s %d %d\n", shimReportStopped, pid, int(ws.StopSignal()))
+		case ws.Continued():
+			fmt.Fprintf(s.report, "%s %d\n", shimReportContinued, pid)
+		case pid == s.cmd && noChild():
+			fmt.Fprintf(s.report, "%s %d\n", shimReportGone, uint32(ws))
+			waits <- shimWait{pid: pid, ws: ws, gone: true}
+			return
+		default:
+			waits <- shimWait{pid: pid, ws: ws}
+		}
+	}
+}
+
+// noChild reports whether the shim has no child left, reaped or not.
+func noChild() bool {
+	_, err := waitid(pAll, 0, syscall.WEXITED|syscall.WNOHANG|syscall.WNOWAIT)
+	return errors.Is(err, syscall.ECHILD)
 }
 
 // readRequests reads the control pipe and sends each request on requests: a signal, SIGKILL
