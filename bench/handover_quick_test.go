@@ -278,12 +278,10 @@ func (p *runPair) trial(ctx context.Context, t *testing.T, crash bool) {
 	if crash {
 		_ = old.Process.Signal(syscall.SIGKILL)
 		_ = old.Wait()
-		sent := time.Now()
-		pttl, err := p.rdb.PTTL(ctx, leasewire.KeysFor(lease.DefaultPrefix, p.lease).Lease).Result()
-		if err != nil || pttl <= 0 {
-			t.Fatalf("%s: PTTL of the lease after the crash: %v, %v", p.name, pttl, err)
+		var err error
+		if expiry, err = leaseExpiry(ctx, p.rdb, leasewire.KeysFor(lease.DefaultPrefix, p.lease).Lease); err != nil {
+			t.Fatalf("%s: the lease's expiry after the crash: %v", p.name, err)
 		}
-		expiry = sent.Add(time.Since(sent)/2 + pttl).UnixNano()
 	} else {
 		_ = old.Process.Signal(syscall.SIGTERM)
 	}
@@ -312,6 +310,22 @@ func (p *runPair) trial(ctx context.Context, t *testing.T, crash bool) {
 		t.Fatal(err)
 	}
 	p.leader = 1 - p.leader
+}
+
+// leaseExpiry returns when Redis deletes key, in Unix ns. Redis keeps a key's expiry in whole
+// milliseconds of its clock (this machine's) and deletes the key once its millisecond count
+// is past it: at PEXPIRETIME + 1 ms. A server without PEXPIRETIME (before 7.0) gives the
+// remaining PTTL, in whole milliseconds too: the estimate is then up to 1 ms early.
+func leaseExpiry(ctx context.Context, rdb *redis.Client, key string) (int64, error) {
+	if at, err := rdb.PExpireTime(ctx, key).Result(); err == nil && at > 0 {
+		return (at + time.Millisecond).Nanoseconds(), nil
+	}
+	sent := time.Now()
+	pttl, err := rdb.PTTL(ctx, key).Result()
+	if err != nil || pttl <= 0 {
+		return 0, fmt.Errorf("PTTL %s: %v, %w", key, pttl, err)
+	}
+	return sent.Add(time.Since(sent)/2 + pttl).UnixNano(), nil
 }
 
 // waitHandover waits for the new worker's start and, unless crash, the old one's end, and
