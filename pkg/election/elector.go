@@ -49,6 +49,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/elector/elector/internal/leasekit"
+	"github.com/elector/elector/internal/precisetimer"
 	"github.com/elector/elector/internal/redisfail"
 	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/lease"
@@ -80,8 +81,11 @@ const (
 )
 
 // maxJitter bounds the random delay added to a follower's wake-up, so that replicas that
-// learned the same expiry do not all hit Redis in the same microsecond.
-const maxJitter = 2 * time.Millisecond
+// learned the same expiry do not all hit Redis in the same microsecond. It is small because
+// every takeover after an expiry waits for it: half a millisecond spreads the attempts of a
+// few dozen followers over Redis's time for their scripts (about 20 µs each), and a follower
+// that hears the winner's acquired event before its own wake-up sends none.
+const maxJitter = 500 * time.Microsecond
 
 // Elector campaigns for one lease and runs the callbacks of Config. Create it with New and
 // start it with Run; its methods are safe for concurrent use.
@@ -255,6 +259,17 @@ func (e *Elector) jitter() time.Duration {
 		return e.rand(maxJitter)
 	}
 	return jitter()
+}
+
+// newWakeTimer returns the timer of a follower's wake-ups, armed for an hour (campaign stops it
+// at once). On the real clock it is a precisetimer: a takeover begins with the follower's
+// wake-up at the expiry it learnt, which a runtime timer in an idle process makes up to a
+// millisecond late.
+func (e *Elector) newWakeTimer() clock.Timer {
+	if _, real := e.clock.(clock.RealClock); real {
+		return precisetimer.New(time.Hour)
+	}
+	return e.clock.NewTimer(time.Hour)
 }
 
 type tokenKey struct{}

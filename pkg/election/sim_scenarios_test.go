@@ -318,12 +318,14 @@ func scenarioListenerAtRestart(d *simDriver, a *simReplica) bool {
 			return false
 		}
 		// Break a's subscription in a phase of L's renewals such that a's tries to subscribe
-		// again (50ms later, then every RetryPeriod) fall a few ms after L's renew replies.
+		// again (50ms later, then every RetryPeriod) fall 1-3 ms after L's renewals: after the
+		// renew's reply (under 1 ms here), and in some cycles before a's next poll, which
+		// follows them by a reply's latency and two jitters.
 		lr := l.e.Status().LastRenew
 		if lr == nil {
 			return false
 		}
-		phase := (lr.Add(d.dur(3*time.Millisecond, 4*time.Millisecond) - resubscribeDelay).Sub(time.Now())) % d.timing.retry
+		phase := (lr.Add(d.dur(time.Millisecond, 3*time.Millisecond) - resubscribeDelay).Sub(time.Now())) % d.timing.retry
 		d.settle((phase + d.timing.retry) % d.timing.retry)
 		d.w.Tracef("scenario: %s's subscriptions break and are refused", a.node.Name())
 		_, before := gs.state()

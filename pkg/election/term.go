@@ -73,7 +73,7 @@ func (e *Elector) campaign(ctx context.Context, w *watch) (term lease.Record, se
 	f := &follower{
 		e: e, w: w, logger: klog.FromContext(ctx),
 		retry: newBackoff(e.cfg.RetryPeriod),
-		timer: e.clock.NewTimer(time.Hour),
+		timer: e.newWakeTimer(),
 	}
 	f.timer.Stop()
 	defer f.timer.Stop()
