@@ -37,6 +37,7 @@ var simScenarios = []simScenario{
 	{"rollback to a released record", scenarioRollback},
 	{"restart without data while a follower that polled listens again", scenarioListenerAtRestart},
 	{"cancel while the log line after a won acquire blocks", scenarioCancelInLogStall},
+	{"the log line after a won acquire blocks past the lease", scenarioLateStartInLogStall},
 }
 
 // scenarioWorld draws a world for a scenario: 2 or 3 replicas that recampaign, a that releases
@@ -194,6 +195,40 @@ func scenarioCancelInLogStall(d *simDriver, a *simReplica) bool {
 	d.waitFor(6*d.timing.lease, func() bool { return !a.running })
 	d.settle(d.dur(d.timing.lease, 2*d.timing.lease))
 	return !a.running
+}
+
+// scenarioLateStartInLogStall (mutant election-late-start): as scenarioCancelInLogStall, a's
+// success after failed acquires writes a log line that blocks right after its acquire won;
+// here the write blocks for two to three lease durations, and the others campaign meanwhile:
+// one of them leads once a's unused record expired. When the write returns, a must not start
+// the term it won, whose renew deadline has long passed (R2): two leaders otherwise.
+func scenarioLateStartInLogStall(d *simDriver, a *simReplica) bool {
+	gs := &gatedStore{simStore: a.e.store.(*simStore)}
+	a.e.store = gs
+	d.w.Tracef("scenario: cut %s from Redis, run it", a.node.Name())
+	d.w.Cut(a.node, true)
+	a.startRun()
+	d.settle(d.dur(d.timing.retry, 2*d.timing.retry)) // failed acquires: the errors are logged
+	sent, _ := gs.state()
+	won := func() int { gs.simStore.mu.Lock(); defer gs.simStore.mu.Unlock(); return len(gs.simStore.won) }
+	d.w.Tracef("scenario: heal %s", a.node.Name())
+	d.w.Heal(a.node)
+	if !d.waitFor(2*d.timing.lease, func() bool { n, _ := gs.state(); return n > sent }) {
+		return false
+	}
+	stall := d.dur(2*d.timing.lease, 3*d.timing.lease)
+	d.w.Tracef("scenario: the log of %s stalls for %v", a.node.Name(), stall)
+	a.reasons.stall(time.Now().Add(stall))
+	if !d.waitFor(d.timing.lease, func() bool { return won() > 0 }) || a.e.IsLeader() {
+		return false
+	}
+	startOthers(d, a)
+	if !d.waitFor(stall, func() bool { return d.leaderBut(a) != nil }) {
+		return false
+	}
+	d.w.Tracef("scenario: another replica leads while the log of %s is stalled", a.node.Name())
+	d.settle(stall + d.dur(d.timing.lease, 2*d.timing.lease))
+	return true
 }
 
 // scenarioRollback (mutant 9): a leads R1, Redis is snapshotted, a's Run is cancelled (R1
