@@ -169,6 +169,23 @@ func scenarioFailedReleases(d *simDriver, a *simReplica) bool {
 // stalled stderr) right after the acquire won, and Run is cancelled meanwhile. Run must
 // release the won term (checkLeftHeld), not drop it: followers would wait out the lease.
 func scenarioCancelInLogStall(d *simDriver, a *simReplica) bool {
+	if !winInLogStall(d, a, 4*d.timing.lease) {
+		return false
+	}
+	d.settle(d.dur(0, d.timing.retry/4))
+	d.w.Tracef("scenario: cancel Run of %s while its log is stalled", a.node.Name())
+	a.cancel()
+	startOthers(d, a)
+	d.waitFor(6*d.timing.lease, func() bool { return !a.running })
+	d.settle(d.dur(d.timing.lease, 2*d.timing.lease))
+	return !a.running
+}
+
+// winInLogStall makes a's log stall for stall right after an acquire of a won: a is cut from
+// Redis and run, so that its failed acquires are logged and its next success writes "Redis
+// calls succeed again", which blocks. It reports whether a won and, its log stalled, does not
+// lead yet.
+func winInLogStall(d *simDriver, a *simReplica, stall time.Duration) bool {
 	gs := &gatedStore{simStore: a.e.store.(*simStore)}
 	a.e.store = gs
 	d.w.Tracef("scenario: cut %s from Redis, run it", a.node.Name())
@@ -183,18 +200,9 @@ func scenarioCancelInLogStall(d *simDriver, a *simReplica) bool {
 		return false
 	}
 	// The acquire is on its way: its success's log line will block.
-	d.w.Tracef("scenario: the log of %s stalls", a.node.Name())
-	a.reasons.stall(time.Now().Add(4 * d.timing.lease))
-	if !d.waitFor(d.timing.lease, func() bool { return won() > 0 }) || a.e.IsLeader() {
-		return false
-	}
-	d.settle(d.dur(0, d.timing.retry/4))
-	d.w.Tracef("scenario: cancel Run of %s while its log is stalled", a.node.Name())
-	a.cancel()
-	startOthers(d, a)
-	d.waitFor(6*d.timing.lease, func() bool { return !a.running })
-	d.settle(d.dur(d.timing.lease, 2*d.timing.lease))
-	return !a.running
+	d.w.Tracef("scenario: the log of %s stalls for %v", a.node.Name(), stall)
+	a.reasons.stall(time.Now().Add(stall))
+	return d.waitFor(d.timing.lease, func() bool { return won() > 0 }) && !a.e.IsLeader()
 }
 
 // scenarioLateStartInLogStall (mutant election-late-start): as scenarioCancelInLogStall, a's
@@ -203,23 +211,8 @@ func scenarioCancelInLogStall(d *simDriver, a *simReplica) bool {
 // one of them leads once a's unused record expired. When the write returns, a must not start
 // the term it won, whose renew deadline has long passed (R2): two leaders otherwise.
 func scenarioLateStartInLogStall(d *simDriver, a *simReplica) bool {
-	gs := &gatedStore{simStore: a.e.store.(*simStore)}
-	a.e.store = gs
-	d.w.Tracef("scenario: cut %s from Redis, run it", a.node.Name())
-	d.w.Cut(a.node, true)
-	a.startRun()
-	d.settle(d.dur(d.timing.retry, 2*d.timing.retry)) // failed acquires: the errors are logged
-	sent, _ := gs.state()
-	won := func() int { gs.simStore.mu.Lock(); defer gs.simStore.mu.Unlock(); return len(gs.simStore.won) }
-	d.w.Tracef("scenario: heal %s", a.node.Name())
-	d.w.Heal(a.node)
-	if !d.waitFor(2*d.timing.lease, func() bool { n, _ := gs.state(); return n > sent }) {
-		return false
-	}
 	stall := d.dur(2*d.timing.lease, 3*d.timing.lease)
-	d.w.Tracef("scenario: the log of %s stalls for %v", a.node.Name(), stall)
-	a.reasons.stall(time.Now().Add(stall))
-	if !d.waitFor(d.timing.lease, func() bool { return won() > 0 }) || a.e.IsLeader() {
+	if !winInLogStall(d, a, stall) {
 		return false
 	}
 	startOthers(d, a)
