@@ -124,10 +124,16 @@ func TestHandoverAfterSubscriptionsBroke(t *testing.T) {
 	l := c.leader(15 * time.Second)
 	admin := c.srv.Client(t)
 	// The followers subscribe before their first attempt, which may come just after the
-	// leader's: wait until both listen.
+	// leader's: wait until both listen, by Redis's list and by their own count (Redis lists a
+	// subscription a moment before the follower counts it; a count read in between would let
+	// the wait for the new subscriptions below pass on the first one).
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		list, err := admin.Do(context.Background(), "CLIENT", "LIST", "TYPE", "pubsub").Text()
-		if err == nil && strings.Count(list, "\n") == 2 {
+		counted := true
+		for _, r := range c.replicas {
+			counted = counted && (r == l || election.Subscriptions(r.e) >= 1)
+		}
+		if err == nil && strings.Count(list, "\n") == 2 && counted {
 			break
 		}
 		if time.Now().After(deadline) {
