@@ -10,7 +10,6 @@ import (
 
 	"github.com/elector/elector/internal/leasekit"
 	"github.com/elector/elector/internal/leasewire"
-	"github.com/elector/elector/internal/timing"
 	"github.com/elector/elector/pkg/lease"
 )
 
@@ -448,17 +447,21 @@ func (m *groupMachine) startRenew(now time.Time) {
 	m.fx.renew(b)
 }
 
-// renewEvery is the time between two renew batches that succeed: RetryPeriod, or longer where
-// the deadline allows, so that after a batch that timed out (timing.CallTimeout) one
-// RetryPeriod is left for the next before RenewDeadline: max(RP, RD − CallTimeout − RP), 3 s
-// with client-go's timing (15 s, 10 s, 2 s). A failed batch is retried after a backoff from
-// 50 ms. Renewals were most of a settled Group's cost to Redis, and the rate of renewals is
+// renewEvery is the time between two renew batches that succeed: max(RP, RD − 2 × the batch
+// timeout), 6 s with client-go's timing (15 s, 10 s, 2 s), so that after a batch that timed out
+// the next still has a whole timeout before RenewDeadline. A failed batch is retried after a
+// backoff from 50 ms. Renewals are most of a settled Group's cost to Redis, and this rate is
 // all the deadline asks for. Safety does not depend on it: a term is trusted until
 // RenewDeadline after the send time of its last good renewal, whose lease lasts LeaseDuration.
 func (m *groupMachine) renewEvery() time.Duration {
 	c := m.cfg
-	return max(c.RetryPeriod, c.RenewDeadline-timing.CallTimeout(c.RenewDeadline, c.RetryPeriod)-c.RetryPeriod)
+	return max(c.RetryPeriod, c.RenewDeadline-2*renewTimeout(c))
 }
+
+// renewTimeout bounds a renew batch: RetryPeriod. A batch is a few pipelines, a fraction of a
+// second even for tens of thousands of leases on a loaded machine; a shorter bound than a
+// single Elector's call (timing.CallTimeout, up to RD/2) leaves room for a longer renewEvery.
+func renewTimeout(c *GroupConfig) time.Duration { return c.RetryPeriod }
 
 // startAcquire tries, in one batch, the idle leases due within coalesce, at most
 // maxAcquireBatch of them: "idle + due". The rest stay due, for the next batch.

@@ -121,10 +121,10 @@ func (mt *machineTest) answerWon(b *acquireBatch, won ...string) {
 	}
 }
 
-// heartbeat runs the next renew batch, a RetryPeriod later, its heartbeat answering live members.
+// heartbeat runs the next renew batch, renewEvery later, its heartbeat answering live members.
 func (mt *machineTest) heartbeat(live int) {
 	mt.t.Helper()
-	mt.clk.Step(mtRetry)
+	mt.clk.Step(mt.m.renewEvery())
 	mt.m.tick(mt.clk.Now())
 	mt.renewReply(nil, live)
 }
@@ -187,7 +187,7 @@ func (mt *machineTest) setup(row string) *groupLease {
 		m.add("x")
 		m.onWorkReturned(gl, gl.term)
 	case rowDraining, rowNotifying:
-		mt.clk.Step(mtRetry) // the next renew batch
+		mt.clk.Step(m.renewEvery()) // the next renew batch
 		m.tick(mt.clk.Now())
 		mt.renewReply(map[string]bool{"x": true}, 1)
 		if row == rowNotifying {
@@ -529,7 +529,7 @@ func TestGroupMachineAddAfterRemoveWaitsForTheRelease(t *testing.T) {
 }
 
 // TestGroupMachineSlowStopDoesNotDelayOthers is issue #12's first path: Remove(X) while Y is
-// held, and X's OnStoppedLeading takes 3 s. Y must be renewed every RetryPeriod throughout,
+// held, and X's OnStoppedLeading takes 3 s. Y must be renewed every renewEvery throughout,
 // and its deadline stays where its last good renew put it.
 func TestGroupMachineSlowStopDoesNotDelayOthers(t *testing.T) {
 	mt := newMachineTest(t)
@@ -549,7 +549,7 @@ func TestGroupMachineSlowStopDoesNotDelayOthers(t *testing.T) {
 	if x.state != stateNotifying {
 		t.Fatalf("x: %v", x.state)
 	}
-	renews := len(mt.fx.renews)
+	renews, every := len(mt.fx.renews), m.renewEvery()
 	start := mt.clk.Now()
 	for mt.clk.Since(start) < 3*time.Second {
 		wake := m.tick(mt.clk.Now())
@@ -561,16 +561,16 @@ func TestGroupMachineSlowStopDoesNotDelayOthers(t *testing.T) {
 			mt.renewReply(nil, 1)
 			wake = m.tick(mt.clk.Now())
 		}
-		if wake.Sub(mt.clk.Now()) > mtRetry {
-			t.Fatalf("loop plans to sleep %v with a lease held, more than RetryPeriod", wake.Sub(mt.clk.Now()))
+		if wake.Sub(mt.clk.Now()) > every {
+			t.Fatalf("loop plans to sleep %v with a lease held, more than renewEvery %v", wake.Sub(mt.clk.Now()), every)
 		}
 		mt.clk.SetTime(wake)
 	}
-	if y.state != stateLeading || mt.clk.Since(y.lastOK) > mtRetry {
+	if y.state != stateLeading || mt.clk.Since(y.lastOK) > every {
 		t.Fatalf("y after 3 s of x's OnStoppedLeading: %v, last renew %v ago", y.state, mt.clk.Since(y.lastOK))
 	}
-	if n := len(mt.fx.renews) - renews; n < int(3*time.Second/mtRetry)-1 {
-		t.Fatalf("%d renew batches in 3 s, want one per RetryPeriod", n)
+	if n := len(mt.fx.renews) - renews; n < int(3*time.Second/every)-1 {
+		t.Fatalf("%d renew batches in 3 s, want one per renewEvery (%v)", n, every)
 	}
 }
 
@@ -996,7 +996,7 @@ func TestGroupMachineParksLeasesOfOthersAtItsShare(t *testing.T) {
 	}
 
 	// a is lost: below the share, the next tick unparks d, due at its holder's expiry.
-	mt.clk.Step(mtRetry)
+	mt.clk.Step(m.renewEvery())
 	m.tick(mt.clk.Now())
 	mt.renewReply(map[string]bool{"a": true}, 2)
 	m.tick(mt.clk.Now())
@@ -1014,12 +1014,11 @@ func TestGroupMachineParksLeasesOfOthersAtItsShare(t *testing.T) {
 	}
 
 	// Below the share again (c lost) within a LeaseDuration of the last unpark: d stays
-	// parked until that LeaseDuration is over, then unparks. The renew batch in flight since
-	// d's attempt was sent before c was won: answered first, then the next one loses c.
-	if !m.renewBusy {
-		t.Fatal("no renew batch in flight")
+	// parked until that LeaseDuration is over, then unparks. A renew batch in flight since d's
+	// attempt was sent before c was won: answered first; then the next one loses c.
+	if m.renewBusy {
+		mt.renewReply(nil, 2)
 	}
-	mt.renewReply(nil, 2)
 	mt.clk.SetTime(m.nextRenew)
 	m.tick(mt.clk.Now())
 	mt.renewReply(map[string]bool{"c": true}, 2)

@@ -221,9 +221,9 @@ func (r *groupRun) handle(block bool, ctxDone <-chan struct{}, timer <-chan time
 	return true, false
 }
 
-// callTimeout bounds every batch as Elector bounds a call: max(RetryPeriod, RenewDeadline/2),
-// so that a round trip slower than RetryPeriod still succeeds while a leader keeps at least
-// two renew batches before its deadline.
+// callTimeout bounds a release batch and the leave as Elector bounds a call: max(RetryPeriod,
+// RenewDeadline/2), so that a round trip slower than RetryPeriod still succeeds. (Acquire and
+// renew batches have bounds of their own: acquire, renewTimeout.)
 func (r *groupRun) callTimeout() time.Duration {
 	return timing.CallTimeout(r.g.cfg.RenewDeadline, r.g.cfg.RetryPeriod)
 }
@@ -250,7 +250,7 @@ func (r *groupRun) acquire(b *acquireBatch) {
 }
 
 func (r *groupRun) renew(b *renewBatch) {
-	r.inBackground(r.callTimeout(), func(ctx context.Context) {
+	r.inBackground(renewTimeout(&r.g.cfg), func(ctx context.Context) {
 		r.rd.renew(ctx, b)
 		b.took = r.g.clock.Since(b.sent)
 	}, func() { r.renewed <- b })
