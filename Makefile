@@ -78,17 +78,19 @@ check-adapters:
 ## fuzz-smoke: every fuzz target for a bounded number of executions; a crasher lands in
 ## testdata/fuzz. A count, not a duration: with a duration, Go 1.26's fuzz coordinator can
 ## report a spurious "context deadline exceeded" when the deadline races a busy worker
-## (golang/go#75804, fixed in Go 1.27), which failed CI with no crasher written.
+## (golang/go#75804, fixed in Go 1.27), which failed CI with no crasher written. hack/fuzz.sh
+## runs each target and tells a starved worker (golang/go#52569) from a crasher by replaying
+## the input it wrote.
 FUZZTIME ?= 30000x
 fuzz-smoke:
-	$(GO) test -run '^$$' -fuzz '^FuzzParseRecord$$' -fuzztime $(FUZZTIME) ./pkg/lease
-	$(GO) test -run '^$$' -fuzz '^FuzzParseEvent$$' -fuzztime $(FUZZTIME) ./internal/leasekit
-	$(GO) test -run '^$$' -fuzz '^FuzzEventRoundTrip$$' -fuzztime $(FUZZTIME) ./internal/leasekit
-	$(GO) test -run '^$$' -fuzz '^FuzzNewLease$$' -fuzztime $(FUZZTIME) ./internal/leasekit
-	$(GO) test -run '^$$' -fuzz '^FuzzValidateTiming$$' -fuzztime $(FUZZTIME) ./pkg/election
-	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./internal/redisclient
-	$(GO) test -run '^$$' -fuzz '^FuzzPasswordNeverPrinted$$' -fuzztime $(FUZZTIME) ./internal/redisclient
-	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./cmd/elector/internal/envflag
+	GO=$(GO) hack/fuzz.sh ./pkg/lease FuzzParseRecord $(FUZZTIME)
+	GO=$(GO) hack/fuzz.sh ./internal/leasekit FuzzParseEvent $(FUZZTIME)
+	GO=$(GO) hack/fuzz.sh ./internal/leasekit FuzzEventRoundTrip $(FUZZTIME)
+	GO=$(GO) hack/fuzz.sh ./internal/leasekit FuzzNewLease $(FUZZTIME)
+	GO=$(GO) hack/fuzz.sh ./pkg/election FuzzValidateTiming $(FUZZTIME)
+	GO=$(GO) hack/fuzz.sh ./internal/redisclient FuzzValidate $(FUZZTIME)
+	GO=$(GO) hack/fuzz.sh ./internal/redisclient FuzzPasswordNeverPrinted $(FUZZTIME)
+	GO=$(GO) hack/fuzz.sh ./cmd/elector/internal/envflag FuzzApply $(FUZZTIME)
 
 ## conformance: the Python client's pytest suite (clients/python) and the conformance suite
 ## (test/conformance: the Go library and the Python client in mixed elections with Go replicas;
