@@ -147,7 +147,8 @@ type groupMachine struct {
 	stopping                        bool // Run's ctx was cancelled
 	membersKnown                    bool // the first heartbeat came back (or failed)
 	renewBusy, acqBusy, releaseBusy bool
-	nextRenew                       time.Time
+	nextRenew                       time.Time // when the held leases are renewed next
+	nextBeat                        time.Time // when the next batch is sent for its heartbeat alone
 	retry                           backoff
 	anyParked                       bool      // a queued lease may be parked (follow)
 	nextUnpark                      time.Time // unpark runs at most once per LeaseDuration, but before followAll
@@ -383,7 +384,7 @@ func (m *groupMachine) tick(now time.Time) time.Time {
 		}
 		m.recomputeMinOK()
 	}
-	if !m.renewBusy && !now.Before(m.nextRenew) {
+	if !m.renewBusy && !now.Before(minTime(m.nextRenew, m.nextBeat)) {
 		m.startRenew(now)
 	}
 	if m.anyParked && !m.stopping && (now.Before(m.followAll) || !now.Before(m.nextUnpark) && len(m.held) < m.parkAt()) {
@@ -400,7 +401,7 @@ func (m *groupMachine) tick(now time.Time) time.Time {
 	}
 	next := now.Add(time.Hour)
 	if !m.renewBusy {
-		next = minTime(next, m.nextRenew)
+		next = minTime(next, minTime(m.nextRenew, m.nextBeat))
 	}
 	if !m.stopping && m.membersKnown && !m.acqBusy && len(m.queue) > 0 && m.room() != 0 {
 		next = minTime(next, m.queue[0].next)
@@ -437,25 +438,36 @@ func (m *groupMachine) room() int {
 	return max(m.cfg.MaxLeases-len(m.held)-m.acquiring, 0)
 }
 
+// startRenew sends a renew batch: the held leases if their renewal is due, and the membership
+// heartbeat, which every batch carries and which is due every RetryPeriod, so that the members
+// learn of a join or a death about as soon as when every batch renewed.
 func (m *groupMachine) startRenew(now time.Time) {
-	b := &renewBatch{sent: now, items: make([]termItem, 0, len(m.held))}
-	for gl := range m.held {
-		b.items = append(b.items, termItem{gl, gl.term})
+	b := &renewBatch{sent: now}
+	if !now.Before(m.nextRenew) {
+		b.items = make([]termItem, 0, len(m.held))
+		for gl := range m.held {
+			b.items = append(b.items, termItem{gl, gl.term})
+		}
+		m.nextRenew = now.Add(m.renewEvery())
 	}
 	m.renewBusy = true
-	m.nextRenew = now.Add(m.renewEvery())
+	m.nextBeat = now.Add(m.cfg.RetryPeriod)
 	m.fx.renew(b)
 }
 
-// renewEvery is the time between two renew batches that succeed: max(RP, RD − 2 × the batch
-// timeout), 6 s with client-go's timing (15 s, 10 s, 2 s), so that after a batch that timed out
-// the next still has a whole timeout before RenewDeadline. A failed batch is retried after a
-// backoff from 50 ms. Renewals are most of a settled Group's cost to Redis, and this rate is
-// all the deadline asks for. Safety does not depend on it: a term is trusted until
-// RenewDeadline after the send time of its last good renewal, whose lease lasts LeaseDuration.
+// renewEvery is the time between two renewals of the held leases that succeed: RD − 2 × the
+// batch timeout, rounded down to a whole number of RetryPeriods (at least one), 6 s with
+// client-go's timing (15 s, 10 s, 2 s). After a batch that timed out, the next still has a whole
+// timeout before RenewDeadline; and the batches that carry the membership heartbeat alone,
+// every RetryPeriod between renewals, end before a renewal is due, so they never hold one up.
+// A failed batch is retried after a backoff from 50 ms. Renewals are most of a settled Group's
+// cost to Redis, and this rate is all the deadline asks for. Safety does not depend on it: a
+// term is trusted until RenewDeadline after the send time of its last good renewal, whose lease
+// lasts LeaseDuration.
 func (m *groupMachine) renewEvery() time.Duration {
 	c := m.cfg
-	return max(c.RetryPeriod, c.RenewDeadline-2*renewTimeout(c))
+	periods := (c.RenewDeadline - 2*renewTimeout(c)) / c.RetryPeriod
+	return c.RetryPeriod * max(periods, 1)
 }
 
 // renewTimeout bounds a renew batch: RetryPeriod. A batch is a few pipelines, a fraction of a
@@ -610,6 +622,7 @@ func (m *groupMachine) onRenew(b *renewBatch) {
 	}
 	if failed > 0 {
 		m.nextRenew = now.Add(m.retry.next())
+		m.nextBeat = m.nextRenew
 	} else {
 		m.errs.succeeded(m.logger)
 		m.retry.reset()

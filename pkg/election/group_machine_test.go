@@ -549,15 +549,16 @@ func TestGroupMachineSlowStopDoesNotDelayOthers(t *testing.T) {
 	if x.state != stateNotifying {
 		t.Fatalf("x: %v", x.state)
 	}
-	renews, every := len(mt.fx.renews), m.renewEvery()
+	renewals, every := 0, m.renewEvery()
 	start := mt.clk.Now()
 	for mt.clk.Since(start) < 3*time.Second {
 		wake := m.tick(mt.clk.Now())
 		if len(mt.fx.renews) > 0 && mt.fx.renews[len(mt.fx.renews)-1].replies == nil {
 			b := mt.fx.renews[len(mt.fx.renews)-1]
-			if len(b.items) != 1 || b.items[0].gl != y {
+			if len(b.items) > 1 || len(b.items) == 1 && b.items[0].gl != y { // none: a heartbeat alone
 				t.Fatalf("renew batch %v, want y only", b.items)
 			}
+			renewals += len(b.items)
 			mt.renewReply(nil, 1)
 			wake = m.tick(mt.clk.Now())
 		}
@@ -569,8 +570,69 @@ func TestGroupMachineSlowStopDoesNotDelayOthers(t *testing.T) {
 	if y.state != stateLeading || mt.clk.Since(y.lastOK) > every {
 		t.Fatalf("y after 3 s of x's OnStoppedLeading: %v, last renew %v ago", y.state, mt.clk.Since(y.lastOK))
 	}
-	if n := len(mt.fx.renews) - renews; n < int(3*time.Second/every)-1 {
-		t.Fatalf("%d renew batches in 3 s, want one per renewEvery (%v)", n, every)
+	if renewals < int(3*time.Second/every)-1 {
+		t.Fatalf("y renewed %d times in 3 s, want once per renewEvery (%v)", renewals, every)
+	}
+}
+
+// TestGroupMachineRenewalsAndHeartbeats: a held lease is renewed every renewEvery, the
+// membership heartbeat goes every RetryPeriod (alone between renewals), and a heartbeat alone
+// is never sent less than its bound (renewTimeout) before a renewal is due, so that it cannot
+// hold the renewal up.
+func TestGroupMachineRenewalsAndHeartbeats(t *testing.T) {
+	mt := newMachineTest(t)
+	m := mt.m
+	// RD − 2·RP is 400 ms, not a whole number of RetryPeriods: a heartbeat alone 300 ms after a
+	// renewal would still be in flight when one due 400 ms after it was.
+	mt.cfg.RenewDeadline = 700 * time.Millisecond
+	mt.setup(rowLeading)
+	every, bound := m.renewEvery(), renewTimeout(&mt.cfg)
+	if every < 2*mtRetry {
+		t.Fatalf("renewEvery %v: the test wants room for a heartbeat alone between two renewals", every)
+	}
+	type sent struct {
+		at    time.Time
+		renew bool
+	}
+	var batches []sent
+	start := mt.clk.Now()
+	for mt.clk.Since(start) < 10*every {
+		n := len(mt.fx.renews)
+		wake := m.tick(mt.clk.Now())
+		if len(mt.fx.renews) > n {
+			b := mt.fx.renews[n]
+			batches = append(batches, sent{b.sent, len(b.items) > 0})
+			mt.renewReply(nil, 1)
+			wake = m.tick(mt.clk.Now())
+		}
+		mt.clk.SetTime(wake)
+	}
+	var renewals []time.Time
+	for i, b := range batches {
+		if i > 0 && b.at.Sub(batches[i-1].at) > mtRetry {
+			t.Errorf("batch %d sent %v after the one before; want a heartbeat every RetryPeriod %v", i, b.at.Sub(batches[i-1].at), mtRetry)
+		}
+		if b.renew {
+			renewals = append(renewals, b.at)
+		}
+	}
+	for i := 1; i < len(renewals); i++ {
+		if d := renewals[i].Sub(renewals[i-1]); d != every {
+			t.Errorf("renewal %d came %v after the one before, want renewEvery %v", i, d, every)
+		}
+	}
+	for i, b := range batches {
+		if b.renew {
+			continue
+		}
+		for _, r := range renewals {
+			if r.After(b.at) && r.Sub(b.at) < bound {
+				t.Errorf("batch %d, a heartbeat alone, sent %v before a renewal; want at least its bound %v", i, r.Sub(b.at), bound)
+			}
+		}
+	}
+	if len(renewals) < 9 || len(batches) <= len(renewals) {
+		t.Fatalf("%d batches, %d of them renewals, in %v; want about one renewal per renewEvery %v and heartbeats alone between", len(batches), len(renewals), 10*every, every)
 	}
 }
 
