@@ -607,7 +607,9 @@ func (m *groupMachine) onRenew(b *renewBatch) {
 	if lost > 0 {
 		m.logger.Info("Stopped leading leases: lease lost", "leases", lost)
 	}
-	m.minOKValid = false // renewed leases moved on
+	if len(b.items) > 0 {
+		m.minOKValid = false // renewed leases moved on; a heartbeat alone moved none
+	}
 	m.membersKnown = true
 	if b.liveErr != nil {
 		failed++

@@ -121,10 +121,10 @@ func (mt *machineTest) answerWon(b *acquireBatch, won ...string) {
 	}
 }
 
-// heartbeat runs the next renew batch, renewEvery later, its heartbeat answering live members.
+// heartbeat runs the next renew batch, a RetryPeriod later, its heartbeat answering live members.
 func (mt *machineTest) heartbeat(live int) {
 	mt.t.Helper()
-	mt.clk.Step(mt.m.renewEvery())
+	mt.clk.Step(mtRetry)
 	mt.m.tick(mt.clk.Now())
 	mt.renewReply(nil, live)
 }
@@ -602,7 +602,11 @@ func TestGroupMachineRenewalsAndHeartbeats(t *testing.T) {
 		if len(mt.fx.renews) > n {
 			b := mt.fx.renews[n]
 			batches = append(batches, sent{b.sent, len(b.items) > 0})
+			m.recomputeMinOK()
 			mt.renewReply(nil, 1)
+			if len(b.items) == 0 && !m.minOKValid {
+				t.Errorf("a heartbeat alone invalidated the earliest renewal time: the next tick scans every held lease for nothing")
+			}
 			wake = m.tick(mt.clk.Now())
 		}
 		mt.clk.SetTime(wake)
