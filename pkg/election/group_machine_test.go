@@ -562,8 +562,8 @@ func TestGroupMachineSlowStopDoesNotDelayOthers(t *testing.T) {
 			mt.renewReply(nil, 1)
 			wake = m.tick(mt.clk.Now())
 		}
-		if wake.Sub(mt.clk.Now()) > every {
-			t.Fatalf("loop plans to sleep %v with a lease held, more than renewEvery %v", wake.Sub(mt.clk.Now()), every)
+		if wake.Sub(mt.clk.Now()) > mtRetry {
+			t.Fatalf("loop plans to sleep %v with a lease held, more than RetryPeriod (the heartbeat's period)", wake.Sub(mt.clk.Now()))
 		}
 		mt.clk.SetTime(wake)
 	}
@@ -1080,11 +1080,12 @@ func TestGroupMachineParksLeasesOfOthersAtItsShare(t *testing.T) {
 	}
 
 	// Below the share again (c lost) within a LeaseDuration of the last unpark: d stays
-	// parked until that LeaseDuration is over, then unparks. A renew batch in flight since d's
-	// attempt was sent before c was won: answered first; then the next one loses c.
-	if m.renewBusy {
-		mt.renewReply(nil, 2)
+	// parked until that LeaseDuration is over, then unparks. The renew batch in flight since
+	// d's attempt was sent before c was won: answered first, then the next one loses c.
+	if !m.renewBusy {
+		t.Fatal("no renew batch in flight")
 	}
+	mt.renewReply(nil, 2)
 	mt.clk.SetTime(m.nextRenew)
 	m.tick(mt.clk.Now())
 	mt.renewReply(map[string]bool{"c": true}, 2)
