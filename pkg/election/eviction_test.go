@@ -347,7 +347,12 @@ func TestGroupEvictionRisk(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = g.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	waitFor(t, "eviction gauge of the group", func() bool {
+	// The Group logs through its loop's asynchronous logger: the warning may be written a
+	// moment after the gauge is set, so wait for both.
+	waitFor(t, "eviction gauge of the group and its warning", func() bool {
+		if len(r.logged("Warning: Redis may evict the lease keys")) == 0 {
+			return false
+		}
 		fams, err := reg.Gather()
 		if err != nil {
 			t.Fatal(err)
