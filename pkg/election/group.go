@@ -45,9 +45,9 @@ type GroupCallbacks struct {
 }
 
 // GroupConfig configures a Group. Timing fields and their defaults are those of Config, but
-// for the renewals: a Group renews its leases every max(RetryPeriod, RenewDeadline − call
-// timeout − RetryPeriod), 3s at the default timing, the call timeout being max(RetryPeriod,
-// RenewDeadline/2).
+// for the renewals: a Group renews its held leases every RenewDeadline − 2 × RetryPeriod,
+// rounded down to a whole number of RetryPeriods (at least one), 6s at the default timing,
+// each batch bounded by RetryPeriod; its membership heartbeat goes every RetryPeriod.
 type GroupConfig struct {
 	// Client is the Redis client shared by all leases. Required.
 	Client redis.UniversalClient
