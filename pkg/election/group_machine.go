@@ -20,7 +20,7 @@ import (
 // groupEffects, whose results come back as calls of its on* methods.
 
 // leaseState is the state of one lease of one Group replica.
-type leaseState int
+type leaseState int8
 
 const (
 	stateIdle      leaseState = iota // not ours; queued for an attempt at next (unless Run stops)
@@ -48,25 +48,26 @@ func (s leaseState) String() string {
 // Lease for each attempt that goes on to the acquire script (groupRedis.acquire) and drops it
 // with the reply.
 type groupLease struct {
-	name    string
-	state   leaseState
-	removed bool   // Remove was called (and no Add since): forgotten on reaching idle
-	parked  bool   // idle, held by another, tried parkFor later than its holder's expiry (follow)
-	slot    uint16 // the lease's Redis Cluster hash slot (leasewire.LeaseSlot): renewals share a call per slot
-
-	next    time.Time // idle: when to try
-	heapIdx int       // index in the try queue, -1 when not queued
-
-	term        lease.Record // the term being led, released or wound down
-	lastOK      time.Time    // leading/stopping: send time of the last successful acquire or renew
-	workDone    bool         // leading: OnStartedLeading returned by itself
-	notify      bool         // releasing: a term was started, so OnStoppedLeading follows the release
-	lost        bool         // notifying: the term was lost (try again at once) rather than released
-	relErr      bool         // notifying: the release failed, so the record may still be in Redis
-	cancel      func()       // cancels OnStartedLeading's ctx
-	warnedBelow int64        // the last holder's token logged as below one seen before (warnBelow)
-
+	name string
 	core *leaseCore // what this replica knows of the lease (term.go), kept by the Group across Runs and Remove/Add
+
+	next   time.Time    // idle: when to try
+	term   lease.Record // the term being led, released or wound down
+	lastOK time.Time    // leading/stopping: send time of the last successful acquire or renew
+	cancel func()       // cancels OnStartedLeading's ctx
+
+	warnedBelow int64 // the last holder's token logged as below one seen before (warnBelow)
+
+	heapIdx int32      // index in the try queue, -1 when not queued
+	slot    uint16     // the lease's Redis Cluster hash slot (leasewire.LeaseSlot): renewals share a call per slot
+	state   leaseState // the fields from here on are bytes, so that a lease takes the least memory
+	removed bool       // Remove was called (and no Add since): forgotten on reaching idle
+	parked  bool       // idle, held by another, tried parkFor later than its holder's expiry (follow)
+
+	workDone bool // leading: OnStartedLeading returned by itself
+	notify   bool // releasing: a term was started, so OnStoppedLeading follows the release
+	lost     bool // notifying: the term was lost (try again at once) rather than released
+	relErr   bool // notifying: the release failed, so the record may still be in Redis
 }
 
 // acquireBatch is one batch of attempts; replies and leases are filled in by the batch
@@ -294,12 +295,12 @@ func (m *groupMachine) toIdle(gl *groupLease, next time.Time) {
 	switch {
 	case gl.removed:
 		if gl.heapIdx >= 0 {
-			heap.Remove(&m.queue, gl.heapIdx)
+			heap.Remove(&m.queue, int(gl.heapIdx))
 		}
 		delete(m.leases, gl.name)
 	case m.stopping:
 		if gl.heapIdx >= 0 {
-			heap.Remove(&m.queue, gl.heapIdx)
+			heap.Remove(&m.queue, int(gl.heapIdx))
 		}
 	default:
 		m.schedule(gl, next)
@@ -310,7 +311,7 @@ func (m *groupMachine) toIdle(gl *groupLease, next time.Time) {
 func (m *groupMachine) schedule(gl *groupLease, t time.Time) {
 	gl.next, gl.parked = t, false
 	if gl.heapIdx >= 0 {
-		heap.Fix(&m.queue, gl.heapIdx)
+		heap.Fix(&m.queue, int(gl.heapIdx))
 	} else {
 		heap.Push(&m.queue, gl)
 	}
@@ -844,11 +845,11 @@ func (q tryQueue) Len() int           { return len(q) }
 func (q tryQueue) Less(i, j int) bool { return q[i].next.Before(q[j].next) }
 func (q tryQueue) Swap(i, j int) {
 	q[i], q[j] = q[j], q[i]
-	q[i].heapIdx, q[j].heapIdx = i, j
+	q[i].heapIdx, q[j].heapIdx = int32(i), int32(j)
 }
 func (q *tryQueue) Push(x any) {
 	gl := x.(*groupLease)
-	gl.heapIdx = len(*q)
+	gl.heapIdx = int32(len(*q))
 	*q = append(*q, gl)
 }
 func (q *tryQueue) Pop() any {

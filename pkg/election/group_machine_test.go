@@ -276,7 +276,7 @@ var machineEvents = []struct {
 		m := mt.m
 		m.add("y")
 		y := mt.gl("y")
-		heap.Remove(&m.queue, y.heapIdx)
+		heap.Remove(&m.queue, int(y.heapIdx))
 		m.setState(y, stateAcquiring)
 		m.begin(y, mt.rec(mtOurs), mt.clk.Now())
 		m.observeMembers(2)
