@@ -7,17 +7,18 @@
 # CPU on a loaded machine does (golang/go#52569), and writes the input it was working on as a
 # "failing input". Such a failure is checked by replaying that input (go test -run TARGET/ID,
 # bounded): a real crasher or hang fails again and fails this script; an input that passes is
-# removed and the target runs once more. Any other failure fails at once.
+# removed and the target runs again, up to three runs in all. Any other failure fails at once.
 set -euo pipefail
 pkg=$1 target=$2 fuzztime=$3
 GO=${GO:-go}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-for try in 1 2; do
+tries=3
+for ((try = 1; try <= tries; try++)); do
 	if "$GO" test -run '^$' -fuzz "^$target\$" -fuzztime "$fuzztime" "$pkg" 2>&1 | tee "$out"; then
 		exit 0
 	fi
-	((try == 1)) || break
+	((try < tries)) || break
 	grep -q 'fuzzing process hung or terminated unexpectedly' "$out" || break
 	input=$(grep -o "Failing input written to testdata/fuzz/$target/[0-9a-f]*" "$out" | head -n 1)
 	input=${input#Failing input written to }
