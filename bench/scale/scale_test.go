@@ -32,11 +32,12 @@ type scenario struct {
 	settle        time.Duration // from the spread to the window
 	spreadLimit   time.Duration // how long to wait for the spread before going on without it
 	maxRSS        int64         // the replicas' and Redis's RSS together above which the run is aborted
+	returnAtOnce  bool          // OnStartedLeading returns at once (no goroutine per term) rather than blocking
 }
 
 // scenarioFromEnv reads ELECTOR_SCALE (100k or 1m) and the overrides ELECTOR_SCALE_LEASES,
-// _REPLICAS, _CLUSTER (0 or 1), _WINDOW, _SETTLE, _TIMING ("15s,10s,2s"), _SPREAD_LIMIT and
-// _MAX_RSS_GB.
+// _REPLICAS, _CLUSTER (0 or 1), _WINDOW, _SETTLE, _TIMING ("15s,10s,2s"), _SPREAD_LIMIT,
+// _MAX_RSS_GB and _CALLBACK (block or return).
 func scenarioFromEnv(t *testing.T) scenario {
 	var s scenario
 	switch v := os.Getenv("ELECTOR_SCALE"); strings.ToLower(v) {
@@ -96,6 +97,13 @@ func scenarioFromEnv(t *testing.T) scenario {
 	s.settle, s.window = 4*s.leaseDuration, 4*s.leaseDuration
 	envDur("ELECTOR_SCALE_SETTLE", &s.settle)
 	envDur("ELECTOR_SCALE_WINDOW", &s.window)
+	switch v := os.Getenv("ELECTOR_SCALE_CALLBACK"); v {
+	case "", "block":
+	case "return":
+		s.returnAtOnce = true
+	default:
+		t.Fatalf("ELECTOR_SCALE_CALLBACK=%q: want block (OnStartedLeading blocks until its ctx is cancelled) or return (it returns at once)", v)
+	}
 	gb := 0
 	envInt("ELECTOR_SCALE_MAX_RSS_GB", &gb)
 	if gb > 0 {
@@ -202,6 +210,9 @@ func TestScale(t *testing.T) {
 		"-count", strconv.Itoa(s.leases), "-offset", "0",
 		"-lease-duration", s.leaseDuration.String(), "-renew-deadline", s.renewDeadline.String(),
 		"-retry-period", s.retryPeriod.String(),
+	}
+	if s.returnAtOnce {
+		args = append(args, "-return-at-once")
 	}
 	t.Logf("scenario %s: %d leases, %d replica processes, %s, timing %v/%v/%v; load average %s",
 		s.name, s.leases, s.replicas, map[bool]string{false: "one redis-server", true: "a 3-master Redis Cluster"}[s.cluster],
@@ -429,9 +440,10 @@ func loadavg() string {
 func (r *results) table() string {
 	var b strings.Builder
 	s := r.s
-	fmt.Fprintf(&b, "scale %s: %d leases, %d replicas, %s, timing %v/%v/%v, window %.0f s, load average %s before, %s after\n",
+	fmt.Fprintf(&b, "scale %s: %d leases, %d replicas, %s, timing %v/%v/%v, OnStartedLeading %s, window %.0f s, load average %s before, %s after\n",
 		s.name, s.leases, s.replicas, map[bool]string{false: "standalone redis-server", true: "3-master Redis Cluster"}[s.cluster],
-		s.leaseDuration, s.renewDeadline, s.retryPeriod, r.windowSecs, r.loadStart, r.loadEnd)
+		s.leaseDuration, s.renewDeadline, s.retryPeriod, map[bool]string{false: "blocks", true: "returns at once"}[s.returnAtOnce],
+		r.windowSecs, r.loadStart, r.loadEnd)
 	if r.aborted != "" {
 		fmt.Fprintf(&b, "ABORTED: %s\n", r.aborted)
 	}

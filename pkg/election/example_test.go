@@ -124,3 +124,67 @@ func ExampleGroup() {
 	// leading: [shard-0 shard-1]
 	// Run returned: <nil>
 }
+
+// With very many leases, OnStartedLeading may hand each term to workers of the user's own
+// and return at once, so that no goroutine waits per term (a blocked goroutine costs a few
+// kilobytes; bench/scale measures both forms). The work must stop when ctx is cancelled, as
+// the lease is released right after, and write with the fencing token. Here the workers read
+// the set of shards led, which context.AfterFunc keeps without a goroutine per term.
+func ExampleGroupCallbacks_returnAtOnce() {
+	client := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
+	defer client.Close()
+
+	var mu sync.Mutex
+	led := map[string]int64{} // shard -> fencing token: what the workers may work on
+	stopped := make(chan string, 2)
+	g, err := election.NewGroup(election.GroupConfig{
+		Client:   client,
+		Group:    "example-many-shards",
+		Identity: "pod-a",
+		Leases:   []string{"shard-0", "shard-1"},
+		Callbacks: election.GroupCallbacks{
+			OnStartedLeading: func(ctx context.Context, name string) {
+				mu.Lock()
+				led[name] = election.TokenFrom(ctx)
+				mu.Unlock()
+				context.AfterFunc(ctx, func() {
+					mu.Lock()
+					delete(led, name)
+					mu.Unlock()
+				})
+			},
+			OnStoppedLeading: func(name string) { stopped <- name },
+		},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		n := len(led)
+		mu.Unlock()
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			fmt.Println("leading", n, "shards")
+			return
+		}
+	}
+	fmt.Println("leading 2 shards; held:", len(g.Held()))
+	cancel() // every ctx is cancelled, the leases are released, then OnStoppedLeading runs
+	fmt.Println("Run returned:", <-done)
+	names := []string{<-stopped, <-stopped}
+	slices.Sort(names)
+	fmt.Println("stopped:", names)
+	// Output:
+	// leading 2 shards; held: 2
+	// Run returned: <nil>
+	// stopped: [shard-0 shard-1]
+}

@@ -7,7 +7,8 @@
 // Term records go to the file named by -terms as fixed 13-byte records, little-endian:
 //
 //	kind  byte   'S' OnStartedLeading entered, 'E' the term's ctx was cancelled (the work
-//	             stopped), 'N' OnStoppedLeading called
+//	             stopped; with -return-at-once, when the function given to context.AfterFunc
+//	             ran), 'N' OnStoppedLeading called
 //	index uint32 the lease's number (tenant-%07d)
 //	ns    int64  time.Now().UnixNano() (all processes on one machine share the clock)
 //
@@ -77,6 +78,7 @@ type config struct {
 	terms         string
 	report        time.Duration
 	profile       string
+	returnAtOnce  bool
 }
 
 func main() {
@@ -93,6 +95,7 @@ func main() {
 	flag.StringVar(&c.terms, "terms", "", "file the term records are written to (required)")
 	flag.DurationVar(&c.report, "report", 250*time.Millisecond, "interval of the report lines on stdout")
 	flag.StringVar(&c.profile, "profile", "", "directory for cpu.pprof (SIGUSR1 starts, SIGUSR2 stops) and heap.pprof (at SIGUSR2)")
+	flag.BoolVar(&c.returnAtOnce, "return-at-once", false, "OnStartedLeading returns at once and the term's end is recorded by context.AfterFunc (no goroutine per term); default: it blocks until ctx is cancelled")
 	klog.InitFlags(nil)
 	flag.Parse()
 	if err := run(c); err != nil {
@@ -139,9 +142,16 @@ func run(c config) error {
 				idx := leaseIndex(name)
 				rec.add(kindStart, idx, time.Now().UnixNano())
 				held.Add(1)
+				end := func() {
+					rec.add(kindEnd, idx, time.Now().UnixNano())
+					held.Add(-1)
+				}
+				if c.returnAtOnce {
+					context.AfterFunc(ctx, end)
+					return
+				}
 				<-ctx.Done()
-				rec.add(kindEnd, idx, time.Now().UnixNano())
-				held.Add(-1)
+				end()
 			},
 			OnStoppedLeading: func(name string) {
 				rec.add(kindStopped, leaseIndex(name), time.Now().UnixNano())
