@@ -129,19 +129,19 @@ func ExampleGroup() {
 // and return at once, so that no goroutine waits per term (a blocked goroutine costs a few
 // kilobytes; bench/scale measures both forms). The work must stop when ctx is cancelled, as
 // the lease is released right after, and write with the fencing token. Here the workers read
-// the set of shards led, which context.AfterFunc keeps without a goroutine per term.
+// the set of streams led, which context.AfterFunc keeps without a goroutine per term.
 func ExampleGroupCallbacks_returnAtOnce() {
 	client := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 	defer client.Close()
 
 	var mu sync.Mutex
-	led := map[string]int64{} // shard -> fencing token: what the workers may work on
+	led := map[string]int64{} // stream -> fencing token: what the workers may work on
 	stopped := make(chan string, 2)
 	g, err := election.NewGroup(election.GroupConfig{
 		Client:   client,
-		Group:    "example-many-shards",
+		Group:    "example-many-streams",
 		Identity: "pod-a",
-		Leases:   []string{"shard-0", "shard-1"},
+		Leases:   []string{"stream-0", "stream-1"},
 		Callbacks: election.GroupCallbacks{
 			OnStartedLeading: func(ctx context.Context, name string) {
 				mu.Lock()
@@ -173,18 +173,18 @@ func ExampleGroupCallbacks_returnAtOnce() {
 			break
 		}
 		if time.Now().After(deadline) {
-			fmt.Println("leading", n, "shards")
+			fmt.Println("leading", n, "streams")
 			return
 		}
 	}
-	fmt.Println("leading 2 shards; held:", len(g.Held()))
+	fmt.Println("leading 2 streams; held:", len(g.Held()))
 	cancel() // every ctx is cancelled, the leases are released, then OnStoppedLeading runs
 	fmt.Println("Run returned:", <-done)
 	names := []string{<-stopped, <-stopped}
 	slices.Sort(names)
 	fmt.Println("stopped:", names)
 	// Output:
-	// leading 2 shards; held: 2
+	// leading 2 streams; held: 2
 	// Run returned: <nil>
-	// stopped: [shard-0 shard-1]
+	// stopped: [stream-0 stream-1]
 }
