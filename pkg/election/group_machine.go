@@ -459,9 +459,9 @@ func (m *groupMachine) startRenew(now time.Time) {
 // renewEvery is the time between two renewals of the held leases that succeed: RD − 2 × the
 // batch timeout, rounded down to a whole number of RetryPeriods (at least one), 6 s with
 // client-go's timing (15 s, 10 s, 2 s). After a batch that timed out, the next, sent after its
-// backoff, still has nearly a whole timeout before RenewDeadline; and the batches that carry the membership heartbeat alone,
-// every RetryPeriod between renewals, end before a renewal is due, so they never hold one up.
-// A failed batch is retried after a backoff from 50 ms. Renewals are most of a settled Group's
+// backoff (from 50 ms), still has nearly a whole timeout before RenewDeadline; and the batches
+// that carry the membership heartbeat alone, every RetryPeriod between renewals, end before a
+// renewal is due, so they never hold one up. Renewals are most of a settled Group's
 // cost to Redis, and this rate is all the deadline asks for. Safety does not depend on it: a
 // term is trusted until RenewDeadline after the send time of its last good renewal, whose lease
 // lasts LeaseDuration.
