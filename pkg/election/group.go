@@ -107,9 +107,9 @@ type Group struct {
 	wake    chan struct{}
 
 	view *groupView
-	// cores is the machine's (groupMachine.cores), kept across Runs: a release that failed
-	// at the end of one Run may still run during the next. Used by one Run at a time.
-	cores  map[string]*leaseCore
+	// leases is the machine's table (groupMachine.leases), kept across Runs: a release that
+	// failed at the end of one Run may still run during the next. Used by one Run at a time.
+	leases map[string]*groupLease
 	maxLag atomic.Int64 // the latest the loop woke up after it planned to, in ns (tests)
 	seam   groupRedis   // the simulator's Redis (tests); nil: redisGroup over cfg.Client
 
@@ -186,7 +186,7 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 		pattern:  leasewire.EventsPattern(cfg.KeyPrefix),
 		names:    map[string]struct{}{},
 		wake:     make(chan struct{}, 1),
-		cores:    map[string]*leaseCore{},
+		leases:   map[string]*groupLease{},
 		clock:    clock.RealClock{}, // the simulator replaces it, as the Elector's
 	}
 	g.view = newGroupView()

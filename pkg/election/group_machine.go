@@ -42,19 +42,21 @@ func (s leaseState) String() string {
 	return "invalid"
 }
 
-// groupLease is one lease of a Group replica, owned by the machine. A held term is renewed and
+// groupLease is one lease of a Group replica, owned by the machine, and kept by the Group
+// (Group.leases) across Runs and Remove/Add for what its core knows. A Group of a million
+// leases keeps a million of them on every replica, so it holds only what a lease needs: the
+// term by its token (a term's record is always this replica's own: termRecord), no pointer
+// but its name, and the cancel of a running term in the held set. A held term is renewed and
 // released by its name and record (leasewire.HeldTerm), not with a leasekit.Lease: a Lease is
-// about a kilobyte, and a Group holds tens of thousands of terms. An acquire batch builds a
-// Lease for each attempt that goes on to the acquire script (groupRedis.acquire) and drops it
-// with the reply.
+// about a kilobyte. An acquire batch builds a Lease for each attempt that goes on to the
+// acquire script (groupRedis.acquire) and drops it with the reply.
 type groupLease struct {
 	name string
-	core *leaseCore // what this replica knows of the lease (term.go), kept by the Group across Runs and Remove/Add
+	core leaseCore // what this replica knows of the lease (term.go)
 
-	next   time.Time    // idle: when to try
-	term   lease.Record // the term being led, released or wound down
-	lastOK time.Time    // leading/stopping: send time of the last successful acquire or renew
-	cancel func()       // cancels OnStartedLeading's ctx
+	next   time.Time // idle: when to try
+	lastOK time.Time // leading/stopping: send time of the last successful acquire or renew
+	token  int64     // the token of the term being led, released or wound down
 
 	warnedBelow int64 // the last holder's token logged as below one seen before (warnBelow)
 
@@ -130,20 +132,20 @@ type groupMachine struct {
 	logger   logr.Logger
 	instance string // ours: events about our own terms carry no news
 
-	leases    map[string]*groupLease
-	queue     tryQueue
-	held      map[*groupLease]struct{} // leading or stopping
-	active    int                      // leases not removed
-	acquiring int                      // leases in stateAcquiring
-	busy      int                      // leases not idle
-	releases  []termItem               // releases not yet sent
-	// cores holds, per lease name, what this replica knows of the lease (leaseCore): its
+	// leases is the Group's (Group.leases): every lease named since the Group was made, kept
+	// across Runs and Remove/Add so that what each one's core knows outlives them: its
 	// tokens, which decide which won acquire may start a term (a record we sent a release for
 	// is never resumed: a release whose reply was an error may still run and delete the key
 	// under the term; nor one older than a token seen: a rollback), and the expiry of the
-	// holder last heard of. It is the Group's (Run sets it), so that it outlives Remove/Add
-	// and a new Run.
-	cores map[string]*leaseCore
+	// holder last heard of. A removed lease that reached idle is forgotten (forgotten): it
+	// keeps its core and nothing else.
+	leases    map[string]*groupLease
+	queue     tryQueue
+	held      map[*groupLease]func() // leading or stopping, with the cancel of OnStartedLeading's ctx
+	active    int                    // leases not removed
+	acquiring int                    // leases in stateAcquiring
+	busy      int                    // leases not idle
+	releases  []termItem             // releases not yet sent
 
 	stopping                        bool // Run's ctx was cancelled
 	membersKnown                    bool // the first heartbeat came back (or failed)
@@ -166,15 +168,34 @@ type groupMachine struct {
 	started    int           // terms started (for metrics and tests)
 }
 
+// newGroupMachine makes the machine of one Run over leases, the Group's table (nil: a new
+// one). Every lease in it starts forgotten, as a Run that ended left it: add brings back those
+// the Run campaigns for.
 func newGroupMachine(cfg *GroupConfig, clk clock.PassiveClock, fx groupEffects, view *groupView, logger logr.Logger,
-	instance string) *groupMachine {
+	instance string, leases map[string]*groupLease) *groupMachine {
+	if leases == nil {
+		leases = map[string]*groupLease{}
+	}
+	for _, gl := range leases {
+		gl.removed = true
+	}
 	return &groupMachine{
 		cfg: cfg, clock: clk, jitter: jitter, fx: fx, view: view, logger: logger, instance: instance,
-		leases: map[string]*groupLease{}, held: map[*groupLease]struct{}{}, cores: map[string]*leaseCore{},
+		leases: leases, held: map[*groupLease]func(){},
 		retry: newBackoff(cfg.RetryPeriod),
 		live:  1,
 	}
 }
+
+// termRecord is the record of this replica's term of a lease with token: every term a Group
+// replica leads or releases is one it won, and the acquire script writes exactly this record
+// ("<instance>:<identity>" with the token) or resumes one equal to it.
+func (m *groupMachine) termRecord(token int64) lease.Record {
+	return lease.Record{Token: token, Instance: m.instance, Identity: m.cfg.Identity}
+}
+
+// forgotten reports whether gl was removed and reached idle: the machine keeps only its core.
+func (gl *groupLease) forgotten() bool { return gl.removed && gl.state == stateIdle }
 
 // setState moves gl to s, keeping the held set and the counters.
 func (m *groupMachine) setState(gl *groupLease, s leaseState) {
@@ -188,11 +209,11 @@ func (m *groupMachine) setState(gl *groupLease, s leaseState) {
 		m.view.drop(gl.name)
 	}
 	if isHeld && !wasHeld {
-		m.held[gl] = struct{}{}
+		m.held[gl] = nil // begin sets the cancel once the term started
 		if len(m.held) == 1 || gl.lastOK.Before(m.minOK) {
 			m.minOK = gl.lastOK
 		}
-		m.view.set(gl.name, heldTerm{token: gl.term.Token, lastOK: gl.lastOK})
+		m.view.set(gl.name, heldTerm{token: gl.token, lastOK: gl.lastOK})
 	}
 	if was == stateAcquiring {
 		m.acquiring--
@@ -214,12 +235,7 @@ func (m *groupMachine) add(name string) {
 	now := m.clock.Now()
 	gl := m.leases[name]
 	if gl == nil {
-		c := m.cores[name]
-		if c == nil {
-			c = &leaseCore{}
-			m.cores[name] = c
-		}
-		gl = &groupLease{name: name, heapIdx: -1, core: c, slot: uint16(leasewire.LeaseSlot(name))}
+		gl = &groupLease{name: name, heapIdx: -1, slot: uint16(leasewire.LeaseSlot(name))}
 		m.leases[name] = gl
 		m.active++
 		m.toIdle(gl, now)
@@ -260,9 +276,9 @@ func (m *groupMachine) stopTerm(gl *groupLease) {
 	if gl.state != stateLeading {
 		return
 	}
-	gl.cancel()
+	m.held[gl]()
 	if gl.workDone {
-		m.toReleasing(gl, gl.term, true)
+		m.toReleasing(gl, gl.token, true)
 		return
 	}
 	m.setState(gl, stateStopping)
@@ -291,13 +307,12 @@ func (m *groupMachine) finished() bool {
 // none is queued while Run stops.
 func (m *groupMachine) toIdle(gl *groupLease, next time.Time) {
 	m.setState(gl, stateIdle)
-	gl.workDone, gl.notify, gl.lost, gl.relErr, gl.cancel = false, false, false, false, nil
+	gl.workDone, gl.notify, gl.lost, gl.relErr = false, false, false, false
 	switch {
-	case gl.removed:
+	case gl.removed: // forgotten
 		if gl.heapIdx >= 0 {
 			heap.Remove(&m.queue, int(gl.heapIdx))
 		}
-		delete(m.leases, gl.name)
 	case m.stopping:
 		if gl.heapIdx >= 0 {
 			heap.Remove(&m.queue, int(gl.heapIdx))
@@ -317,13 +332,13 @@ func (m *groupMachine) schedule(gl *groupLease, t time.Time) {
 	}
 }
 
-// toReleasing queues an owner-checked release of term; notify tells whether a term was
-// started (so OnStoppedLeading follows).
-func (m *groupMachine) toReleasing(gl *groupLease, term lease.Record, notify bool) {
+// toReleasing queues an owner-checked release of our term with token; notify tells whether
+// a term was started (so OnStoppedLeading follows).
+func (m *groupMachine) toReleasing(gl *groupLease, token int64, notify bool) {
 	m.setState(gl, stateReleasing)
-	gl.term, gl.notify = term, notify
-	gl.core.guard.retire(term.Token) // whatever the outcome, no term starts on this record again
-	m.releases = append(m.releases, termItem{gl, term})
+	gl.token, gl.notify = token, notify
+	gl.core.guard.retire(token) // whatever the outcome, no term starts on this record again
+	m.releases = append(m.releases, termItem{gl, m.termRecord(token)})
 }
 
 // toNotifying lets OnStoppedLeading of the ended term run.
@@ -338,8 +353,8 @@ func (m *groupMachine) toNotifying(gl *groupLease, lost bool) {
 func (m *groupMachine) lose(gl *groupLease, reason string) {
 	switch gl.state {
 	case stateLeading, stateStopping:
-		gl.cancel()
-		m.logger.V(2).Info("Stopped leading", "lease", gl.name, "token", gl.term.Token, "reason", reason)
+		m.held[gl]()
+		m.logger.V(2).Info("Stopped leading", "lease", gl.name, "token", gl.token, "reason", reason)
 		if gl.workDone {
 			// The work had returned by itself: there is nothing to wait for.
 			m.setState(gl, stateDraining)
@@ -352,12 +367,12 @@ func (m *groupMachine) lose(gl *groupLease, reason string) {
 
 // begin starts a term: "acquiring + won".
 func (m *groupMachine) begin(gl *groupLease, term lease.Record, sent time.Time) {
-	gl.term, gl.lastOK, gl.workDone = term, sent, false
+	gl.token, gl.lastOK, gl.workDone = term.Token, sent, false
 	m.setState(gl, stateLeading)
 	m.started++
 	m.logger.V(2).Info("Became leader", "lease", gl.name, "token", term.Token)
 	m.cfg.Metrics.groupStarted(m.cfg.Group)
-	gl.cancel = m.fx.startTerm(gl, term)
+	m.held[gl] = m.fx.startTerm(gl, m.termRecord(term.Token))
 }
 
 // tick runs what is due at now: deadlines, the renew batch, the acquire batch, the release
@@ -447,7 +462,7 @@ func (m *groupMachine) startRenew(now time.Time) {
 	if !now.Before(m.nextRenew) {
 		b.items = make([]termItem, 0, len(m.held))
 		for gl := range m.held {
-			b.items = append(b.items, termItem{gl, gl.term})
+			b.items = append(b.items, termItem{gl, m.termRecord(gl.token)})
 		}
 		m.nextRenew = now.Add(m.renewEvery())
 	}
@@ -533,7 +548,7 @@ func (m *groupMachine) onAcquire(b *acquireBatch) {
 			if d.late {
 				lateWins++
 			}
-			m.toReleasing(gl, r.rec, false)
+			m.toReleasing(gl, r.rec.Token, false)
 		case verdictStart:
 			m.begin(gl, r.rec, r.sent)
 		case verdictReserved, verdictHeld:
@@ -584,7 +599,7 @@ func (m *groupMachine) onRenew(b *renewBatch) {
 		case stateIdle, stateAcquiring, stateReleasing, stateDraining, stateNotifying:
 			continue // the term ended while the renew was in flight
 		}
-		if gl.term != it.term {
+		if gl.token != it.term.Token {
 			continue
 		}
 		switch {
@@ -601,7 +616,7 @@ func (m *groupMachine) onRenew(b *renewBatch) {
 			}
 			if sent.After(gl.lastOK) {
 				gl.lastOK = sent
-				m.view.set(gl.name, heldTerm{token: gl.term.Token, lastOK: gl.lastOK})
+				m.view.set(gl.name, heldTerm{token: gl.token, lastOK: gl.lastOK})
 			}
 		}
 	}
@@ -667,14 +682,14 @@ func (m *groupMachine) onRelease(b *releaseBatch) {
 
 // onWorkReturned handles the return of a term's OnStartedLeading.
 func (m *groupMachine) onWorkReturned(gl *groupLease, term lease.Record) {
-	if gl.term != term {
+	if gl.token != term.Token {
 		return
 	}
 	switch gl.state {
 	case stateLeading:
 		gl.workDone = true // kept, as Elector keeps it, until asked to stop
 	case stateStopping:
-		m.toReleasing(gl, gl.term, true)
+		m.toReleasing(gl, gl.token, true)
 	case stateDraining:
 		m.toNotifying(gl, true)
 	case stateIdle, stateAcquiring, stateReleasing, stateNotifying:
@@ -684,7 +699,7 @@ func (m *groupMachine) onWorkReturned(gl *groupLease, term lease.Record) {
 
 // onNotified handles the return of a term's OnStoppedLeading: "notifying + returned".
 func (m *groupMachine) onNotified(gl *groupLease, term lease.Record) {
-	if gl.term != term {
+	if gl.token != term.Token {
 		return
 	}
 	switch gl.state {
@@ -705,7 +720,7 @@ func (m *groupMachine) onNotified(gl *groupLease, term lease.Record) {
 // onEvent handles an announcement on a lease's channel, as the core decides (leaseCore.event).
 func (m *groupMachine) onEvent(name string, ev leasekit.Event) {
 	gl := m.leases[name]
-	if gl == nil || m.stopping || ev.Record.Instance == m.instance {
+	if gl == nil || gl.forgotten() || m.stopping || ev.Record.Instance == m.instance {
 		return
 	}
 	switch gl.state {

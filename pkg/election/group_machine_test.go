@@ -39,7 +39,7 @@ func (f *fakeEffects) startTerm(gl *groupLease, term lease.Record) func() {
 	return func() { f.cancels[key]++ }
 }
 func (f *fakeEffects) notifyStopped(gl *groupLease) {
-	f.notified = append(f.notified, fmt.Sprintf("%s/%d", gl.name, gl.term.Token))
+	f.notified = append(f.notified, fmt.Sprintf("%s/%d", gl.name, gl.token))
 }
 
 type machineTest struct {
@@ -64,7 +64,7 @@ func newMachineTest(t *testing.T) *machineTest {
 	t.Helper()
 	mt := &machineTest{t: t, fx: &fakeEffects{cancels: map[string]int{}}, clk: clocktesting.NewFakeClock(time.Unix(1_000_000, 0)), tok: 100}
 	mt.cfg = GroupConfig{Group: "g", Identity: "pod", LeaseDuration: mtLease, RenewDeadline: mtRenew, RetryPeriod: mtRetry}
-	mt.m = newGroupMachine(&mt.cfg, mt.clk, mt.fx, newGroupView(), logr.Discard(), mtOurs)
+	mt.m = newGroupMachine(&mt.cfg, mt.clk, mt.fx, newGroupView(), logr.Discard(), mtOurs, nil)
 	mt.m.jitter = func() time.Duration { return 0 }
 	// The first heartbeat: one live member.
 	mt.m.tick(mt.clk.Now())
@@ -73,6 +73,11 @@ func newMachineTest(t *testing.T) *machineTest {
 }
 
 func (mt *machineTest) gl(name string) *groupLease { return mt.m.leases[name] }
+
+// termOf is the record of gl's term, as the machine sends it (groupMachine.termRecord).
+func termOf(gl *groupLease) lease.Record {
+	return lease.Record{Token: gl.token, Instance: mtOurs, Identity: "pod"}
+}
 
 func (mt *machineTest) rec(instance string) lease.Record {
 	mt.tok++
@@ -178,20 +183,20 @@ func (mt *machineTest) setup(row string) *groupLease {
 	switch row {
 	case rowLeading:
 	case rowLeadingDone:
-		m.onWorkReturned(gl, gl.term)
+		m.onWorkReturned(gl, termOf(gl))
 	case rowStopping:
 		m.remove("x")
 		m.add("x")
 	case rowReleasing:
 		m.remove("x")
 		m.add("x")
-		m.onWorkReturned(gl, gl.term)
+		m.onWorkReturned(gl, termOf(gl))
 	case rowDraining, rowNotifying:
 		mt.clk.Step(m.renewEvery()) // the next renew batch
 		m.tick(mt.clk.Now())
 		mt.renewReply(map[string]bool{"x": true}, 1)
 		if row == rowNotifying {
-			m.onWorkReturned(gl, gl.term)
+			m.onWorkReturned(gl, termOf(gl))
 		}
 	}
 	return gl
@@ -254,13 +259,13 @@ var machineEvents = []struct {
 		mt.m.onAcquire(b)
 	}},
 	{"renew ok", func(mt *machineTest, gl *groupLease) {
-		mt.m.onRenew(&renewBatch{sent: mt.clk.Now(), items: []termItem{{gl, gl.term}}, replies: []renewReply{{ok: true}}, live: 1})
+		mt.m.onRenew(&renewBatch{sent: mt.clk.Now(), items: []termItem{{gl, termOf(gl)}}, replies: []renewReply{{ok: true}}, live: 1})
 	}},
 	{"renew says 0", func(mt *machineTest, gl *groupLease) {
-		mt.m.onRenew(&renewBatch{sent: mt.clk.Now(), items: []termItem{{gl, gl.term}}, replies: []renewReply{{ok: false}}, live: 1})
+		mt.m.onRenew(&renewBatch{sent: mt.clk.Now(), items: []termItem{{gl, termOf(gl)}}, replies: []renewReply{{ok: false}}, live: 1})
 	}},
 	{"renew error", func(mt *machineTest, gl *groupLease) {
-		mt.m.onRenew(&renewBatch{sent: mt.clk.Now(), items: []termItem{{gl, gl.term}}, replies: []renewReply{{err: errors.New("i/o timeout")}}, live: 1})
+		mt.m.onRenew(&renewBatch{sent: mt.clk.Now(), items: []termItem{{gl, termOf(gl)}}, replies: []renewReply{{err: errors.New("i/o timeout")}}, live: 1})
 	}},
 	{"deadline", func(mt *machineTest, gl *groupLease) {
 		if gl.state == stateLeading || gl.state == stateStopping {
@@ -268,7 +273,7 @@ var machineEvents = []struct {
 		}
 		mt.m.tick(mt.clk.Now())
 	}},
-	{"work returned", func(mt *machineTest, gl *groupLease) { mt.m.onWorkReturned(gl, gl.term) }},
+	{"work returned", func(mt *machineTest, gl *groupLease) { mt.m.onWorkReturned(gl, termOf(gl)) }},
 	{"Remove", func(mt *machineTest, gl *groupLease) { mt.m.remove("x") }},
 	{"Add", func(mt *machineTest, gl *groupLease) { mt.m.add("x") }},
 	{"shed", func(mt *machineTest, gl *groupLease) {
@@ -284,12 +289,12 @@ var machineEvents = []struct {
 	}},
 	{"Run stop", func(mt *machineTest, gl *groupLease) { mt.m.stop() }},
 	{"release reply", func(mt *machineTest, gl *groupLease) {
-		mt.m.onRelease(&releaseBatch{items: []termItem{{gl, gl.term}}, errs: []error{nil}})
+		mt.m.onRelease(&releaseBatch{items: []termItem{{gl, termOf(gl)}}, errs: []error{nil}})
 	}},
 	{"release error", func(mt *machineTest, gl *groupLease) {
-		mt.m.onRelease(&releaseBatch{items: []termItem{{gl, gl.term}}, errs: []error{errors.New("i/o timeout")}})
+		mt.m.onRelease(&releaseBatch{items: []termItem{{gl, termOf(gl)}}, errs: []error{errors.New("i/o timeout")}})
 	}},
-	{"OnStoppedLeading returned", func(mt *machineTest, gl *groupLease) { mt.m.onNotified(gl, gl.term) }},
+	{"OnStoppedLeading returned", func(mt *machineTest, gl *groupLease) { mt.m.onNotified(gl, termOf(gl)) }},
 	{"event released", func(mt *machineTest, gl *groupLease) {
 		mt.m.onEvent("x", leasekit.Event{Kind: leasekit.Released, Record: mt.rec(mtTheirs)})
 	}},
@@ -331,7 +336,7 @@ var machineTable = map[string]map[string]string{
 
 // rowOf names the row lease x is in.
 func rowOf(m *groupMachine, gl *groupLease) string {
-	if m.leases[gl.name] != gl {
+	if m.leases[gl.name] != gl || gl.forgotten() {
 		return "gone"
 	}
 	switch {
@@ -484,7 +489,7 @@ func TestGroupMachineAddAfterRemoveWaitsForTheRelease(t *testing.T) {
 	mt := newMachineTest(t)
 	m := mt.m
 	gl := mt.setup(rowLeading)
-	term := gl.term
+	term := termOf(gl)
 	m.remove("x")
 	if gl.state != stateStopping || mt.fx.cancels["x/"+fmt.Sprint(term.Token)] != 1 {
 		t.Fatalf("Remove: state %v, cancels %v", gl.state, mt.fx.cancels)
@@ -541,7 +546,7 @@ func TestGroupMachineSlowStopDoesNotDelayOthers(t *testing.T) {
 	m.onAcquire(b)
 	y := mt.gl("y")
 	m.remove("x")
-	m.onWorkReturned(x, x.term)
+	m.onWorkReturned(x, termOf(x))
 	m.tick(mt.clk.Now())
 	rel := mt.fx.releases[len(mt.fx.releases)-1]
 	rel.errs = make([]error, len(rel.items))
@@ -663,7 +668,7 @@ func TestGroupMachineDeadlineIsATimer(t *testing.T) {
 	if gl.state != stateDraining || !mt.clk.Now().Equal(sent.Add(900*time.Millisecond)) {
 		t.Fatalf("state %v at %v after the last good send, want draining at exactly 900ms", gl.state, mt.clk.Now().Sub(sent))
 	}
-	if mt.fx.cancels[fmt.Sprintf("x/%d", gl.term.Token)] != 1 {
+	if mt.fx.cancels[fmt.Sprintf("x/%d", gl.token)] != 1 {
 		t.Fatalf("ctx not cancelled at the deadline")
 	}
 }
@@ -789,7 +794,7 @@ func TestGroupMachineRunStop(t *testing.T) {
 	if gl.state != stateStopping || m.finished() {
 		t.Fatalf("after stop: %v, finished %v", gl.state, m.finished())
 	}
-	m.onWorkReturned(gl, gl.term)
+	m.onWorkReturned(gl, termOf(gl))
 	m.tick(mt.clk.Now())
 	if m.finished() {
 		t.Fatal("finished with a release in flight")
@@ -800,7 +805,7 @@ func TestGroupMachineRunStop(t *testing.T) {
 	if m.finished() {
 		t.Fatal("finished while OnStoppedLeading runs")
 	}
-	m.onNotified(gl, gl.term)
+	m.onNotified(gl, termOf(gl))
 	if b := mt.fx.renews[len(mt.fx.renews)-1]; b.replies == nil {
 		mt.renewReply(nil, 1)
 	}
@@ -867,10 +872,10 @@ func TestGroupMachineStaleReleaseResumeStartsNoTerm(t *testing.T) {
 			switch path {
 			case "late win":
 				gl := mt.setup(rowReleasingNew)
-				rec = gl.term
+				rec = termOf(gl)
 			case "term released":
 				gl := mt.setup(rowLeading)
-				rec = gl.term
+				rec = termOf(gl)
 				m.remove("x")
 				m.onWorkReturned(gl, rec)
 			}
@@ -884,10 +889,10 @@ func TestGroupMachineStaleReleaseResumeStartsNoTerm(t *testing.T) {
 			if path == "term released" {
 				gl := mt.gl("x")
 				m.onNotified(gl, rec) // forgotten (removed)...
-				if mt.gl("x") != nil {
+				if !gl.forgotten() || gl.heapIdx >= 0 {
 					t.Fatal("removed lease not forgotten")
 				}
-				m.add("x") // ...and added again: a new groupLease
+				m.add("x") // ...and added again
 			}
 			gl := mt.gl("x")
 			started, releases := len(mt.fx.started), len(mt.fx.releases)
@@ -914,8 +919,8 @@ func TestGroupMachineStaleReleaseResumeStartsNoTerm(t *testing.T) {
 			fresh := mt.rec(mtOurs)
 			answer(b, acquireReply{won: true, rec: fresh, ttl: mtLease})
 			m.onAcquire(b)
-			if gl.state != stateLeading || gl.term != fresh {
-				t.Fatalf("new record: state %v, term %v, want leading %v", gl.state, gl.term, fresh)
+			if gl.state != stateLeading || termOf(gl) != fresh {
+				t.Fatalf("new record: state %v, term %v, want leading %v", gl.state, termOf(gl), fresh)
 			}
 			if gl.core.guard.retired < rec.Token {
 				t.Fatal("the record whose release failed is trusted again")

@@ -58,8 +58,7 @@ func (g *Group) Run(ctx context.Context) error {
 		r.rd = g.seam
 	}
 	g.view.reset() // a new Run starts holding nothing
-	r.m = newGroupMachine(&g.cfg, g.clock, r, g.view, logger, g.instance)
-	r.m.cores = g.cores
+	r.m = newGroupMachine(&g.cfg, g.clock, r, g.view, logger, g.instance, g.leases)
 	if g.rand != nil { // the simulator's seeded source (Elector.rand's counterpart)
 		r.m.jitter = func() time.Duration { return g.rand(maxJitter) }
 	}
@@ -276,7 +275,7 @@ func (r *groupRun) startTerm(gl *groupLease, term lease.Record) func() {
 }
 
 func (r *groupRun) notifyStopped(gl *groupLease) {
-	term := gl.term
+	term := r.m.termRecord(gl.token)
 	go func() {
 		r.call("OnStoppedLeading", gl.name, term.Token, func() { r.g.cfg.Callbacks.OnStoppedLeading(gl.name) })
 		r.notified <- termDone{gl, term}

@@ -659,11 +659,14 @@ func (k *knownExpiry) retryAfter(now time.Time, d time.Duration) time.Duration {
 // Tokens of events count only for ordering news (news): an event is an unauthenticated
 // message, and a forged or foreign one must not keep this replica from ever leading again.
 type termGuard struct {
-	seen     int64        // news order: newest token heard of (replies and events)
-	released int64        // news order: newest token heard released
-	floor    int64        // newest token an acquire reply showed (ours or another's)
-	retired  int64        // newest token of our records we sent a release for (any outcome)
-	last     lease.Record // our newest record that a won reply let start: the one resume allowed
+	seen     int64 // news order: newest token heard of (replies and events)
+	released int64 // news order: newest token heard released
+	floor    int64 // newest token an acquire reply showed (ours or another's)
+	retired  int64 // newest token of our records we sent a release for (any outcome)
+	// last is the token of our newest record that a won reply let start: the one resume
+	// allowed. A won reply's record is always ours (acquire.lua wins only for its caller's
+	// "<instance>:<identity>"), so its token names it.
+	last int64
 }
 
 // news records an event's token and reports whether it is current: news is ordered by token,
@@ -685,11 +688,11 @@ func (g *termGuard) news(token int64, released bool) bool {
 // (late reply, cancel): it then releases the record, which retires it.
 func (g *termGuard) reply(rec lease.Record, won bool) (trusted bool) {
 	trusted = won && rec.Token > g.retired &&
-		(rec.Token > g.floor || (rec == g.last && rec.Token == g.floor))
+		(rec.Token > g.floor || (rec.Token == g.last && rec.Token == g.floor))
 	g.floor = max(g.floor, rec.Token)
 	g.seen = max(g.seen, rec.Token)
 	if trusted {
-		g.last = rec
+		g.last = rec.Token
 	}
 	return trusted
 }
