@@ -327,6 +327,13 @@ func minTime(a, b time.Time) time.Time {
 	return b
 }
 
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // setLeading records the start of a term.
 func (e *Elector) setLeading(term lease.Record, sent time.Time, ctl *termControl) {
 	e.mu.Lock()

@@ -1034,6 +1034,40 @@ func TestGroupMachineWarnsTokenBelowSeen(t *testing.T) {
 	}
 }
 
+// TestGroupMachineParkForBoundsParkedAttempts: parkFor grows with the leases a replica does
+// not hold, so that its parked attempts stay within parkRate a second; a lease parked under a
+// shorter parkFor still unparks to its holder's expiry, as last heard.
+func TestGroupMachineParkForBoundsParkedAttempts(t *testing.T) {
+	mt := newMachineTest(t)
+	m := mt.m
+	mt.heartbeat(2)
+	for _, n := range []string{"a", "b", "c", "d"} {
+		m.add(n)
+	}
+	b := mt.tickAcquire("a")
+	sent := mt.clk.Now()
+	mt.answerWon(b, "a", "b")
+	m.onAcquire(b)
+	d := mt.gl("d")
+	if park := m.parkFor(); park != 3*mtLease || !d.parked || !d.next.Equal(sent.Add(mtHeldTTL+park)) {
+		t.Fatalf("4 leases, 2 held: parkFor %v, d parked %v, next in %v; want 3 × LeaseDuration, parked, at the expiry + that",
+			park, d.parked, d.next.Sub(sent))
+	}
+	const more = 20_000
+	for i := range more {
+		m.add(fmt.Sprintf("n%05d", i))
+	}
+	others := 4 + more - 2
+	if got, want := m.parkFor(), time.Duration(others)*time.Second/parkRate; got != want {
+		t.Fatalf("%d leases not held: parkFor %v, want %v (at most %d parked attempts a second)", others, got, want, parkRate)
+	}
+	// Far below the new share: the next tick unparks d, to its holder's expiry.
+	m.tick(mt.clk.Now())
+	if d.parked || !d.next.Equal(sent.Add(mtHeldTTL)) {
+		t.Fatalf("unparked under a longer parkFor: d parked %v, next in %v; want unparked, at the expiry (%v)", d.parked, d.next.Sub(sent), mtHeldTTL)
+	}
+}
+
 // TestGroupMachineParksLeasesOfOthersAtItsShare: a replica at its fair share tries a lease
 // another replica holds parkFor after the holder's expiry instead of at it; a release, a lost
 // term (below the share) or a smaller membership brings the attempts back to the expiry.

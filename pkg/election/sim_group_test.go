@@ -397,13 +397,6 @@ func (d *groupDriver) checkLiveness() {
 	}
 }
 
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
 func (d *groupDriver) done() bool {
 	for _, r := range d.replicas {
 		if r.running {
