@@ -84,15 +84,31 @@ func (mt *machineTest) rec(instance string) lease.Record {
 	return lease.Record{Token: mt.tok, Instance: instance, Identity: "pod"}
 }
 
-// renewReply answers the last renew batch: every item ok unless listed in lost, with live members.
+// renewReply answers the last renew batch: every item ok unless listed in lost, with live
+// members (mtMembers).
 func (mt *machineTest) renewReply(lost map[string]bool, live int) {
+	mt.renewMembers(lost, mtMembers(live))
+}
+
+// renewMembers answers the last renew batch as renewReply does, with the members given.
+func (mt *machineTest) renewMembers(lost map[string]bool, members []string) {
 	b := mt.fx.renews[len(mt.fx.renews)-1]
 	b.replies = make([]renewReply, len(b.items))
 	for i, it := range b.items {
 		b.replies[i] = renewReply{ok: !lost[it.gl.name]}
 	}
-	b.live = live
+	b.members = members
 	mt.m.onRenew(b)
+}
+
+// mtMembers is a membership of n: this replica and n−1 others (m1, m2, ...), whose last
+// leaves first as n goes down.
+func mtMembers(n int) []string {
+	members := []string{mtOurs + ":pod"}
+	for i := 1; i < n; i++ {
+		members = append(members, fmt.Sprintf("m%d:pod", i))
+	}
+	return members
 }
 
 // tickAcquire ticks and returns the acquire batch started, which must hold name.
@@ -259,13 +275,13 @@ var machineEvents = []struct {
 		mt.m.onAcquire(b)
 	}},
 	{"renew ok", func(mt *machineTest, gl *groupLease) {
-		mt.m.onRenew(&renewBatch{sent: mt.clk.Now(), items: []termItem{{gl, termOf(gl)}}, replies: []renewReply{{ok: true}}, live: 1})
+		mt.m.onRenew(&renewBatch{sent: mt.clk.Now(), items: []termItem{{gl, termOf(gl)}}, replies: []renewReply{{ok: true}}, members: mtMembers(1)})
 	}},
 	{"renew says 0", func(mt *machineTest, gl *groupLease) {
-		mt.m.onRenew(&renewBatch{sent: mt.clk.Now(), items: []termItem{{gl, termOf(gl)}}, replies: []renewReply{{ok: false}}, live: 1})
+		mt.m.onRenew(&renewBatch{sent: mt.clk.Now(), items: []termItem{{gl, termOf(gl)}}, replies: []renewReply{{ok: false}}, members: mtMembers(1)})
 	}},
 	{"renew error", func(mt *machineTest, gl *groupLease) {
-		mt.m.onRenew(&renewBatch{sent: mt.clk.Now(), items: []termItem{{gl, termOf(gl)}}, replies: []renewReply{{err: errors.New("i/o timeout")}}, live: 1})
+		mt.m.onRenew(&renewBatch{sent: mt.clk.Now(), items: []termItem{{gl, termOf(gl)}}, replies: []renewReply{{err: errors.New("i/o timeout")}}, members: mtMembers(1)})
 	}},
 	{"deadline", func(mt *machineTest, gl *groupLease) {
 		if gl.state == stateLeading || gl.state == stateStopping {
@@ -1139,33 +1155,51 @@ func TestGroupMachineParksLeasesOfOthersAtItsShare(t *testing.T) {
 	}
 }
 
-// TestGroupMachineFollowsAllAfterAMemberLeft: when the member count goes down, a replica
-// unparks at once (whenever it last did) and parks nothing for a LeaseDuration, even where it
-// holds parkAt leases: the leases of the member that left expire within it.
+// TestGroupMachineFollowsAllAfterAMemberLeft: when a member leaves the membership, a replica
+// unparks at once (whenever it last did) the leases it heard that member hold, and for a
+// LeaseDuration parks none of them, even where it holds parkAt leases: they expire within it.
+// The leases of the members still there stay parked: nothing frees them.
 func TestGroupMachineFollowsAllAfterAMemberLeft(t *testing.T) {
 	mt := newMachineTest(t)
 	m := mt.m
-	mt.heartbeat(3) // share 2 of 4, parkAt 1
+	ours, theirs, other := mtOurs+":pod", mtTheirs+":pod", "m2:pod"
+	mt.clk.Step(mtRetry)
+	m.tick(mt.clk.Now())
+	mt.renewMembers(nil, []string{ours, theirs, other}) // share 2 of 4, parkAt 1
 	for _, n := range []string{"a", "b", "c", "d"} {
 		m.add(n)
 	}
 	b := mt.tickAcquire("a")
 	mt.answerWon(b, "a", "b")
+	for i, gl := range b.items {
+		if gl.name == "c" {
+			b.replies[i].rec.Instance = "m2" // c is held by the member that stays
+		}
+	}
 	m.onAcquire(b)
-	d := mt.gl("d")
-	if !d.parked {
-		t.Fatalf("d not parked at the share")
+	c, d := mt.gl("c"), mt.gl("d")
+	if !c.parked || !d.parked {
+		t.Fatalf("at the share: c parked %v, d parked %v; want both parked", c.parked, d.parked)
 	}
 	m.nextUnpark = mt.clk.Now().Add(time.Hour) // as if it had just unparked
-	mt.heartbeat(2)                            // share 2, parkAt 2: still at it
+	mt.clk.Step(mtRetry)
+	m.tick(mt.clk.Now())
+	mt.renewMembers(nil, []string{ours, other}) // theirs left: share 2, parkAt 2, still at it
 	now := mt.clk.Now()
 	m.tick(now)
 	if d.parked || d.next.After(now.Add(mtHeldTTL)) {
-		t.Fatalf("a member left: d parked %v, next in %v; want unparked, at its expiry", d.parked, d.next.Sub(now))
+		t.Fatalf("its holder left: d parked %v, next in %v; want unparked, at its expiry", d.parked, d.next.Sub(now))
+	}
+	if !c.parked {
+		t.Fatalf("c, held by a member still there, unparked when another left")
 	}
 	m.follow(d, now.Add(mtHeldTTL), now)
 	if d.parked {
-		t.Fatalf("parked within a LeaseDuration of a member leaving")
+		t.Fatalf("a lease of the member gone parked within a LeaseDuration of its leaving")
+	}
+	m.follow(c, now.Add(mtHeldTTL), now)
+	if !c.parked {
+		t.Fatalf("a lease of a member still there not parked after another left")
 	}
 	mt.clk.Step(mtLease)
 	m.follow(d, mt.clk.Now().Add(mtHeldTTL), mt.clk.Now())

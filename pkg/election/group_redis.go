@@ -182,7 +182,7 @@ func (r redisGroup) renew(ctx context.Context, b *renewBatch) {
 		lo = hi
 	}
 	flush()
-	b.live, b.liveErr = r.heartbeat(ctx, "stay")
+	b.members, b.liveErr = r.heartbeat(ctx, "stay")
 }
 
 // termOf is the term of it as its renewal and release send it: the Group's prefix, the lease's
@@ -217,14 +217,15 @@ func (r redisGroup) leave(ctx context.Context) error {
 // try its leases (follow unparks them) before they expire, at send time + LeaseDuration.
 func (g *Group) membershipTTL() time.Duration { return g.cfg.RenewDeadline }
 
-// heartbeat runs the membership script; mode "leave" removes this replica.
-func (r redisGroup) heartbeat(ctx context.Context, mode string) (int, error) {
+// heartbeat runs the membership script; mode "leave" removes this replica. It returns the
+// live members.
+func (r redisGroup) heartbeat(ctx context.Context, mode string) ([]string, error) {
 	g := r.g
-	n, err := membersScript.Run(ctx, lualib.For(g.cfg.Client), g.cfg.Client, "", []any{g.members}, g.member, g.membershipTTL().Milliseconds(), mode).Int()
+	members, err := membersScript.Run(ctx, lualib.For(g.cfg.Client), g.cfg.Client, "", []any{g.members}, g.member, g.membershipTTL().Milliseconds(), mode).StringSlice()
 	if err != nil {
-		return 0, fmt.Errorf("group %q membership: %w", g.cfg.Group, membersScript.Explain(err))
+		return nil, fmt.Errorf("group %q membership: %w", g.cfg.Group, membersScript.Explain(err))
 	}
-	return n, nil
+	return members, nil
 }
 
 func (r redisGroup) subscribe(ctx context.Context) (groupSubscription, error) {

@@ -310,7 +310,7 @@ func TestGroupRefusedSubscribeAndStalledPath(t *testing.T) {
 	admin := srv.Client(t)
 	ctx := context.Background()
 	// The Group's tested ACL line (README, docs/RELIABILITY.md) without +psubscribe.
-	acl := strings.Fields("on >pw resetkeys resetchannels ~elector:* &elector:* -@all +evalsha +eval +get +set +pexpire +pttl +del +time +publish +multi +exec +subscribe +ping +zadd +zrem +zremrangebyscore +zcard +script|load")
+	acl := strings.Fields("on >pw resetkeys resetchannels ~elector:* &elector:* -@all +evalsha +eval +get +set +pexpire +pttl +del +time +publish +multi +exec +subscribe +ping +zadd +zrem +zremrangebyscore +zrange +script|load")
 	args := []any{"ACL", "SETUSER", "nopsub"}
 	for _, a := range acl {
 		args = append(args, a)

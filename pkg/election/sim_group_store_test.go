@@ -142,7 +142,7 @@ func (s *simGroupRedis) renew(ctx context.Context, b *renewBatch) {
 			b.replies[lo+i] = r
 		}
 	})
-	b.live, b.liveErr = s.heartbeat(ctx, "stay")
+	b.members, b.liveErr = s.heartbeat(ctx, "stay")
 }
 
 func (s *simGroupRedis) release(ctx context.Context, b *releaseBatch) {
@@ -162,13 +162,16 @@ func (s *simGroupRedis) leave(ctx context.Context) error {
 	return err
 }
 
-func (s *simGroupRedis) heartbeat(ctx context.Context, mode string) (int, error) {
+func (s *simGroupRedis) heartbeat(ctx context.Context, mode string) ([]string, error) {
 	v, err := s.node.Call(ctx, "members "+mode, s.scripts.Members, []string{s.g.members}, []string{s.g.member, millis(s.g.membershipTTL()), mode})
 	if err != nil {
-		return 0, fmt.Errorf("membership: %w", err)
+		return nil, fmt.Errorf("membership: %w", err)
 	}
-	n, _ := v.(int64)
-	return int(n), nil
+	var members []string
+	for _, m := range v.([]any) {
+		members = append(members, m.(string))
+	}
+	return members, nil
 }
 
 // subscribe subscribes to the channel of every lease of the world (the simulated Redis has no

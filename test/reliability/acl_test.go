@@ -42,13 +42,13 @@ const functionsACL = "resetkeys resetchannels ~elector:* &elector:* -@all " +
 	"+fcall +get +set +pexpire +pttl +del +time +publish +multi +exec +subscribe +ping"
 
 // functionsGroupACL is functionsACL for election.Group: groupACL's additions but SCRIPT LOAD.
-const functionsGroupACL = functionsACL + " &elector:{*}:events +psubscribe +zadd +zrem +zremrangebyscore +zcard"
+const functionsGroupACL = functionsACL + " &elector:{*}:events +psubscribe +zadd +zrem +zremrangebyscore +zrange"
 
 // groupACL is what election.Group needs besides electorACL: its membership script (a sorted set
 // under the prefix), one pattern subscription to the events of every lease (Redis matches a
 // PSUBSCRIBE pattern literally against the user's channel patterns, so it is listed as is), and
 // SCRIPT LOAD, with which leasekit.Batch reloads the scripts after NOSCRIPT.
-const groupACL = electorACL + " &elector:{*}:events +psubscribe +zadd +zrem +zremrangebyscore +zcard +script|load"
+const groupACL = electorACL + " &elector:{*}:events +psubscribe +zadd +zrem +zremrangebyscore +zrange +script|load"
 
 // clusterACL is electorACL for Redis Cluster: go-redis's cluster client reads the slot map with
 // CLUSTER SLOTS and the key positions of commands with COMMAND.

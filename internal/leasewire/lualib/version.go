@@ -4,4 +4,4 @@ package lualib
 // the version left out of the names): it names the library, elector_<Version>, and its
 // functions, elector_<Version>_<script>. It changes whenever a script changes; TestVersion
 // fails until it is updated here, and says to what.
-const Version = "b383d156"
+const Version = "c2e0f3ac"

@@ -5,7 +5,7 @@
 //
 // Redis here is an in-memory server with Redis's semantics for exactly the commands the
 // scripts of pkg/lease and pkg/election call (GET SET DEL PEXPIRE PTTL TIME PUBLISH ZADD
-// ZCARD ZREM ZREMRANGEBYSCORE), keys that expire on the server's clock, and an embedded Lua
+// ZRANGE ZREM ZREMRANGEBYSCORE), keys that expire on the server's clock, and an embedded Lua
 // 5.1 interpreter (gopher-lua) with a redis.call shim. A differential test (redis_test.go)
 // runs random operation sequences against it and a real redis-server and requires identical
 // replies.
@@ -146,13 +146,13 @@ func arity(name string) Error {
 // fixedArity returns the number of arguments of a command that takes a fixed number.
 func fixedArity(name string) (int, bool) {
 	switch name {
-	case "GET", "PTTL", "ZCARD":
+	case "GET", "PTTL":
 		return 1, true
 	case "PEXPIRE", "PUBLISH":
 		return 2, true
 	case "TIME":
 		return 0, true
-	case "ZREMRANGEBYSCORE":
+	case "ZREMRANGEBYSCORE", "ZRANGE":
 		return 3, true
 	}
 	return 0, false
@@ -186,8 +186,8 @@ func (r *Redis) command(args []string) any {
 		return r.publish(a[0], a[1])
 	case "ZADD":
 		return r.zadd(a)
-	case "ZCARD":
-		return r.zcard(a[0])
+	case "ZRANGE":
+		return r.zrange(a[0], a[1], a[2])
 	case "ZREM":
 		return r.zrem(a)
 	case "ZREMRANGEBYSCORE":
@@ -342,15 +342,42 @@ func (r *Redis) zadd(a []string) any {
 	return added
 }
 
-func (r *Redis) zcard(key string) any {
+// zrange is ZRANGE key start stop, by index (no options): the members ordered by score, then
+// by member, from start to stop inclusive, negative indices counting from the end.
+func (r *Redis) zrange(key, start, stop string) any {
+	from, err1 := strconv.ParseInt(start, 10, 64)
+	to, err2 := strconv.ParseInt(stop, 10, 64)
+	if err1 != nil || err2 != nil {
+		return Error("ERR value is not an integer or out of range")
+	}
 	e, errReply := r.zsetFor(key, false)
 	if e == nil {
 		if errReply != nil {
 			return errReply
 		}
-		return int64(0)
+		return []any{}
 	}
-	return int64(len(e.zset))
+	members := make([]string, 0, len(e.zset))
+	for m := range e.zset {
+		members = append(members, m)
+	}
+	sort.Slice(members, func(i, j int) bool {
+		si, sj := e.zset[members[i]], e.zset[members[j]]
+		return si < sj || si == sj && members[i] < members[j]
+	})
+	n := int64(len(members))
+	if from < 0 {
+		from = max(n+from, 0)
+	}
+	if to < 0 {
+		to = n + to
+	}
+	to = min(to, n-1)
+	out := []any{}
+	for i := from; i <= to; i++ {
+		out = append(out, members[i])
+	}
+	return out
 }
 
 func (r *Redis) zrem(a []string) any {

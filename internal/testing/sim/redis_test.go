@@ -119,6 +119,9 @@ func (g *seqGen) next() []op {
 		}
 		return []op{{script: g.s.Members, keys: []string{g.k.Members}, args: args, short: short}}
 	case 8, 9:
+		if g.rng.IntN(4) == 0 { // what members returns, read directly (and from a string key)
+			return []op{{args: []string{"ZRANGE", g.pick(g.k.Members, g.k.Lease, g.k.Terms), g.pick("0", "1", "-2"), g.pick("-1", "0", "5")}}}
+		}
 		return []op{{args: []string{g.pick("GET", "PTTL"), g.pick(g.k.Lease, g.k.Resign, g.k.Token, g.k.Terms, g.k.Members, g.k.Done, g.k.Candidates)}}}
 	case 10:
 		return []op{{args: []string{"DEL", g.pick(g.k.Lease, g.k.Resign, g.k.Members, g.k.Terms)}}}

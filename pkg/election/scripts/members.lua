@@ -5,7 +5,9 @@
 -- ARGV[2]  ttl          how long the membership lasts without a heartbeat, in milliseconds
 -- ARGV[3]  "leave" to remove the member instead of refreshing it
 --
--- Reply: the number of live members after the call.
+-- Reply: the live members after the call, each "<instance>:<identity>", in no set order: their
+--        count is the group's size, and a member missing from one reply to the next has left
+--        or died.
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -18,4 +20,4 @@ else
 end
 -- The set disappears with the last member.
 redis.call('PEXPIRE', KEYS[1], string.format('%.0f', 2 * ttl))
-return redis.call('ZCARD', KEYS[1])
+return redis.call('ZRANGE', KEYS[1], 0, -1)
