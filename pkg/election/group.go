@@ -78,7 +78,8 @@ type GroupConfig struct {
 // Group campaigns for many leases over one Redis client, with batched round trips: a renewal
 // of every held lease costs a few calls (one per 256 leases and Redis node), not one round
 // trip per lease, and an attempt on a lease another replica holds is a read, tried once per
-// 4 × LeaseDuration by a replica that holds about its share (docs/DESIGN.md, "Parking").
+// 4 × LeaseDuration by a replica that holds about its share, or less often so that it reads
+// at most 1,000 leases a second (docs/DESIGN.md, "Parking").
 // The replicas of a group spread the leases evenly: each counts the live replicas R through a
 // membership key and aims at ceil(K/R) of the K leases, shedding (releasing) what it holds
 // beyond that so that a replica that joins gets its share at once; leases of a replica that

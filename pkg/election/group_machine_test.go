@@ -225,7 +225,7 @@ var machineEvents = []struct {
 }{
 	{"due", func(mt *machineTest, gl *groupLease) {
 		if gl.heapIdx >= 0 {
-			mt.clk.SetTime(gl.next)
+			mt.clk.SetTime(mt.m.at(gl.next))
 		}
 		mt.m.tick(mt.clk.Now())
 	}},
@@ -285,7 +285,7 @@ var machineEvents = []struct {
 	}},
 	{"deadline", func(mt *machineTest, gl *groupLease) {
 		if gl.state == stateLeading || gl.state == stateStopping {
-			mt.clk.SetTime(gl.lastOK.Add(mtRenew))
+			mt.clk.SetTime(mt.m.at(gl.lastOK).Add(mtRenew))
 		}
 		mt.m.tick(mt.clk.Now())
 	}},
@@ -383,7 +383,7 @@ func TestGroupMachineEveryStateAndEvent(t *testing.T) {
 				if got := rowOf(mt.m, gl); got != row {
 					t.Fatalf("setup reached %q, want %q", got, row)
 				}
-				next, removed := gl.next, gl.removed
+				next, removed := mt.m.at(gl.next), gl.removed
 				ev.apply(mt, gl)
 				expect := want[row]
 				if expect == "" {
@@ -450,36 +450,36 @@ func (mt *machineTest) checkEffects(row, ev string, gl *groupLease, nextBefore t
 	switch {
 	case after != "idle":
 	case row == rowIdle && ev == "event released":
-		if !gl.next.Equal(now) {
-			t.Errorf("released event below the share: next in %v, want now", gl.next.Sub(now))
+		if !mt.m.at(gl.next).Equal(now) {
+			t.Errorf("released event below the share: next in %v, want now", mt.m.at(gl.next).Sub(now))
 		}
 	case row == rowIdle && ev == "event acquired":
-		if !gl.next.Equal(now.Add(mtLease)) {
-			t.Errorf("acquired event with TTL 1h: next in %v, want LeaseDuration (capped)", gl.next.Sub(now))
+		if !mt.m.at(gl.next).Equal(now.Add(mtLease)) {
+			t.Errorf("acquired event with TTL 1h: next in %v, want LeaseDuration (capped)", mt.m.at(gl.next).Sub(now))
 		}
 	case row == rowIdle:
-		if !mt.m.stopping && !gl.next.Equal(nextBefore) {
-			t.Errorf("next moved by %v", gl.next.Sub(nextBefore))
+		if !mt.m.stopping && !mt.m.at(gl.next).Equal(nextBefore) {
+			t.Errorf("next moved by %v", mt.m.at(gl.next).Sub(nextBefore))
 		}
 	case row == rowAcquiring && ev == "acquire held by another":
-		if !gl.next.Equal(now.Add(mtHeldTTL)) {
-			t.Errorf("held: next in %v, want the holder's TTL", gl.next.Sub(now))
+		if !mt.m.at(gl.next).Equal(now.Add(mtHeldTTL)) {
+			t.Errorf("held: next in %v, want the holder's TTL", mt.m.at(gl.next).Sub(now))
 		}
 	case row == rowAcquiring && ev == "acquire resumes a record whose release failed":
-		if !gl.next.Equal(now.Add(mtLease+timing.DriftMargin(mtLease))) || len(mt.m.releases) != 0 {
-			t.Errorf("resume of a poisoned record: next in %v, releases queued %d; want its TTL and drift margin, none", gl.next.Sub(now), len(mt.m.releases))
+		if !mt.m.at(gl.next).Equal(now.Add(mtLease+timing.DriftMargin(mtLease))) || len(mt.m.releases) != 0 {
+			t.Errorf("resume of a poisoned record: next in %v, releases queued %d; want its TTL and drift margin, none", mt.m.at(gl.next).Sub(now), len(mt.m.releases))
 		}
 	case row == rowAcquiring && ev == "acquire error":
-		if !gl.next.Equal(now.Add(mtRetry)) {
-			t.Errorf("error: next in %v, want RetryPeriod", gl.next.Sub(now))
+		if !mt.m.at(gl.next).Equal(now.Add(mtRetry)) {
+			t.Errorf("error: next in %v, want RetryPeriod", mt.m.at(gl.next).Sub(now))
 		}
 	case row == rowReleasingNew && ev == "release reply":
-		if !gl.next.Equal(now.Add(mtRetry)) {
-			t.Errorf("late win released: next in %v, want RetryPeriod (a failed attempt)", gl.next.Sub(now))
+		if !mt.m.at(gl.next).Equal(now.Add(mtRetry)) {
+			t.Errorf("late win released: next in %v, want RetryPeriod (a failed attempt)", mt.m.at(gl.next).Sub(now))
 		}
 	case row == rowReleasingNew && ev == "release error":
-		if !gl.next.Equal(now.Add(mtLease)) {
-			t.Errorf("late win, release failed: next in %v, want LeaseDuration (the release may still run)", gl.next.Sub(now))
+		if !mt.m.at(gl.next).Equal(now.Add(mtLease)) {
+			t.Errorf("late win, release failed: next in %v, want LeaseDuration (the release may still run)", mt.m.at(gl.next).Sub(now))
 		}
 	}
 	// Releases: queued exactly on entering releasing.
@@ -544,8 +544,8 @@ func TestGroupMachineAddAfterRemoveWaitsForTheRelease(t *testing.T) {
 		t.Fatalf("tried while OnStoppedLeading ran")
 	}
 	m.onNotified(gl, term)
-	if gl.state != stateIdle || !gl.next.Equal(mt.clk.Now().Add(mtLease)) {
-		t.Fatalf("after OnStoppedLeading: state %v, next in %v, want idle in LeaseDuration", gl.state, gl.next.Sub(mt.clk.Now()))
+	if gl.state != stateIdle || !mt.m.at(gl.next).Equal(mt.clk.Now().Add(mtLease)) {
+		t.Fatalf("after OnStoppedLeading: state %v, next in %v, want idle in LeaseDuration", gl.state, mt.m.at(gl.next).Sub(mt.clk.Now()))
 	}
 }
 
@@ -588,8 +588,8 @@ func TestGroupMachineSlowStopDoesNotDelayOthers(t *testing.T) {
 		}
 		mt.clk.SetTime(wake)
 	}
-	if y.state != stateLeading || mt.clk.Since(y.lastOK) > every {
-		t.Fatalf("y after 3 s of x's OnStoppedLeading: %v, last renew %v ago", y.state, mt.clk.Since(y.lastOK))
+	if y.state != stateLeading || mt.clk.Since(mt.m.at(y.lastOK)) > every {
+		t.Fatalf("y after 3 s of x's OnStoppedLeading: %v, last renew %v ago", y.state, mt.clk.Since(mt.m.at(y.lastOK)))
 	}
 	if renewals < int(3*time.Second/every)-1 {
 		t.Fatalf("y renewed %d times in 3 s, want once per renewEvery (%v)", renewals, every)
@@ -670,7 +670,7 @@ func TestGroupMachineDeadlineIsATimer(t *testing.T) {
 	mt.cfg.LeaseDuration, mt.cfg.RenewDeadline, mt.cfg.RetryPeriod = time.Second, 900*time.Millisecond, 700*time.Millisecond
 	m := mt.m
 	gl := mt.setup(rowLeading)
-	sent := gl.lastOK
+	sent := m.at(gl.lastOK)
 	for {
 		wake := m.tick(mt.clk.Now())
 		if gl.state != stateLeading {
@@ -755,25 +755,25 @@ func TestGroupMachineCapsAndOrder(t *testing.T) {
 		b := mt.tickAcquire("x")
 		answer(b, acquireReply{rec: mt.rec(mtTheirs), ttl: tc.ttl})
 		mt.m.onAcquire(b)
-		if got := mt.gl("x").next.Sub(mt.clk.Now()); got != tc.want {
+		if got := mt.m.at(mt.gl("x").next).Sub(mt.clk.Now()); got != tc.want {
 			t.Errorf("held with TTL %v: next in %v, want %v", tc.ttl, got, tc.want)
 		}
 	}
 	mt := newMachineTest(t)
 	gl := mt.setup(rowIdle)
 	seen := gl.core.guard.seen
-	next := gl.next
+	next := mt.m.at(gl.next)
 	mt.m.onEvent("x", leasekit.Event{Kind: leasekit.Acquired, TTL: time.Hour, Record: lease.Record{Token: seen - 1, Instance: mtTheirs}})
 	mt.m.onEvent("x", leasekit.Event{Kind: leasekit.Released, Record: lease.Record{Token: seen - 1, Instance: mtTheirs}})
-	if !gl.next.Equal(next) {
-		t.Errorf("an older event moved the attempt by %v", gl.next.Sub(next))
+	if !mt.m.at(gl.next).Equal(next) {
+		t.Errorf("an older event moved the attempt by %v", mt.m.at(gl.next).Sub(next))
 	}
 	mt.m.onEvent("x", leasekit.Event{Kind: leasekit.Released, Record: lease.Record{Token: seen, Instance: mtTheirs}})
-	if !gl.next.Equal(mt.clk.Now()) {
-		t.Errorf("release of the known term: next in %v, want now", gl.next.Sub(mt.clk.Now()))
+	if !mt.m.at(gl.next).Equal(mt.clk.Now()) {
+		t.Errorf("release of the known term: next in %v, want now", mt.m.at(gl.next).Sub(mt.clk.Now()))
 	}
 	mt.m.onEvent("x", leasekit.Event{Kind: leasekit.Renewed, TTL: time.Hour, Record: lease.Record{Token: seen, Instance: mtTheirs}})
-	if !gl.next.Equal(mt.clk.Now()) {
+	if !mt.m.at(gl.next).Equal(mt.clk.Now()) {
 		t.Errorf("renewed event of a term heard released moved the attempt")
 	}
 }
@@ -912,7 +912,7 @@ func TestGroupMachineStaleReleaseResumeStartsNoTerm(t *testing.T) {
 			}
 			gl := mt.gl("x")
 			started, releases := len(mt.fx.started), len(mt.fx.releases)
-			mt.clk.SetTime(gl.next)
+			mt.clk.SetTime(mt.m.at(gl.next))
 			b := mt.tickAcquire("x")
 			answer(b, acquireReply{won: true, rec: rec, ttl: mtLease}) // the resume
 			m.onAcquire(b)
@@ -920,14 +920,14 @@ func TestGroupMachineStaleReleaseResumeStartsNoTerm(t *testing.T) {
 			if len(mt.fx.started) != started {
 				t.Fatalf("term started on a resumed record whose release failed: %v", mt.fx.started)
 			}
-			if gl.state != stateIdle || !gl.next.Equal(mt.clk.Now().Add(mtLease+timing.DriftMargin(mtLease))) {
-				t.Fatalf("after the resume: state %v, next in %v, want idle, next in LeaseDuration", gl.state, gl.next.Sub(mt.clk.Now()))
+			if gl.state != stateIdle || !mt.m.at(gl.next).Equal(mt.clk.Now().Add(mtLease+timing.DriftMargin(mtLease))) {
+				t.Fatalf("after the resume: state %v, next in %v, want idle, next in LeaseDuration", gl.state, mt.m.at(gl.next).Sub(mt.clk.Now()))
 			}
 			if len(mt.fx.releases) != releases || len(m.releases) != 0 {
 				t.Fatalf("the resumed record was released again")
 			}
 			// Expired meanwhile: a new record is a new term, trusted.
-			mt.clk.SetTime(gl.next)
+			mt.clk.SetTime(mt.m.at(gl.next))
 			if n := len(mt.fx.renews); n > 0 && mt.fx.renews[n-1].replies == nil {
 				mt.renewReply(nil, 1)
 			}
@@ -985,7 +985,7 @@ func TestGroupMachineErrorKeepsTheKnownExpiry(t *testing.T) {
 			answer(b, acquireReply{err: errors.New("EOF")})
 			mt.m.onAcquire(b)
 			gl := mt.gl("x")
-			if got, want := gl.next.Sub(mt.clk.Now()), tc.wait-time.Millisecond; tc.wait == mtRetry {
+			if got, want := mt.m.at(gl.next).Sub(mt.clk.Now()), tc.wait-time.Millisecond; tc.wait == mtRetry {
 				want = mtRetry
 				if got != want {
 					t.Fatalf("after the error: next attempt in %v, want RetryPeriod %v", got, want)
@@ -1008,7 +1008,7 @@ func TestGroupMachineWarnsTokenBelowSeen(t *testing.T) {
 		b := mt.tickAcquire("x")
 		answer(b, acquireReply{rec: lease.Record{Token: tok, Instance: mtTheirs, Identity: "pod"}, ttl: mtHeldTTL})
 		mt.m.onAcquire(b)
-		mt.clk.SetTime(mt.gl("x").next)
+		mt.clk.SetTime(mt.m.at(mt.gl("x").next))
 	}
 	warnings := func() (n int) {
 		for _, l := range logged {
@@ -1065,9 +1065,9 @@ func TestGroupMachineParkForBoundsParkedAttempts(t *testing.T) {
 	mt.answerWon(b, "a", "b")
 	m.onAcquire(b)
 	d := mt.gl("d")
-	if park := m.parkFor(); park != 3*mtLease || !d.parked || !d.next.Equal(sent.Add(mtHeldTTL+park)) {
+	if park := m.parkFor(); park != 3*mtLease || !d.parked || !mt.m.at(d.next).Equal(sent.Add(mtHeldTTL+park)) {
 		t.Fatalf("4 leases, 2 held: parkFor %v, d parked %v, next in %v; want 3 × LeaseDuration, parked, at the expiry + that",
-			park, d.parked, d.next.Sub(sent))
+			park, d.parked, mt.m.at(d.next).Sub(sent))
 	}
 	const more = 20_000
 	for i := range more {
@@ -1079,8 +1079,8 @@ func TestGroupMachineParkForBoundsParkedAttempts(t *testing.T) {
 	}
 	// Far below the new share: the next tick unparks d, to its holder's expiry.
 	m.tick(mt.clk.Now())
-	if d.parked || !d.next.Equal(sent.Add(mtHeldTTL)) {
-		t.Fatalf("unparked under a longer parkFor: d parked %v, next in %v; want unparked, at the expiry (%v)", d.parked, d.next.Sub(sent), mtHeldTTL)
+	if d.parked || !mt.m.at(d.next).Equal(sent.Add(mtHeldTTL)) {
+		t.Fatalf("unparked under a longer parkFor: d parked %v, next in %v; want unparked, at the expiry (%v)", d.parked, mt.m.at(d.next).Sub(sent), mtHeldTTL)
 	}
 }
 
@@ -1105,15 +1105,15 @@ func TestGroupMachineParksLeasesOfOthersAtItsShare(t *testing.T) {
 	m.onAcquire(b)
 	c, d := mt.gl("c"), mt.gl("d")
 	for _, gl := range []*groupLease{c, d} {
-		if !gl.parked || !gl.next.Equal(sent.Add(mtHeldTTL+park)) {
-			t.Fatalf("%s at the share: parked %v, next in %v; want parked, next at the expiry + %v", gl.name, gl.parked, gl.next.Sub(sent), park)
+		if !gl.parked || !mt.m.at(gl.next).Equal(sent.Add(mtHeldTTL+park)) {
+			t.Fatalf("%s at the share: parked %v, next in %v; want parked, next at the expiry + %v", gl.name, gl.parked, mt.m.at(gl.next).Sub(sent), park)
 		}
 	}
 
 	// A release of c: it is free now, so its attempt goes back to the expiry.
 	m.onEvent("c", leasekit.Event{Kind: leasekit.Released, Record: lease.Record{Token: c.core.known.token, Instance: mtTheirs, Identity: "pod"}})
-	if c.parked || !c.next.Equal(sent.Add(mtHeldTTL)) {
-		t.Fatalf("c released: parked %v, next in %v; want unparked, at the expiry", c.parked, c.next.Sub(sent))
+	if c.parked || !mt.m.at(c.next).Equal(sent.Add(mtHeldTTL)) {
+		t.Fatalf("c released: parked %v, next in %v; want unparked, at the expiry", c.parked, mt.m.at(c.next).Sub(sent))
 	}
 
 	// a is lost: below the share, the next tick unparks d, due at its holder's expiry.
@@ -1121,12 +1121,12 @@ func TestGroupMachineParksLeasesOfOthersAtItsShare(t *testing.T) {
 	m.tick(mt.clk.Now())
 	mt.renewReply(map[string]bool{"a": true}, 2)
 	m.tick(mt.clk.Now())
-	if d.parked || !d.next.Equal(sent.Add(mtHeldTTL)) {
-		t.Fatalf("below the share: d parked %v, next in %v; want unparked, at the expiry", d.parked, d.next.Sub(sent))
+	if d.parked || !mt.m.at(d.next).Equal(sent.Add(mtHeldTTL)) {
+		t.Fatalf("below the share: d parked %v, next in %v; want unparked, at the expiry", d.parked, mt.m.at(d.next).Sub(sent))
 	}
 
 	// At the share again (c won), d, held by another, is parked again.
-	mt.clk.SetTime(d.next)
+	mt.clk.SetTime(mt.m.at(d.next))
 	b = mt.tickAcquire("d")
 	mt.answerWon(b, "c")
 	m.onAcquire(b)
@@ -1187,8 +1187,8 @@ func TestGroupMachineFollowsAllAfterAMemberLeft(t *testing.T) {
 	mt.renewMembers(nil, []string{ours, other}) // theirs left: share 2, parkAt 2, still at it
 	now := mt.clk.Now()
 	m.tick(now)
-	if d.parked || d.next.After(now.Add(mtHeldTTL)) {
-		t.Fatalf("its holder left: d parked %v, next in %v; want unparked, at its expiry", d.parked, d.next.Sub(now))
+	if d.parked || mt.m.at(d.next).After(now.Add(mtHeldTTL)) {
+		t.Fatalf("its holder left: d parked %v, next in %v; want unparked, at its expiry", d.parked, mt.m.at(d.next).Sub(now))
 	}
 	if !c.parked {
 		t.Fatalf("c, held by a member still there, unparked when another left")
