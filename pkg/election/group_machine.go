@@ -794,13 +794,17 @@ func (m *groupMachine) holderOf(instance string) uint16 {
 
 // noteMembers records the members of a heartbeat and reports whether one of the last
 // heartbeat's members is missing: it left or died, and the leases heard held by it are
-// unparked (unpark) and not parked again for a LeaseDuration (follow). An instance that left
-// never comes back: a process makes a new one at each start.
+// unparked (unpark) and not parked again for a LeaseDuration (follow). A process makes a new
+// instance at each start, but a live one whose heartbeats all failed for RenewDeadline was
+// counted out and comes back: it is no longer gone.
 func (m *groupMachine) noteMembers(members []string) (left bool) {
 	now := make(map[string]struct{}, len(members))
 	for _, mem := range members {
 		instance, _, _ := strings.Cut(mem, ":")
 		now[instance] = struct{}{}
+		if id, ok := m.holders[instance]; ok {
+			m.gone[id] = false
+		}
 	}
 	for instance := range m.members {
 		if _, ok := now[instance]; !ok {

@@ -1206,4 +1206,19 @@ func TestGroupMachineFollowsAllAfterAMemberLeft(t *testing.T) {
 	if !d.parked {
 		t.Fatalf("not parked a LeaseDuration after a member left, holding %d (parkAt %d)", len(m.held), m.parkAt())
 	}
+
+	// theirs was only counted out (its heartbeats failed): it comes back, and when another
+	// member leaves, the leases theirs holds stay parked.
+	mt.clk.Step(mtRetry)
+	m.tick(mt.clk.Now())
+	mt.renewMembers(nil, []string{ours, other, theirs})
+	mt.clk.Step(mtRetry)
+	m.tick(mt.clk.Now())
+	mt.renewMembers(nil, []string{ours, theirs})
+	now = mt.clk.Now()
+	m.tick(now)
+	m.follow(d, now.Add(mtHeldTTL), now)
+	if !d.parked {
+		t.Fatalf("a lease of a member that came back not parked when another left")
+	}
 }
