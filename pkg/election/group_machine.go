@@ -798,21 +798,21 @@ func (m *groupMachine) holderOf(instance string) uint16 {
 // instance at each start, but a live one whose heartbeats all failed for RenewDeadline was
 // counted out and comes back: it is no longer gone.
 func (m *groupMachine) noteMembers(members []string) (left bool) {
-	now := make(map[string]struct{}, len(members))
+	live := make(map[string]struct{}, len(members))
 	for _, mem := range members {
 		instance, _, _ := strings.Cut(mem, ":")
-		now[instance] = struct{}{}
+		live[instance] = struct{}{}
 		if id, ok := m.holders[instance]; ok {
 			m.gone[id] = false
 		}
 	}
 	for instance := range m.members {
-		if _, ok := now[instance]; !ok {
+		if _, ok := live[instance]; !ok {
 			m.gone[m.holderOf(instance)] = true
 			left = true
 		}
 	}
-	m.members = now
+	m.members = live
 	return left
 }
 
@@ -825,10 +825,10 @@ func (m *groupMachine) parkFor() time.Duration {
 }
 
 // parkRate bounds the parked attempts of a settled replica, per second: 1,000, a few percent
-// of a core on the replica and in Redis. A replica that does not hold 1,000,000 leases
-// (1,000,000 over 10 replicas) tries each one every 15 minutes rather than every minute,
-// 150,000 attempts a second among them; none of those finds a lease that the ways of
-// follow do not bring back sooner.
+// of a core on the replica and in Redis. With 1,000,000 leases over 10 replicas, each tries
+// the 900,000 it does not hold every 15 minutes rather than every minute (150,000 attempts a
+// second among them); none of those attempts finds a lease free that the ways of follow do
+// not bring back sooner.
 const parkRate = 1000
 
 // follow queues a queued idle lease that another replica holds until at (as a reply or an
