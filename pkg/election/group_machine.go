@@ -663,7 +663,7 @@ func (m *groupMachine) onRenew(b *renewBatch) {
 		failed++
 		m.errs.failed(m.logger, cfg.Metrics, cfg.Group, "heartbeat", b.liveErr, now)
 	} else {
-		if left := m.noteMembers(b.members); left || len(b.members) < m.live {
+		if m.noteMembers(b.members) { // a smaller count is a member missing too
 			// A member left or died: its leases expire within a LeaseDuration, and the
 			// attempts at their expiry are what takes them over.
 			m.followAll, m.unparkGone = now.Add(cfg.LeaseDuration), true
